@@ -1,0 +1,41 @@
+/* kiln compiler: typed error helpers. */
+#include "err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int kiln_err_set(kiln_err *e, const char *code, const char *fmt, ...) {
+  if (!e) return -1;
+  e->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int kiln_err_wrap(kiln_err *e, const char *fmt, ...) {
+  if (!e) return -1;
+  char prefix[1024], old[sizeof e->msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  memcpy(old, e->msg, sizeof old);
+  size_t n = strlen(prefix);
+  if (n > sizeof e->msg - 3) n = sizeof e->msg - 3;
+  memcpy(e->msg, prefix, n);
+  memcpy(e->msg + n, ": ", 2);
+  size_t room = sizeof e->msg - n - 3, m = strlen(old);
+  if (m > room) m = room;
+  memcpy(e->msg + n + 2, old, m);
+  e->msg[n + 2 + m] = '\0';
+  return -1;
+}
+
+void kiln_err_clear(kiln_err *e) {
+  if (!e) return;
+  e->code = NULL;
+  e->msg[0] = '\0';
+}

@@ -1,0 +1,231 @@
+-- kiln.cli: the `kiln` command line. main(argv) returns the exit status; errors are typed
+-- ({code, msg}) and printed by the C host as "kiln: error: ..." (E_USAGE exits 2).
+local c = require "kiln.c"
+local errors = require "kiln.errors"
+
+local M = {}
+
+local USAGE = [[
+usage: kiln <command> [options]
+
+commands:
+  check SPEC...            load and validate specs (.lua or graph .json), print the graph
+        [--json]           print graph JSON instead
+  source SPEC [--sm SM]    print the generated CUDA of every kernel
+  explain SPEC [--sm SM]   per kernel group and engine: accepted (plans) or declined, and why
+  build SPEC... --sm SM [--sm SM ...] [-o PACK] [--emit-c DIR] [-v] [-j N]
+                           compile every kernel through the cache (and write a pack)
+  run SPEC --check [--bench] [--set DIM=N]
+                           run on the GPU against the reference executor
+  pack inspect|verify PACK list or check what a pack holds
+  cache path|stat|verify|clear|gc
+                           look after the kernel cache
+  env [--json]             kiln, Lua, NVRTC, driver, cuDNN, GPUs, cache
+
+common options:
+  --set DIM=N              fix a dim (specialized or dynamic) to N
+  --graph NAME             only the graph NAME of a spec with several
+  -h, --help               this text;  --version  the version
+
+environment: KILN_CACHE_DIR, KILN_CACHE_MAXSIZE, KILN_JIT=on|off|strict, KILN_DUMP_DIR,
+             KILN_LUA_PATH, KILN_TEMPLATE_PATH, KILN_SPEC_MAX_INSTR, KILN_SPEC_MAX_MEM
+]]
+
+local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) end
+
+-- Options each command accepts: name -> "flag" | "value" | "list".
+local OPTIONS = {
+  ["--json"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
+  ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "value",
+  ["-j"] = "value", ["--iters"] = "value", ["--csv"] = "value", ["--pack"] = "value",
+}
+
+local function parse(argv)
+  local args = { positional = {}, sm = {}, set = {} }
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    local name, inline = a:match("^(%-%-?[%w%-]+)=(.*)$")
+    name = name or a
+    local kind = OPTIONS[name]
+    if a:sub(1, 1) == "-" and a ~= "-" then
+      if not kind then usage("unknown option '%s'", a) end
+      local key = name:gsub("^%-+", ""):gsub("%-", "_")
+      if key == "verbose" then key = "v" end
+      if kind == "flag" then
+        if inline then usage("option %s takes no value", name) end
+        args[key] = true
+      else
+        local v = inline
+        if not v then
+          i = i + 1
+          v = argv[i]
+          if v == nil then usage("option %s needs a value", name) end
+        end
+        if kind == "list" then table.insert(args[key], v) else args[key] = v end
+      end
+    else
+      args.positional[#args.positional + 1] = a
+    end
+    i = i + 1
+  end
+  local sets = {}
+  for _, s in ipairs(args.set) do
+    local k, v = s:match("^([%a_][%w_]*)=(%d+)$")
+    if not k or tonumber(v) <= 0 then usage("--set wants DIM=N with N a positive integer, got '%s'", s) end
+    sets[k] = math.tointeger(tonumber(v))
+  end
+  args.set = sets
+  local archs = {}
+  for _, s in ipairs(args.sm) do
+    local n = s:gsub("^sm_", "")
+    if not n:match("^%d%d%d?a?$") then usage("bad --sm '%s' (want e.g. 80, 90a, 100a)", s) end
+    archs[#archs + 1] = "sm_" .. n
+  end
+  args.sm = archs
+  return args
+end
+
+local function load_graphs(path, args)
+  if path:match("%.json$") then
+    local text, err = c.read_file(path)
+    if not text then errors.raise_at(nil, nil, "E_IO", "cannot read %s", err) end
+    local g = require("kiln.graphjson").parse(text, path)
+    return { g }
+  end
+  return require("kiln.spec").load(path, { set = args.set, graph = args.graph })
+end
+
+local function need_specs(args, cmd)
+  if #args.positional == 0 then usage("%s needs at least one SPEC", cmd) end
+end
+
+local commands = {}
+
+function commands.check(args)
+  need_specs(args, "check")
+  local shape = require "kiln.shape"
+  local all = {}
+  for _, path in ipairs(args.positional) do
+    for _, g in ipairs(load_graphs(path, args)) do all[#all + 1] = g end
+  end
+  if args.json then
+    if #all == 1 then io.write(all[1]:to_json(2), "\n")
+    else
+      local list = c.json_array()
+      for i, g in ipairs(all) do list[i] = g:to_data() end
+      io.write(c.json_encode(list, 2), "\n")
+    end
+    return 0
+  end
+  for _, g in ipairs(all) do
+    local key = g:instance_key()
+    io.write(string.format("graph %s%s: io %s, %d tensors, %d nodes", g.name, key ~= "" and (" [" .. key .. "]") or "",
+      g.io_dtype, #g.tensors, #g.nodes))
+    local dyn = g:dynamic_dims()
+    if #dyn > 0 then io.write(", dynamic ", table.concat(dyn, " ")) end
+    io.write("\n")
+    for _, t in ipairs(g.tensors) do
+      if t.role ~= "virtual" then
+        io.write(string.format("  %-8s %3d %-16s %-8s %s%s\n", t.role, t.uid, t.name, t.dtype, shape.format(t.dims),
+          t.value and (" = " .. tostring(t.value)) or ""))
+      end
+    end
+    for _, n in ipairs(g.nodes) do
+      local ins, outs = {}, {}
+      for _, p in ipairs(n.def.input_ports) do
+        if n.inputs[p.name] then ins[#ins + 1] = p.name .. "=" .. n.inputs[p.name] end
+      end
+      for _, p in ipairs(n.def.output_ports) do
+        if n.outputs[p.name] then outs[#outs + 1] = p.name .. "=" .. n.outputs[p.name] end
+      end
+      io.write(string.format("  node %-20s %-12s (%s) -> (%s)\n", n.name, n.op, table.concat(ins, " "), table.concat(outs, " ")))
+    end
+  end
+  io.write(string.format("ok: %d graph instance%s valid\n", #all, #all == 1 and "" or "s"))
+  return 0
+end
+
+local function first_arch(args) return args.sm[1] or "sm_90a" end
+
+function commands.source(args)
+  need_specs(args, "source")
+  local plan = require "kiln.plan"
+  local target = plan.target(first_arch(args))
+  for _, path in ipairs(args.positional) do
+    for _, g in ipairs(load_graphs(path, args)) do
+      local m = plan.manifest(g, target)
+      for _, k in ipairs(m.kernels) do
+        io.write(string.format("// ---- %s [%s] kernel %s, plan %s, %s\n", g.name, m.instance, k.symbol, k.plan_id, target.arch))
+        io.write(k.source, "\n")
+      end
+    end
+  end
+  return 0
+end
+
+function commands.explain(args)
+  need_specs(args, "explain")
+  local plan = require "kiln.plan"
+  local target = plan.target(first_arch(args))
+  for _, path in ipairs(args.positional) do
+    for _, g in ipairs(load_graphs(path, args)) do
+      local key = g:instance_key()
+      io.write(string.format("graph %s%s for %s\n", g.name, key ~= "" and (" [" .. key .. "]") or "", target.arch))
+      for _, grp in ipairs(plan.route(g, target)) do
+        local ops = {}
+        for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
+        io.write(string.format("  group %d (%s): %s\n", grp.index - 1, table.concat(ops, " "),
+          grp.plan and ("plan " .. grp.plan.id) or "NO ENGINE"))
+        for _, r in ipairs(grp.report) do
+          if r.accepted then io.write(string.format("    %-10s accepted: %s\n", r.engine, table.concat(r.plans, ", ")))
+          else io.write(string.format("    %-10s declined: %s\n", r.engine, r.reason)) end
+        end
+      end
+    end
+  end
+  return 0
+end
+
+function commands.build(args)
+  return require("kiln.build").run(args)
+end
+
+function commands.run(args)
+  return require("kiln.run").run(args)
+end
+
+function commands.cache(args)
+  local sub = args.positional[1]
+  if not sub then usage("cache needs a subcommand: path, stat, verify, clear, gc") end
+  return c.cache_command(sub, args.json or false)
+end
+
+function commands.env(args)
+  return c.env_report(args.json or false)
+end
+
+function commands.pack(args)
+  local sub, file = args.positional[1], args.positional[2]
+  if (sub ~= "inspect" and sub ~= "verify") or not file then usage("pack inspect|verify PACK") end
+  return c.pack_command(sub, file)
+end
+
+function M.main(argv)
+  if #argv == 0 then io.stderr:write(USAGE); return 2 end
+  local cmd = argv[1]
+  if cmd == "-h" or cmd == "--help" or cmd == "help" then io.write(USAGE); return 0 end
+  if cmd == "--version" or cmd == "version" then
+    io.write(string.format("kiln %s (%s)\n", c.version, c.lua_version)); return 0
+  end
+  local fn = commands[cmd]
+  if not fn then usage("unknown command '%s'", cmd) end
+  local rest = {}
+  for i = 2, #argv do rest[#rest + 1] = argv[i] end
+  for _, a in ipairs(rest) do
+    if a == "-h" or a == "--help" then io.write(USAGE); return 0 end
+  end
+  return fn(parse(rest))
+end
+
+return M

@@ -1,0 +1,27 @@
+-- kiln.engines: the engine registry and router. An engine is one template family:
+--   propose(group, g, target) -> { plan, ... } | nil, reason
+--   build(plan, group, g, target) -> kernel (symbol, source, launch rule)
+-- Plans carry stable ids "engine:vVERSION:knobs"; the router ranks them (heuristic first).
+local M = {}
+
+M.list = { require "kiln.engines.pointwise" }
+
+-- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
+function M.route(group, g, target)
+  local report, best = {}, nil
+  for _, engine in ipairs(M.list) do
+    local plans, reason = engine.propose(group, g, target)
+    if plans and #plans > 0 then
+      table.sort(plans, function(a, b) return (a.rank or 0) > (b.rank or 0) end)
+      local ids = {}
+      for i, p in ipairs(plans) do p.engine = engine; ids[i] = p.id end
+      report[#report + 1] = { engine = engine.id, accepted = true, plans = ids }
+      best = best or plans[1]
+    else
+      report[#report + 1] = { engine = engine.id, accepted = false, reason = reason or "declined" }
+    end
+  end
+  return best, report
+end
+
+return M

@@ -1,0 +1,64 @@
+-- kiln.plan: turns a graph instance into a plan manifest (docs/INTERNALS.md): the kernel
+-- groups, each routed to an engine and built into CUDA source plus a launch rule.
+local errors = require "kiln.errors"
+local engines = require "kiln.engines"
+local lower = require "kiln.lower"
+local shape = require "kiln.shape"
+local c = require "kiln.c"
+
+local M = {}
+
+-- target: { arch = "sm_90a", sm = 90 }
+function M.target(arch)
+  local num, suffix = arch:match("^sm_(%d+)(a?)$")
+  if not num then errors.raise("E_USAGE", "bad SM '%s' (want e.g. 80, 90a, 100a)", arch) end
+  return { arch = arch, sm = tonumber(num), arch_specific = suffix == "a" }
+end
+
+-- Routes every group; returns groups annotated with .plan and .report.
+function M.route(g, target)
+  local groups = lower.lower(g)
+  for _, grp in ipairs(groups) do
+    grp.plan, grp.report = engines.route(grp, g, target)
+  end
+  return groups
+end
+
+local function no_engine(g, grp)
+  local why = {}
+  for _, r in ipairs(grp.report) do why[#why + 1] = r.engine .. ": " .. r.reason end
+  local ops = {}
+  for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
+  errors.raise("E_NO_ENGINE", "graph '%s'%s: no engine for kernel group %d (%s): %s", g.name,
+    g:instance_key() ~= "" and (" [" .. g:instance_key() .. "]") or "", grp.index, table.concat(ops, ", "),
+    table.concat(why, "; "))
+end
+
+-- The manifest of one instance for one target; kernels carry their CUDA source.
+function M.manifest(g, target)
+  local groups = M.route(g, target)
+  local kernels, align = c.json_array(), {}
+  for _, grp in ipairs(groups) do
+    if not grp.plan then no_engine(g, grp) end
+    local symbol = string.format("kiln_%s_k%d", g.name, grp.index - 1)
+    local k = grp.plan.engine.build(grp.plan, grp, g, target, symbol)
+    for uid, a in pairs(k.align or {}) do align[uid] = math.max(align[uid] or 1, a) end
+    k.align = nil
+    k.params = c.json_array(k.params)
+    k.options = c.json_array(k.options)
+    kernels[#kernels + 1] = k
+  end
+  local tensors = c.json_array()
+  for _, t in ipairs(g.tensors) do
+    if t.role ~= "virtual" and t.role ~= "constant" then
+      tensors[#tensors + 1] = { uid = t.uid, name = t.name, dtype = t.dtype, dims = c.json_array(shape.copy(t.dims)),
+                                strides = c.json_array(shape.copy(t.strides)), role = t.role,
+                                align = align[t.uid] or require("kiln.dtypes").size(t.dtype) }
+    end
+  end
+  return { schema = "kiln.plan", version = 1, graph = g.name, instance = g:instance_key(),
+           dynamic = c.json_array(g:dynamic_dims()), tensors = tensors, kernels = kernels,
+           graph_json = g:to_json() }
+end
+
+return M

@@ -1,0 +1,282 @@
+/* kiln compiler: Lua state, sandbox budgets, embedded-module loading, kiln.c primitives. */
+#include "luahost.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "embedded.h"
+#include "luajson.h"
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "0.1.0"
+#endif
+
+/* Budgets apply while spec code runs; trusted modules run unbounded. */
+typedef struct host_state {
+  size_t bytes, byte_limit;       /* byte_limit 0: unlimited */
+  long long instr_left;           /* instructions left in the spec budget */
+  int budget_on, exhausted;
+} host_state;
+
+#define HOOK_EVERY 1000
+
+static void *bounded_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  host_state *hs = ud;
+  if (!ptr) osize = 0;
+  if (nsize == 0) {
+    free(ptr);
+    hs->bytes -= osize;
+    return NULL;
+  }
+  if (hs->byte_limit && nsize > osize && hs->bytes + (nsize - osize) > hs->byte_limit) return NULL;
+  void *p = realloc(ptr, nsize);
+  if (p) hs->bytes += nsize - osize;
+  return p;
+}
+
+static host_state *get_state(lua_State *L) {
+  void *ud;
+  lua_getallocf(L, &ud);
+  return ud;
+}
+
+int kiln_host_raise(lua_State *L, const char *code, const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, code);
+  lua_setfield(L, -2, "code");
+  lua_pushstring(L, msg);
+  lua_setfield(L, -2, "msg");
+  /* errors.lua installs the metatable that prints and locates the error */
+  if (luaL_getmetatable(L, "kiln.error") != LUA_TNIL) lua_setmetatable(L, -2);
+  else lua_pop(L, 1);
+  return lua_error(L);
+}
+
+static void budget_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  host_state *hs = get_state(L);
+  if (!hs->budget_on) return;
+  hs->instr_left -= HOOK_EVERY;
+  if (hs->instr_left < 0) {
+    hs->exhausted = 1;
+    kiln_host_raise(L, "E_LIMIT", "spec exceeded its instruction budget (KILN_SPEC_MAX_INSTR); infinite loop?");
+  }
+}
+
+/* kiln.c.budget(instructions, bytes): starts the spec budget; budget(0) stops it. */
+static int l_budget(lua_State *L) {
+  host_state *hs = get_state(L);
+  lua_Integer n = luaL_checkinteger(L, 1);
+  lua_Integer bytes = luaL_optinteger(L, 2, 0);
+  if (n <= 0) {
+    hs->budget_on = 0;
+    hs->byte_limit = 0;
+    lua_sethook(L, NULL, 0, 0);
+    lua_pushboolean(L, hs->exhausted);
+    hs->exhausted = 0;
+    return 1;
+  }
+  hs->instr_left = n;
+  hs->budget_on = 1;
+  hs->exhausted = 0;
+  hs->byte_limit = bytes > 0 ? hs->bytes + (size_t)bytes : 0;
+  lua_sethook(L, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  return 0;
+}
+
+static int read_path(const char *path, char **data, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  size_t got;
+  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      char *nb = realloc(buf, 2 * cap + 1);
+      if (!nb) { free(buf); buf = NULL; break; }
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (!buf || bad) { free(buf); return -1; }
+  buf[n] = '\0';
+  *data = buf;
+  *size = n;
+  return 0;
+}
+
+int kiln_host_read_embedded(const char *name, char **data, size_t *size) {
+  const char *override = NULL, *rel = NULL;
+  if (strncmp(name, "lua/", 4) == 0) override = getenv("KILN_LUA_PATH"), rel = name + 4;
+  else if (strncmp(name, "templates/", 10) == 0) override = getenv("KILN_TEMPLATE_PATH"), rel = name + 10;
+  if (override && *override) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", override, rel);
+    if (read_path(path, data, size) == 0) return 0;
+  }
+  for (const kiln_embedded_file *f = kiln_embedded_files; f->name; f++) {
+    if (strcmp(f->name, name) != 0) continue;
+    *data = malloc(f->size + 1);
+    if (!*data) return -1;
+    memcpy(*data, f->data, f->size + 1);
+    *size = f->size;
+    return 0;
+  }
+  return -1;
+}
+
+/* package.searchers entry: "kiln.x.y" -> lua/kiln/x/y.lua (embedded or KILN_LUA_PATH). */
+static int embedded_searcher(lua_State *L) {
+  const char *mod = luaL_checkstring(L, 1);
+  char name[512];
+  int n = snprintf(name, sizeof name, "lua/%s.lua", mod);
+  if (n <= 0 || (size_t)n >= sizeof name) return 0;
+  for (char *p = name + 4; *p && p < name + n - 4; p++)
+    if (*p == '.') *p = '/';
+  char *src;
+  size_t size;
+  if (kiln_host_read_embedded(name, &src, &size) != 0) {
+    lua_pushfstring(L, "\n\tno embedded module '%s'", name);
+    return 1;
+  }
+  char chunk[600];
+  snprintf(chunk, sizeof chunk, "=%s", name + 4);
+  int rc = luaL_loadbufferx(L, src, size, chunk, "t");
+  free(src);
+  if (rc != LUA_OK) return lua_error(L);
+  lua_pushstring(L, name);
+  return 2;
+}
+
+/* kiln.c.template(name) -> text of templates/<name>. */
+static int l_template(lua_State *L) {
+  const char *tname = luaL_checkstring(L, 1);
+  char name[512], *src;
+  size_t size;
+  snprintf(name, sizeof name, "templates/%s", tname);
+  if (kiln_host_read_embedded(name, &src, &size) != 0)
+    return kiln_host_raise(L, "E_IO", "no template '%s'", tname);
+  lua_pushlstring(L, src, size);
+  free(src);
+  return 1;
+}
+
+/* kiln.c.read_file(path) -> text | nil, message */
+static int l_read_file(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  char *data;
+  size_t size;
+  if (read_path(path, &data, &size) != 0) {
+    luaL_pushfail(L);
+    lua_pushfstring(L, "%s: %s", path, strerror(errno ? errno : EIO));
+    return 2;
+  }
+  lua_pushlstring(L, data, size);
+  free(data);
+  return 1;
+}
+
+/* kiln.c.write_file(path, text): temp file + rename so readers never see half a file. */
+static int l_write_file(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  size_t n;
+  const char *text = luaL_checklstring(L, 2, &n);
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return kiln_host_raise(L, "E_IO", "cannot write %s: %s", path, strerror(errno));
+  int bad = fwrite(text, 1, n, f) != n;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    remove(tmp);
+    return kiln_host_raise(L, "E_IO", "cannot write %s: %s", path, strerror(errno));
+  }
+  return 0;
+}
+
+static int l_mkdir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  if (mkdir(path, 0777) != 0 && errno != EEXIST)
+    return kiln_host_raise(L, "E_IO", "cannot create directory %s: %s", path, strerror(errno));
+  return 0;
+}
+
+static int l_clock_ms(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, ts.tv_sec * 1e3 + ts.tv_nsec / 1e6);
+  return 1;
+}
+
+static int l_getenv(lua_State *L) {
+  const char *v = getenv(luaL_checkstring(L, 1));
+  if (v) lua_pushstring(L, v);
+  else lua_pushnil(L);
+  return 1;
+}
+
+static const luaL_Reg host_fns[] = {
+    {"budget", l_budget},       {"template", l_template}, {"read_file", l_read_file},
+    {"write_file", l_write_file}, {"mkdir", l_mkdir},     {"clock_ms", l_clock_ms},
+    {"getenv", l_getenv},       {NULL, NULL}};
+
+void kiln_host_register(lua_State *L, const luaL_Reg *fns) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "kiln.c");
+  luaL_setfuncs(L, fns, 0);
+  lua_pop(L, 2);
+}
+
+lua_State *kiln_host_open(kiln_err *e) {
+  host_state *hs = calloc(1, sizeof *hs);
+  if (!hs) { kiln_err_set(e, "E_IO", "out of memory"); return NULL; }
+  lua_State *L = lua_newstate(bounded_alloc, hs);
+  if (!L) { free(hs); kiln_err_set(e, "E_IO", "cannot create the Lua state"); return NULL; }
+  luaL_openlibs(L);
+  /* kiln.c: the C primitives the front end calls */
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_newtable(L);
+  luaL_setfuncs(L, host_fns, 0);
+  lua_pushstring(L, KILN_VERSION);
+  lua_setfield(L, -2, "version");
+  lua_pushstring(L, LUA_RELEASE);
+  lua_setfield(L, -2, "lua_version");
+  lua_setfield(L, -2, "kiln.c");
+  lua_pop(L, 1);
+  kiln_luajson_register(L);
+  /* embedded modules are searched before the file system's */
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "searchers");
+  lua_pushcfunction(L, embedded_searcher);
+  for (lua_Integer i = (lua_Integer)luaL_len(L, -2); i >= 2; i--) {
+    lua_geti(L, -2, i);
+    lua_seti(L, -3, i + 1);
+  }
+  lua_seti(L, -2, 2);
+  lua_pop(L, 2);
+  return L;
+}
+
+void kiln_host_close(lua_State *L) {
+  if (!L) return;
+  void *ud;
+  lua_getallocf(L, &ud);
+  lua_close(L);
+  free(ud);
+}

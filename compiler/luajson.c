@@ -1,0 +1,166 @@
+/* kiln compiler: Lua <-> JSON through jansson. Objects are encoded with sorted keys so
+ * graph JSON is byte-for-byte deterministic. */
+#include "luajson.h"
+
+#include <jansson.h>
+#include <lauxlib.h>
+#include <math.h>
+#include <string.h>
+
+#include "luahost.h"
+
+#define ARRAY_MT "kiln.json.array"
+#define MAX_DEPTH 200
+
+static int null_sentinel;
+
+static void push_json(lua_State *L, json_t *j, int depth) {
+  luaL_checkstack(L, 4, "json nesting");
+  if (depth > MAX_DEPTH) kiln_host_raise(L, "E_JSON", "JSON nested deeper than %d", MAX_DEPTH);
+  switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+      const char *k;
+      json_t *v;
+      lua_createtable(L, 0, (int)json_object_size(j));
+      json_object_foreach(j, k, v) {
+        push_json(L, v, depth + 1);
+        lua_setfield(L, -2, k);
+      }
+      break;
+    }
+    case JSON_ARRAY: {
+      size_t i;
+      json_t *v;
+      lua_createtable(L, (int)json_array_size(j), 0);
+      json_array_foreach(j, i, v) {
+        push_json(L, v, depth + 1);
+        lua_seti(L, -2, (lua_Integer)i + 1);
+      }
+      luaL_setmetatable(L, ARRAY_MT);
+      break;
+    }
+    case JSON_STRING: lua_pushlstring(L, json_string_value(j), json_string_length(j)); break;
+    case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(j)); break;
+    case JSON_REAL: lua_pushnumber(L, json_real_value(j)); break;
+    case JSON_TRUE: lua_pushboolean(L, 1); break;
+    case JSON_FALSE: lua_pushboolean(L, 0); break;
+    case JSON_NULL: lua_pushlightuserdata(L, &null_sentinel); break;
+  }
+}
+
+static int l_json_decode(lua_State *L) {
+  size_t n;
+  const char *text = luaL_checklstring(L, 1, &n);
+  json_error_t err;
+  json_t *j = json_loadb(text, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
+  if (!j) return kiln_host_raise(L, "E_JSON", "line %d column %d: %s", err.line, err.column, err.text);
+  /* a raise inside push_json would leak j; decode depth is bounded, so keep it simple */
+  push_json(L, j, 0);
+  json_decref(j);
+  return 1;
+}
+
+static int is_array(lua_State *L, int idx) {
+  if (lua_getmetatable(L, idx)) {
+    luaL_getmetatable(L, ARRAY_MT);
+    int same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (same) return 1;
+  }
+  lua_Integer len = (lua_Integer)lua_rawlen(L, idx), count = 0;
+  if (len == 0) return 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    count++;
+  }
+  return count == len;
+}
+
+static json_t *to_json(lua_State *L, int idx, int depth) {
+  idx = lua_absindex(L, idx);
+  if (depth > MAX_DEPTH) { kiln_host_raise(L, "E_JSON", "value nested deeper than %d (cycle?)", MAX_DEPTH); }
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: return json_null();
+    case LUA_TBOOLEAN: return json_boolean(lua_toboolean(L, idx));
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) return json_integer((json_int_t)lua_tointeger(L, idx));
+      {
+        double d = lua_tonumber(L, idx);
+        if (!isfinite(d)) kiln_host_raise(L, "E_JSON", "cannot encode %g in JSON", d);
+        return json_real(d);
+      }
+    case LUA_TSTRING: {
+      size_t n;
+      const char *s = lua_tolstring(L, idx, &n);
+      json_t *j = json_stringn(s, n);
+      if (!j) kiln_host_raise(L, "E_JSON", "string is not valid UTF-8");
+      return j;
+    }
+    case LUA_TLIGHTUSERDATA:
+      if (lua_touserdata(L, idx) == &null_sentinel) return json_null();
+      break;
+    case LUA_TTABLE: {
+      luaL_checkstack(L, 4, "json nesting");
+      if (is_array(L, idx)) {
+        json_t *a = json_array();
+        lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+        for (lua_Integer i = 1; i <= n; i++) {
+          lua_rawgeti(L, idx, i);
+          json_array_append_new(a, to_json(L, -1, depth + 1));
+          lua_pop(L, 1);
+        }
+        return a;
+      }
+      json_t *o = json_object();
+      lua_pushnil(L);
+      while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING) {
+          json_decref(o);
+          kiln_host_raise(L, "E_JSON", "object keys must be strings (got a %s key)", luaL_typename(L, -2));
+        }
+        json_object_set_new(o, lua_tostring(L, -2), to_json(L, -1, depth + 1));
+        lua_pop(L, 1);
+      }
+      return o;
+    }
+    default: break;
+  }
+  kiln_host_raise(L, "E_JSON", "cannot encode a %s in JSON", luaL_typename(L, idx));
+  return NULL;
+}
+
+static int l_json_encode(lua_State *L) {
+  lua_Integer indent = luaL_optinteger(L, 2, 0);
+  json_t *j = to_json(L, 1, 0);
+  size_t flags = JSON_SORT_KEYS | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17);
+  if (indent > 0) flags |= JSON_INDENT((int)indent);
+  else flags |= JSON_COMPACT;
+  char *s = json_dumps(j, flags);
+  json_decref(j);
+  if (!s) return kiln_host_raise(L, "E_JSON", "JSON encoding failed");
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+static int l_json_array(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) lua_newtable(L);
+  else luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  luaL_setmetatable(L, ARRAY_MT);
+  return 1;
+}
+
+void kiln_luajson_register(lua_State *L) {
+  luaL_newmetatable(L, ARRAY_MT);
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {
+      {"json_encode", l_json_encode}, {"json_decode", l_json_decode}, {"json_array", l_json_array}, {NULL, NULL}};
+  kiln_host_register(L, fns);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "kiln.c");
+  lua_pushlightuserdata(L, &null_sentinel);
+  lua_setfield(L, -2, "json_null");
+  lua_pop(L, 2);
+}
