@@ -141,27 +141,31 @@ int kiln_host_read_embedded(const char *name, char **data, size_t *size) {
   return -1;
 }
 
-/* package.searchers entry: "kiln.x.y" -> lua/kiln/x/y.lua (embedded or KILN_LUA_PATH). */
+/* package.searchers entry: "kiln.x.y" -> lua/kiln/x/y.lua or lua/kiln/x/y/init.lua
+ * (embedded, or under KILN_LUA_PATH). Nothing else is searched: kiln loads only itself. */
 static int embedded_searcher(lua_State *L) {
   const char *mod = luaL_checkstring(L, 1);
-  char name[512];
-  int n = snprintf(name, sizeof name, "lua/%s.lua", mod);
-  if (n <= 0 || (size_t)n >= sizeof name) return 0;
-  for (char *p = name + 4; *p && p < name + n - 4; p++)
+  char base[512];
+  int n = snprintf(base, sizeof base, "lua/%s", mod);
+  if (n <= 0 || (size_t)n >= sizeof base - 16) return 0;
+  for (char *p = base + 4; *p; p++)
     if (*p == '.') *p = '/';
-  char *src;
-  size_t size;
-  if (kiln_host_read_embedded(name, &src, &size) != 0) {
-    lua_pushfstring(L, "\n\tno embedded module '%s'", name);
-    return 1;
+  static const char *suffixes[] = {".lua", "/init.lua"};
+  for (int i = 0; i < 2; i++) {
+    char name[600], *src;
+    size_t size;
+    snprintf(name, sizeof name, "%s%s", base, suffixes[i]);
+    if (kiln_host_read_embedded(name, &src, &size) != 0) continue;
+    char chunk[620];
+    snprintf(chunk, sizeof chunk, "=%s", name + 4);
+    int rc = luaL_loadbufferx(L, src, size, chunk, "t");
+    free(src);
+    if (rc != LUA_OK) return lua_error(L);
+    lua_pushstring(L, name);
+    return 2;
   }
-  char chunk[600];
-  snprintf(chunk, sizeof chunk, "=%s", name + 4);
-  int rc = luaL_loadbufferx(L, src, size, chunk, "t");
-  free(src);
-  if (rc != LUA_OK) return lua_error(L);
-  lua_pushstring(L, name);
-  return 2;
+  lua_pushfstring(L, "no kiln module '%s'", mod);
+  return 1;
 }
 
 /* kiln.c.template(name) -> text of templates/<name>. */
@@ -260,16 +264,17 @@ lua_State *kiln_host_open(kiln_err *e) {
   lua_setfield(L, -2, "kiln.c");
   lua_pop(L, 1);
   kiln_luajson_register(L);
-  /* embedded modules are searched before the file system's */
+  /* embedded modules only: the preload searcher, then ours */
   lua_getglobal(L, "package");
-  lua_getfield(L, -1, "searchers");
+  lua_createtable(L, 2, 0);
+  lua_getfield(L, -2, "searchers");
+  lua_geti(L, -1, 1);
+  lua_seti(L, -3, 1);
+  lua_pop(L, 1);
   lua_pushcfunction(L, embedded_searcher);
-  for (lua_Integer i = (lua_Integer)luaL_len(L, -2); i >= 2; i--) {
-    lua_geti(L, -2, i);
-    lua_seti(L, -3, i + 1);
-  }
   lua_seti(L, -2, 2);
-  lua_pop(L, 2);
+  lua_setfield(L, -2, "searchers");
+  lua_pop(L, 1);
   return L;
 }
 

@@ -1,11 +1,155 @@
-/* kiln compiler: Lua bindings of the C back end. */
+/* kiln compiler: Lua bindings of the C back end (compile through the cache, cache upkeep). */
 #include "primitives.h"
 
 #include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cache.h"
+#include "compile.h"
 #include "luahost.h"
 
+static int raise_err(lua_State *L, const kiln_err *e) {
+  return kiln_host_raise(L, e->code ? e->code : "E_INTERNAL", "%s", e->msg);
+}
+
+static const char *field_string(lua_State *L, int idx, const char *key, int required) {
+  lua_getfield(L, idx, key);
+  const char *s = lua_tostring(L, -1);
+  lua_pop(L, 1); /* the string stays alive: it is referenced by the jobs table */
+  if (!s && required) kiln_host_raise(L, "E_INTERNAL", "compile job without '%s'", key);
+  return s;
+}
+
+/* kiln.c.compile({ {name=, symbol=, source=, arch=, options={...}}, ... } [, threads])
+ * -> { {cubin=, cache_hit=, compile_ms=, key=}, ... }; the first failure is raised. */
+static int l_compile(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int threads = (int)luaL_optinteger(L, 2, 0);
+  int n = (int)luaL_len(L, 1);
+  kiln_err e = {0};
+  kiln_jit_policy policy;
+  if (kiln_jit_policy_from_env(&policy, &e) != 0) return raise_err(L, &e);
+  kiln_compile_job *jobs = lua_newuserdatauv(L, sizeof *jobs * (n ? n : 1), 0);
+  memset(jobs, 0, sizeof *jobs * (n ? n : 1));
+  int opts_total = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    lua_getfield(L, -1, "options");
+    opts_total += lua_istable(L, -1) ? (int)luaL_len(L, -1) : 0;
+    lua_pop(L, 2);
+  }
+  const char **opts = lua_newuserdatauv(L, sizeof *opts * (opts_total ? opts_total : 1), 0);
+  int used = 0;
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    int t = lua_gettop(L);
+    kiln_compile_job *j = &jobs[i];
+    j->symbol = field_string(L, t, "symbol", 1);
+    j->name = field_string(L, t, "name", 0);
+    j->source = field_string(L, t, "source", 1);
+    j->arch = field_string(L, t, "arch", 1);
+    lua_getfield(L, t, "options");
+    j->opts = opts + used;
+    if (lua_istable(L, -1)) {
+      int m = (int)luaL_len(L, -1);
+      for (int k = 1; k <= m; k++) {
+        lua_geti(L, -1, k);
+        opts[used++] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        j->nopts++;
+      }
+    }
+    lua_pop(L, 2);
+  }
+  kiln_cache *cache = NULL;
+  if (kiln_cache_open(NULL, &cache, &e) != 0) return raise_err(L, &e);
+  int rc = kiln_compile_jobs(cache, jobs, n, policy, threads, &e);
+  kiln_cache_close(cache);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    kiln_compile_job *j = &jobs[i];
+    lua_createtable(L, 0, 4);
+    if (j->cubin) lua_pushlstring(L, j->cubin, j->size);
+    else lua_pushnil(L);
+    lua_setfield(L, -2, "cubin");
+    lua_pushboolean(L, j->cache_hit);
+    lua_setfield(L, -2, "cache_hit");
+    lua_pushnumber(L, j->compile_ms);
+    lua_setfield(L, -2, "compile_ms");
+    lua_pushstring(L, j->key);
+    lua_setfield(L, -2, "key");
+    if (j->failed) {
+      lua_pushstring(L, j->err.code ? j->err.code : "E_INTERNAL");
+      lua_setfield(L, -2, "err_code");
+      lua_pushstring(L, j->err.msg);
+      lua_setfield(L, -2, "err_msg");
+    }
+    lua_seti(L, -2, i + 1);
+    free(j->cubin);
+    j->cubin = NULL;
+  }
+  if (rc != 0) return raise_err(L, &e);
+  return 1;
+}
+
+static void print_bad(void *ctx, const char *path, const char *problem) {
+  int *count = ctx;
+  (*count)++;
+  printf("bad entry %s: %s (removed)\n", path, problem);
+}
+
+/* kiln.c.cache_command(sub, json) -> exit status; prints what it finds. */
+static int l_cache_command(lua_State *L) {
+  const char *sub = luaL_checkstring(L, 1);
+  int json = lua_toboolean(L, 2);
+  kiln_err e = {0};
+  kiln_cache *c = NULL;
+  if (kiln_cache_open(NULL, &c, &e) != 0) return raise_err(L, &e);
+  int rc = 0;
+  if (strcmp(sub, "path") == 0) {
+    printf("%s\n", kiln_cache_root(c));
+  } else if (strcmp(sub, "stat") == 0) {
+    kiln_cache_stats st;
+    if (kiln_cache_stat(c, &st, &e) != 0) rc = -1;
+    else if (json)
+      printf("{\"root\": \"%s\", \"entries\": %ld, \"bytes\": %llu, \"maxsize\": %llu}\n", kiln_cache_root(c),
+             st.entries, st.bytes, kiln_cache_maxsize(c));
+    else
+      printf("root: %s\nentries: %ld\nbytes: %llu\nmaxsize: %llu%s\n", kiln_cache_root(c), st.entries, st.bytes,
+             kiln_cache_maxsize(c), kiln_cache_maxsize(c) ? "" : " (unbounded)");
+  } else if (strcmp(sub, "verify") == 0) {
+    int bad = 0;
+    int checked = kiln_cache_verify(c, 1, print_bad, &bad, &e);
+    if (checked < 0) rc = -1;
+    else {
+      printf("%d entr%s checked, %d bad\n", checked, checked == 1 ? "y" : "ies", bad);
+      if (bad) rc = 1;
+    }
+  } else if (strcmp(sub, "clear") == 0) {
+    int n = kiln_cache_clear(c, &e);
+    if (n < 0) rc = -1;
+    else printf("removed %d entr%s\n", n, n == 1 ? "y" : "ies");
+  } else if (strcmp(sub, "gc") == 0) {
+    unsigned long long freed = 0, max = kiln_cache_maxsize(c);
+    if (!max) {
+      kiln_cache_close(c);
+      return kiln_host_raise(L, "E_USAGE", "cache gc needs KILN_CACHE_MAXSIZE (e.g. 2G)");
+    }
+    if (kiln_cache_gc(c, max, &freed, &e) != 0) rc = -1;
+    else printf("freed %llu bytes\n", freed);
+  } else {
+    kiln_cache_close(c);
+    return kiln_host_raise(L, "E_USAGE", "unknown cache subcommand '%s' (path, stat, verify, clear, gc)", sub);
+  }
+  kiln_cache_close(c);
+  if (rc < 0) return raise_err(L, &e);
+  lua_pushinteger(L, rc);
+  return 1;
+}
+
 void kiln_primitives_register(lua_State *L) {
-  static const luaL_Reg fns[] = {{NULL, NULL}};
+  static const luaL_Reg fns[] = {{"compile", l_compile}, {"cache_command", l_cache_command}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

@@ -4,7 +4,7 @@
 -- Plans carry stable ids "engine:vVERSION:knobs"; the router ranks them (heuristic first).
 local M = {}
 
-M.list = { require "kiln.engines.pointwise" }
+M.list = { (require "kiln.engines.pointwise") }
 
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
 function M.route(group, g, target)

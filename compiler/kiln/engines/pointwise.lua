@@ -212,7 +212,11 @@ function E.build(plan, group, g, target, symbol)
       value[uid] = v
     end
   end
-  -- nodes
+  -- nodes; a narrow intermediate is rounded only where later nodes read it
+  local read_later = {}
+  for _, node in ipairs(group.nodes) do
+    for _, uid in pairs(node.inputs) do read_later[uid] = true end
+  end
   for _, node in ipairs(group.nodes) do
     local def = node.def
     local args = {}
@@ -239,7 +243,7 @@ function E.build(plan, group, g, target, symbol)
     end
     local v = "v" .. out_uid
     body[#body + 1] = string.format("    float %s = %s;", v, expr)
-    if t.dtype ~= "fp32" then
+    if t.dtype ~= "fp32" and read_later[out_uid] then
       local st = storage(t.dtype)
       body[#body + 1] = string.format("    %s = %s;", v, fmt(st.load, fmt(st.store, v)))
     end
