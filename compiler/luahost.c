@@ -59,6 +59,16 @@ int kiln_host_raise(lua_State *L, const char *code, const char *fmt, ...) {
   lua_setfield(L, -2, "code");
   lua_pushstring(L, msg);
   lua_setfield(L, -2, "msg");
+  /* locate the error at the innermost frame running spec code (chunk names "@path") */
+  lua_Debug ar;
+  for (int level = 0; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar) || ar.source[0] != '@' || ar.currentline <= 0) continue;
+    lua_pushstring(L, ar.source + 1);
+    lua_setfield(L, -2, "file");
+    lua_pushinteger(L, ar.currentline);
+    lua_setfield(L, -2, "line");
+    break;
+  }
   /* errors.lua installs the metatable that prints and locates the error */
   if (luaL_getmetatable(L, "kiln.error") != LUA_TNIL) lua_setmetatable(L, -2);
   else lua_pop(L, 1);

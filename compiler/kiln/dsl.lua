@@ -28,7 +28,7 @@ function M.graph(name)
     if not def.body then errors.raise("E_SPEC", "graph '%s' has no body", name) end
     local info = debug.getinfo(2, "Sl")
     local file = info and info.source:sub(1, 1) == "@" and info.source:sub(2) or nil
-    return setmetatable({ name = name, def = def, file = file, line = info and info.currentline }, GraphSpec)
+    return setmetatable({ name = name, def = def, file = file, line = file and info.currentline or nil }, GraphSpec)
   end
 end
 

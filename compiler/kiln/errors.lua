@@ -4,7 +4,7 @@ local M = {}
 local Error = {}
 Error.__index = Error
 Error.__tostring = function(e)
-  local where = e.file and (e.file .. ":" .. (e.line or "?") .. ": ") or ""
+  local where = e.file and (e.line and (e.file .. ":" .. e.line .. ": ") or (e.file .. ": ")) or ""
   return where .. e.code .. ": " .. e.msg
 end
 M.Error = Error

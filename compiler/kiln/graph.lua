@@ -18,6 +18,34 @@ Graph.__index = function(g, key)
   if type(key) == "string" and ops.by_name[key] then
     return function(self, ...) return self:op(key, ...) end
   end
+  if type(key) == "string" then
+    return function() errors.raise("E_UNKNOWN_OP", "unknown op '%s'%s", key, M.suggest(key)) end
+  end
+end
+
+-- ", did you mean 'gelu'?" for a near miss among op names (edit distance <= 2).
+function M.suggest(name)
+  local function dist(a, b)
+    local prev = {}
+    for j = 0, #b do prev[j] = j end
+    for i = 1, #a do
+      local cur = { [0] = i }
+      for j = 1, #b do
+        cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a:sub(i, i) == b:sub(j, j) and 0 or 1))
+      end
+      prev = cur
+    end
+    return prev[#b]
+  end
+  local best, bd = nil, 3
+  local names = {}
+  for n in pairs(ops.by_name) do names[#names + 1] = n end
+  table.sort(names)
+  for _, n in ipairs(names) do
+    local d = dist(name, n)
+    if d < bd then best, bd = n, d end
+  end
+  return best and string.format(" (did you mean '%s'?)", best) or ""
 end
 M.Graph = Graph
 

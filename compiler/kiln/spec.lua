@@ -202,7 +202,15 @@ function M.load(path, opts)
     e.code = "E_SYNTAX"
     error(e, 0)
   end
-  return budgeted(function()
+  -- `return k.graph "x" {...}` is a tail call, so the line comes from the text itself.
+  local function graph_line(name)
+    local n = 0
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+      n = n + 1
+      if line:find("graph%s*%(?%s*[\"']" .. name:gsub("%p", "%%%0") .. "[\"']") then return n end
+    end
+  end
+  local ok, result = pcall(budgeted, function()
     local res = chunk()
     local specs = {}
     if getmetatable(res) == dsl.GraphSpec then specs = { res }
@@ -218,10 +226,18 @@ function M.load(path, opts)
     end
     local instances = {}
     for _, gs in ipairs(specs) do
+      gs.file = gs.file or path
+      gs.line = gs.line or graph_line(gs.name)
       if opts.graph == nil or opts.graph == gs.name then
         local dims = parse_dims(gs, opts.set)
         for _, combo in ipairs(combinations(dims)) do
-          instances[#instances + 1] = instantiate(gs, dims, combo)
+          local ok, g = pcall(instantiate, gs, dims, combo)
+          if not ok then
+            local e = errors.from_lua(g, "E_SPEC")
+            if not e.file then e.file, e.line = gs.file, gs.line end
+            error(e, 0)
+          end
+          instances[#instances + 1] = g
         end
       end
     end
@@ -230,6 +246,11 @@ function M.load(path, opts)
     end
     return instances
   end)
+  if not ok then
+    if not result.file then result.file = path end
+    error(result, 0)
+  end
+  return result
 end
 
 return M

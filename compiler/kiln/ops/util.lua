@@ -105,17 +105,18 @@ function M.rank_at_least(ctx, port, t, min, what)
   end
 end
 
--- Exact dims: expected entries may be nil (any extent).
+-- Matches any extent in M.dims_are.
+M.ANY = setmetatable({}, { __tostring = function() return "*" end })
+
+-- Exact dims: entries of want are dims or M.ANY.
 function M.dims_are(ctx, port, t, want, what)
   local ok = #t.dims == #want
   for i = 1, #want do
     if not ok then break end
-    if want[i] ~= nil and not ctx:same_dim(t.dims[i], want[i]) then ok = false end
+    if want[i] ~= M.ANY and not ctx:same_dim(t.dims[i], want[i]) then ok = false end
   end
   if not ok then
-    local w = {}
-    for i = 1, #want do w[i] = want[i] == nil and "*" or tostring(want[i]) end
-    ctx:fail("E_SHAPE", "%s must be [%s]%s, got %s", port, table.concat(w, ", "),
+    ctx:fail("E_SHAPE", "%s must be %s%s, got %s", port, M.fmt(want),
       what and (" (" .. what .. ")") or "", M.fmt(t.dims))
   end
 end

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# kiln build: every shipped spec compiles for sm_80, sm_90a and sm_100a; a second build is
+# all cache hits; KILN_JIT=strict turns a miss into a typed error; compile times are printed.
+. "$(dirname "$0")/lib.sh"
+[ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
+specs=(specs/*.lua)
+plan $(( ${#specs[@]} * 4 + 5 ))
+for s in "${specs[@]}"; do
+  run_kiln build "$s" --sm 80 --sm 90a --sm 100a -v
+  expect_rc 0 "build $s for sm_80 sm_90a sm_100a"
+  grep 'compiled in' "$OUTF" | sed "s|^|# $s: |"
+  run_kiln build "$s" --sm 80 --sm 90a --sm 100a
+  expect_rc 0 "rebuild $s"
+  expect_out ": 0 compiled, [0-9]+ cached" "rebuild of $s compiles nothing"
+  KILN_JIT=strict run_kiln build "$s" --sm 80 --sm 90a --sm 100a
+  expect_rc 0 "strict build of $s from a warm cache"
+done
+KILN_CACHE_DIR=$TMP/empty KILN_JIT=strict run_kiln build specs/bias_gelu.lua --sm 90a
+expect_rc 1 "strict build on an empty cache fails"
+expect_err "E_CACHE_MISS" "strict miss is a typed E_CACHE_MISS"
+KILN_JIT=bogus run_kiln build specs/bias_gelu.lua --sm 90a
+expect_rc 2 "a bad KILN_JIT value is a usage error"
+# cold compile time per pointwise kernel, one kernel at a time (target 60 ms on this machine)
+KILN_CACHE_DIR=$TMP/cold run_kiln build specs/swiglu.lua --sm 90a -v -j 1
+times=$(grep -o 'compiled in [0-9.]*' "$OUTF" | awk '{print $3}')
+echo "# cold NVRTC compile per pointwise kernel (ms, -j 1): $(echo $times)"
+worst=$(printf '%s\n' $times | sort -n | tail -1)
+ok "cold compiles were timed" test -n "$worst"
+ok "cold compile per pointwise kernel stays near the 60 ms target (worst ${worst} ms; bound 250 ms for a loaded CI box)" \
+  awk "BEGIN { exit !($worst <= 250) }"
+done_testing

@@ -1,0 +1,5 @@
+local k = require "kiln"
+return k.graph "runtime_error" {
+  inputs = { x = { 4 } },
+  body = function(g, x) return { y = g:relu(x) + nil } end,
+}

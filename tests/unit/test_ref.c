@@ -1,0 +1,519 @@
+/* Unit tests of the reference executor (compiler/ref*.c) against hand-computed values.
+ * Graph JSON is written with single quotes for readability; run() turns them into double
+ * quotes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref.h"
+#include "tap.h"
+
+#define GRAPH(tensors, nodes)                                                    \
+  "{'schema':'kiln.graph','version':1,'name':'t','io_dtype':'fp32',"            \
+  "'intermediate_dtype':'fp32','compute_dtype':'fp32','dims':{'T':{'kind':'dynamic'}}," \
+  "'tensors':[" tensors "],'nodes':[" nodes "]}"
+#define TEN(uid, name, dtype, dims, role)                                               \
+  "{'uid':" #uid ",'name':'" name "','dtype':'" dtype "','dims':" dims ",'role':'" role \
+  "'}"
+#define CONST(uid, name, value) \
+  "{'uid':" #uid ",'name':'" name "','dtype':'fp32','dims':[1],'role':'constant','value':" \
+  value "}"
+#define NODE(op, ins, outs, attrs) \
+  "{'op':'" op "','name':'" op "','inputs':{" ins "},'outputs':{" outs "},'attrs':{" attrs "}}"
+
+static kiln_err err;
+
+static int run_dims(const char *sq, const kiln_ref_dim *dims, int nd, kiln_ref_buffer *b,
+                    int nb) {
+  char *j = strdup(sq);
+  for (char *p = j; *p; p++)
+    if (*p == '\'') *p = '"';
+  kiln_err_clear(&err);
+  int rc = kiln_ref_eval(j, dims, nd, b, nb, &err);
+  if (rc) DIAG("kiln_ref_eval: %s: %s", err.code ? err.code : "?", err.msg);
+  free(j);
+  return rc;
+}
+static int run(const char *sq, kiln_ref_buffer *b, int nb) { return run_dims(sq, NULL, 0, b, nb); }
+
+/* Expects failure with code. */
+static int fails_with(const char *sq, kiln_ref_buffer *b, int nb, const char *code) {
+  char *j = strdup(sq);
+  for (char *p = j; *p; p++)
+    if (*p == '\'') *p = '"';
+  kiln_err_clear(&err);
+  int rc = kiln_ref_eval(j, NULL, 0, b, nb, &err);
+  free(j);
+  if (rc == 0) return DIAG("expected %s, got success", code), 0;
+  if (!err.code || strcmp(err.code, code) != 0)
+    return DIAG("expected %s, got %s: %s", code, err.code ? err.code : "?", err.msg), 0;
+  return 1;
+}
+
+static int close_to(const double *got, const double *want, size_t n, double tol) {
+  for (size_t i = 0; i < n; i++) {
+    int ok = (isnan(want[i]) && isnan(got[i])) || got[i] == want[i] ||
+             fabs(got[i] - want[i]) <= tol * (1.0 + fabs(want[i]));
+    if (!ok) return DIAG("[%zu] got %.17g want %.17g", i, got[i], want[i]), 0;
+  }
+  return 1;
+}
+
+#define BUF(uid, arr) {uid, arr, sizeof(arr) / sizeof((arr)[0])}
+
+static void test_pointwise(void) {
+  double a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {10, 20, 30}, y[6];
+  kiln_ref_buffer bufs[] = {BUF(1, a), BUF(2, b), BUF(3, y)};
+  int rc = run(GRAPH(TEN(1, "a", "fp32", "[2,3]", "input") "," TEN(2, "b", "fp32", "[3]", "input")
+                     "," TEN(3, "y", "fp32", "[2,3]", "output"),
+                     NODE("add", "'a':1,'b':2", "'OUT_0':3", "")),
+               bufs, 3);
+  double want[6] = {11, 22, 33, 14, 25, 36};
+  OK(rc == 0 && close_to(y, want, 6, 0), "add [2,3] + [3] broadcasts");
+
+  double x1[1] = {1.0}, g1[1], g2[1];
+  kiln_ref_buffer gb[] = {BUF(1, x1), BUF(2, g1), BUF(3, g2)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[1]", "input") "," TEN(2, "g", "fp64", "[1]", "output") ","
+                 TEN(3, "h", "fp32", "[1]", "output"),
+                 NODE("gelu", "'input':1", "'OUT_0':2", "") ","
+                 NODE("gelu", "'input':1", "'OUT_0':3", "")),
+           gb, 3);
+  OK(rc == 0 && fabs(g1[0] - 0.8413447460685429) < 1e-15, "gelu(1.0) = 0.8413447460685429");
+  OK(rc == 0 && g2[0] == (double)(float)0.8413447460685429, "gelu to fp32 output rounds via float");
+
+  double rx[5] = {-2, -0.5, 0.5, 3, 10}, ry[5], rz[5], rd[5], ones[5] = {1, 1, 1, 1, 1};
+  kiln_ref_buffer rb[] = {BUF(1, rx), BUF(2, ry), BUF(3, rz), BUF(4, ones), BUF(5, rd)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[5]", "input") "," TEN(2, "y", "fp64", "[5]", "output") ","
+                 TEN(3, "z", "fp64", "[5]", "output") "," TEN(4, "dy", "fp32", "[5]", "input") ","
+                 TEN(5, "dx", "fp64", "[5]", "output"),
+                 NODE("relu", "'input':1", "'OUT_0':2",
+                      "'lower_clip':-1,'upper_clip':4,'negative_slope':0.1") ","
+                 NODE("relu", "'input':1", "'OUT_0':3", "") ","
+                 NODE("relu_backward", "'loss':4,'input':1", "'OUT_0':5",
+                      "'lower_clip':-1,'upper_clip':4,'negative_slope':0.1")),
+           rb, 5);
+  double rw[5] = {-1.1, -0.5, 0.5, 3, 4}, rw0[5] = {0, 0, 0.5, 3, 10}, rwd[5] = {0.1, 1, 1, 1, 0};
+  OK(rc == 0 && close_to(ry, rw, 5, 1e-15), "relu with lower_clip -1, upper_clip 4, slope 0.1");
+  OK(rc == 0 && close_to(rz, rw0, 5, 0), "relu defaults");
+  OK(rc == 0 && close_to(rd, rwd, 5, 0), "relu_backward with clips and slope");
+
+  double ca[3] = {1, 5, 3}, cb[3] = {4, 2, 3}, cm[3], cs[3];
+  kiln_ref_buffer cbf[] = {BUF(1, ca), BUF(2, cb), BUF(4, cm), BUF(5, cs)};
+  rc = run(GRAPH(TEN(1, "a", "fp32", "[3]", "input") "," TEN(2, "b", "fp32", "[3]", "input") ","
+                 TEN(3, "gt", "bool", "[3]", "virtual") "," TEN(4, "ge", "bool", "[3]", "output")
+                 "," TEN(5, "sel", "fp32", "[3]", "output"),
+                 NODE("cmp_gt", "'input':1,'comparison':2", "'OUT_0':3", "") ","
+                 NODE("cmp_ge", "'input':1,'comparison':2", "'OUT_0':4", "") ","
+                 NODE("binary_select", "'input0':1,'input1':2,'mask':3", "'OUT_0':5", "")),
+           cbf, 4);
+  double wm[3] = {0, 1, 1}, wsel[3] = {4, 5, 3};
+  OK(rc == 0 && close_to(cm, wm, 3, 0), "cmp_ge gives 0/1");
+  OK(rc == 0 && close_to(cs, wsel, 3, 0), "binary_select(a, b, cmp_gt(a, b))");
+
+  /* a grab bag of unary/binary modes vs libm formulas */
+  double u[2] = {0.5, -1.25}, v[2] = {2.0, 3.0}, o[12][2];
+  kiln_ref_buffer ub[14] = {BUF(1, u), BUF(2, v)};
+  for (int i = 0; i < 12; i++) ub[2 + i] = (kiln_ref_buffer){10 + i, o[i], 2};
+#define OUT64(uid) "," TEN(uid, "o" #uid, "fp64", "[2]", "output")
+  rc = run(GRAPH(TEN(1, "u", "fp64", "[2]", "input") "," TEN(2, "v", "fp64", "[2]", "input")
+                 OUT64(10) OUT64(11) OUT64(12) OUT64(13) OUT64(14) OUT64(15) OUT64(16) OUT64(17)
+                 OUT64(18) OUT64(19) OUT64(20) OUT64(21),
+                 NODE("sigmoid", "'input':1", "'OUT_0':10", "") ","
+                 NODE("swish", "'input':1", "'OUT_0':11", "'swish_beta':2") ","
+                 NODE("softplus", "'input':1", "'OUT_0':12", "") ","
+                 NODE("elu", "'input':1", "'OUT_0':13", "'elu_alpha':0.5") ","
+                 NODE("gelu_approx_tanh", "'input':1", "'OUT_0':14", "") ","
+                 NODE("pow", "'input0':2,'input1':1", "'OUT_0':15", "") ","
+                 NODE("mod", "'input0':1,'input1':2", "'OUT_0':16", "") ","
+                 NODE("add_square", "'a':1,'b':2", "'OUT_0':17", "") ","
+                 NODE("tanh_backward", "'loss':2,'input':1", "'OUT_0':18", "") ","
+                 NODE("atan2", "'a':1,'b':2", "'OUT_0':19", "") ","
+                 NODE("gen_index", "'input':1", "'OUT_0':20", "'axis':0") ","
+                 NODE("logical_not", "'input':1", "'OUT_0':21", "")),
+           ub, 14);
+  int good = rc == 0;
+  for (int i = 0; good && i < 2; i++) {
+    double x = u[i], s = 1 / (1 + exp(-x)), t = tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x));
+    double w[12] = {s, x / (1 + exp(-2 * x)), log(1 + exp(x)), x > 0 ? x : 0.5 * (exp(x) - 1),
+                    0.5 * x * (1 + t), pow(v[i], x), fmod(x, v[i]), x + v[i] * v[i],
+                    v[i] * (1 - tanh(x) * tanh(x)), atan2(x, v[i]), (double)i, 0};
+    for (int k = 0; k < 12; k++) good = good && close_to(&o[k][i], &w[k], 1, 1e-14);
+  }
+  OK(good, "sigmoid swish softplus elu gelu_approx_tanh pow mod add_square tanh_backward "
+     "atan2 gen_index logical_not");
+}
+
+static void test_reduction(void) {
+  double x[6] = {1, -2, 3, 4, 5, -6}, s0[3], s1[2], all[1], mx[2], avg[3], n2[1], am[1], mz[1];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, s0), BUF(3, s1), BUF(4, all), BUF(5, mx),
+                         BUF(6, avg), BUF(7, n2), BUF(8, am), BUF(9, mz)};
+  double z[6] = {0, 2, 0, 3, 1, 0};
+  int rc = run(GRAPH(TEN(1, "x", "fp32", "[2,3]", "input") ","
+                     TEN(2, "s0", "fp32", "[1,3]", "output") "," TEN(3, "s1", "fp32", "[2,1]", "output")
+                     "," TEN(4, "all", "fp32", "[1,1]", "output") ","
+                     TEN(5, "mx", "fp32", "[2,1]", "output") "," TEN(6, "avg", "fp64", "[1,3]", "output")
+                     "," TEN(7, "n2", "fp64", "[1,1]", "output") ","
+                     TEN(8, "am", "fp32", "[1,1]", "output") "," TEN(9, "mz", "fp32", "[1,1]", "output"),
+                     NODE("reduction", "'X':1", "'Y':2", "'mode':'add'") ","
+                     NODE("reduction", "'X':1", "'Y':3", "'mode':'add'") ","
+                     NODE("reduction", "'X':1", "'Y':4", "'mode':'add'") ","
+                     NODE("reduction", "'X':1", "'Y':5", "'mode':'max'") ","
+                     NODE("reduction", "'X':1", "'Y':6", "'mode':'avg'") ","
+                     NODE("reduction", "'X':1", "'Y':7", "'mode':'norm2'") ","
+                     NODE("reduction", "'X':1", "'Y':8", "'mode':'amax'") ","
+                     NODE("reduction", "'X':1", "'Y':9", "'mode':'mul'")),
+               b, 9);
+  double w0[3] = {5, 3, -3}, w1[2] = {2, 3}, wmx[2] = {3, 5}, wavg[3] = {2.5, 1.5, -1.5};
+  OK(rc == 0 && close_to(s0, w0, 3, 0), "reduction add over axis 0");
+  OK(rc == 0 && close_to(s1, w1, 2, 0), "reduction add over axis 1");
+  OK(rc == 0 && all[0] == 5, "reduction add over all axes");
+  OK(rc == 0 && close_to(mx, wmx, 2, 0), "reduction max over axis 1");
+  OK(rc == 0 && close_to(avg, wavg, 3, 0), "reduction avg over axis 0");
+  OK(rc == 0 && fabs(n2[0] - sqrt(91.0)) < 1e-15, "reduction norm2 = sqrt(91)");
+  OK(rc == 0 && am[0] == 6, "reduction amax = 6");
+  OK(rc == 0 && mz[0] == 720, "reduction mul = 720");
+  kiln_ref_buffer bz[] = {BUF(1, z), BUF(2, mz)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[2,3]", "input") "," TEN(2, "y", "fp32", "[1,1]", "output"),
+                 NODE("reduction", "'X':1", "'Y':2", "'mode':'mul_no_zeros'")),
+           bz, 2);
+  OK(rc == 0 && mz[0] == 6, "reduction mul_no_zeros skips zeros");
+}
+
+static void test_norms(void) {
+  double x[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, y[4], iv[1];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, g), BUF(3, y), BUF(4, iv)};
+  int rc = run(GRAPH(TEN(1, "x", "fp32", "[1,4]", "input") "," TEN(2, "g", "fp32", "[1,4]", "input")
+                     "," TEN(3, "y", "fp64", "[1,4]", "output") ","
+                     TEN(4, "iv", "fp64", "[1,1]", "output"),
+                     NODE("rmsnorm", "'input':1,'scale':2", "'Y':3,'INV_VARIANCE':4",
+                          "'phase':'training','epsilon':0")),
+               b, 4);
+  double r = 1 / sqrt(7.5), wy[4] = {1 * r, 2 * r, 3 * r, 4 * r};
+  OK(rc == 0 && close_to(y, wy, 4, 1e-15), "rmsnorm [1,2,3,4] = x / sqrt(7.5)");
+  OK(rc == 0 && close_to(iv, &r, 1, 1e-15), "rmsnorm INV_VARIANCE = 1/sqrt(7.5)");
+
+  /* layernorm: mean 2.5, var 1.25, eps 0.75 (port) -> r = 1/sqrt(2) */
+  double lg[4] = {1, 2, 1, 2}, lb[4] = {0, 0, 1, 1}, ly[4], lm[1], li[1];
+  kiln_ref_buffer lbf[] = {BUF(1, x), BUF(2, lg), BUF(3, lb), BUF(5, ly), BUF(6, lm), BUF(7, li)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[1,4]", "input") "," TEN(2, "g", "fp32", "[1,4]", "input")
+                 "," TEN(3, "b", "fp32", "[1,4]", "input") "," CONST(4, "eps", "0.75") ","
+                 TEN(5, "y", "fp64", "[1,4]", "output") "," TEN(6, "mean", "fp32", "[1,1]", "output")
+                 "," TEN(7, "iv", "fp64", "[1,1]", "output"),
+                 NODE("layernorm", "'input':1,'scale':2,'bias':3,'epsilon':4",
+                      "'Y':5,'MEAN':6,'INV_VARIANCE':7", "'phase':'training'")),
+           lbf, 6);
+  double s2 = sqrt(2.0);
+  double lw[4] = {-1.5 / s2, 2 * -0.5 / s2, 0.5 / s2 + 1, 2 * 1.5 / s2 + 1}, li_w = 1 / s2;
+  OK(rc == 0 && close_to(ly, lw, 4, 1e-15), "layernorm y = g (x - 2.5)/sqrt(1.25 + 0.75) + b");
+  OK(rc == 0 && lm[0] == 2.5 && close_to(li, &li_w, 1, 1e-15), "layernorm MEAN, INV_VARIANCE");
+
+  /* two rows, normalized over axis 1 only (scale [1,2]) */
+  double x2[4] = {1, 3, 10, 20}, g2[2] = {1, 1}, y2[4];
+  kiln_ref_buffer b2[] = {BUF(1, x2), BUF(2, g2), BUF(3, y2)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[2,2]", "input") "," TEN(2, "g", "fp32", "[1,2]", "input")
+                 "," TEN(3, "y", "fp64", "[2,2]", "output"),
+                 NODE("rmsnorm", "'input':1,'scale':2", "'Y':3",
+                      "'phase':'inference','epsilon':0")),
+           b2, 3);
+  double w2[4] = {1 / sqrt(5), 3 / sqrt(5), 10 / sqrt(250), 20 / sqrt(250)};
+  OK(rc == 0 && close_to(y2, w2, 4, 1e-15), "rmsnorm per row of [2,2]");
+
+  /* rmsnorm_backward: one row x = [1,2,3,4], r = 1/sqrt(7.5), scale 1, dy = [1,0,0,0]:
+   * xhat = x r, g = dy; dx = r (g - xhat <g xhat>), <g xhat> = xhat_0 / 4 = r/4 */
+  double dy[4] = {1, 0, 0, 0}, dx[4], dg[4];
+  kiln_ref_buffer bb[] = {BUF(1, dy), BUF(2, x), BUF(3, g), BUF(4, &r), BUF(5, dx), BUF(6, dg)};
+  bb[3].numel = 1;
+  rc = run(GRAPH(TEN(1, "dy", "fp64", "[1,4]", "input") "," TEN(2, "x", "fp64", "[1,4]", "input")
+                 "," TEN(3, "g", "fp64", "[1,4]", "input") "," TEN(4, "iv", "fp64", "[1,1]", "input")
+                 "," TEN(5, "dx", "fp64", "[1,4]", "output") ","
+                 TEN(6, "dg", "fp64", "[1,4]", "output"),
+                 NODE("rmsnorm_backward", "'grad':1,'input':2,'scale':3,'inv_variance':4",
+                      "'DX':5,'DSCALE':6", "")),
+           bb, 6);
+  double wdx[4], wdg[4] = {r, 0, 0, 0};
+  for (int i = 0; i < 4; i++) wdx[i] = r * ((i == 0) - x[i] * r * (r / 4));
+  OK(rc == 0 && close_to(dx, wdx, 4, 1e-14), "rmsnorm_backward DX");
+  OK(rc == 0 && close_to(dg, wdg, 4, 1e-15), "rmsnorm_backward DSCALE = dy xhat");
+
+  /* layernorm_backward, same row: mean 2.5, r = 1/sqrt(1.25); dy = [1,0,0,0], scale 1:
+   * dx = r (g - <g> - xhat <g xhat>), <g> = 1/4, <g xhat> = xhat_0/4 */
+  double mu = 2.5, rl = 1 / sqrt(1.25), ldx[4], ldg[4], ldb[4];
+  kiln_ref_buffer lb2[] = {BUF(1, dy), BUF(2, x), BUF(3, g), {4, &mu, 1}, {5, &rl, 1},
+                           BUF(6, ldx), BUF(7, ldg), BUF(8, ldb)};
+  rc = run(GRAPH(TEN(1, "dy", "fp64", "[1,4]", "input") "," TEN(2, "x", "fp64", "[1,4]", "input")
+                 "," TEN(3, "g", "fp64", "[1,4]", "input") "," TEN(4, "m", "fp64", "[1,1]", "input")
+                 "," TEN(5, "iv", "fp64", "[1,1]", "input") ","
+                 TEN(6, "dx", "fp64", "[1,4]", "output") "," TEN(7, "dg", "fp64", "[1,4]", "output")
+                 "," TEN(8, "db", "fp64", "[1,4]", "output"),
+                 NODE("layernorm_backward",
+                      "'grad':1,'input':2,'scale':3,'mean':4,'inv_variance':5",
+                      "'DX':6,'DSCALE':7,'DBIAS':8", "")),
+           lb2, 8);
+  double x0h = (1 - 2.5) * rl, lwdx[4], lwdg[4] = {x0h, 0, 0, 0}, lwdb[4] = {1, 0, 0, 0};
+  for (int i = 0; i < 4; i++) lwdx[i] = rl * ((i == 0) - 0.25 - (x[i] - 2.5) * rl * x0h / 4);
+  OK(rc == 0 && close_to(ldx, lwdx, 4, 1e-14), "layernorm_backward DX");
+  OK(rc == 0 && close_to(ldg, lwdg, 4, 1e-15) && close_to(ldb, lwdb, 4, 0),
+     "layernorm_backward DSCALE, DBIAS");
+}
+
+static void test_softmax(void) {
+  double x[3] = {1, 2, 3}, y[3], ly[3], st[1];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, y), BUF(3, ly), BUF(4, st)};
+  int rc = run(GRAPH(TEN(1, "x", "fp32", "[1,3]", "input") "," TEN(2, "y", "fp64", "[1,3]", "output")
+                     "," TEN(3, "ly", "fp64", "[1,3]", "output") ","
+                     TEN(4, "st", "fp64", "[1,1]", "output"),
+                     NODE("softmax", "'input':1", "'OUT_0':2,'Stats':4", "") ","
+                     NODE("log_softmax", "'input':1", "'OUT_0':3", "'axis':-1")),
+               b, 4);
+  double z = exp(1) + exp(2) + exp(3), wy[3] = {exp(1) / z, exp(2) / z, exp(3) / z};
+  double wl[3] = {1 - log(z), 2 - log(z), 3 - log(z)}, lz = log(z);
+  OK(rc == 0 && close_to(y, wy, 3, 1e-15), "softmax [1,2,3]");
+  OK(rc == 0 && close_to(ly, wl, 3, 1e-15), "log_softmax [1,2,3]");
+  OK(rc == 0 && close_to(st, &lz, 1, 1e-15), "softmax Stats = log sum exp");
+
+  double xc[4] = {0, 5, 0, 5}, yc[4]; /* [2,2] over axis 0: columns (0,0) and (5,5) */
+  kiln_ref_buffer bc[] = {BUF(1, xc), BUF(2, yc)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[2,2]", "input") "," TEN(2, "y", "fp64", "[2,2]", "output"),
+                 NODE("softmax", "'input':1", "'OUT_0':2", "'axis':0")),
+           bc, 2);
+  double wc[4] = {0.5, 0.5, 0.5, 0.5};
+  OK(rc == 0 && close_to(yc, wc, 4, 1e-15), "softmax over axis 0");
+
+  double dy[3] = {1, 0, 0}, dx[3], ones[3] = {1, 1, 1}, ldx[3];
+  kiln_ref_buffer bb[] = {BUF(1, dy), BUF(2, wy), BUF(3, dx), BUF(4, ones), BUF(5, wl),
+                          BUF(6, ldx)};
+  rc = run(GRAPH(TEN(1, "dy", "fp64", "[3]", "input") "," TEN(2, "y", "fp64", "[3]", "input") ","
+                 TEN(3, "dx", "fp64", "[3]", "output") "," TEN(4, "dl", "fp64", "[3]", "input") ","
+                 TEN(5, "l", "fp64", "[3]", "input") "," TEN(6, "ldx", "fp64", "[3]", "output"),
+                 NODE("softmax_backward", "'grad':1,'output':2", "'OUT_0':3", "") ","
+                 NODE("log_softmax_backward", "'grad':4,'output':5", "'OUT_0':6", "")),
+           bb, 6);
+  double wdx[3], wldx[3];
+  for (int j = 0; j < 3; j++) {
+    wdx[j] = wy[j] * ((j == 0) - wy[0]);
+    wldx[j] = 1 - 3 * wy[j];
+  }
+  OK(rc == 0 && close_to(dx, wdx, 3, 1e-15), "softmax_backward: y (dy - <dy, y>)");
+  OK(rc == 0 && close_to(ldx, wldx, 3, 1e-14), "log_softmax_backward: dy - e^l sum dy");
+}
+
+static void test_matmul(void) {
+  double a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {7, 8, 9, 10, 11, 12}, c[4];
+  kiln_ref_buffer bf[] = {BUF(1, a), BUF(2, b), BUF(3, c)};
+  int rc = run(GRAPH(TEN(1, "A", "fp32", "[2,3]", "input") "," TEN(2, "B", "fp32", "[3,2]", "input")
+                     "," TEN(3, "C", "fp32", "[2,2]", "output"),
+                     NODE("matmul", "'A':1,'B':2", "'C':3", "")),
+               bf, 3);
+  double w[4] = {58, 64, 139, 154};
+  OK(rc == 0 && close_to(c, w, 4, 0), "matmul 2x3 @ 3x2");
+  double a2[12] = {1, 2, 3, 4, 5, 6, 1, 0, 0, 0, 1, 0}, c2[8];
+  kiln_ref_buffer bf2[] = {BUF(1, a2), BUF(2, b), BUF(3, c2)};
+  rc = run(GRAPH(TEN(1, "A", "fp32", "[2,2,3]", "input") "," TEN(2, "B", "fp32", "[1,3,2]", "input")
+                 "," TEN(3, "C", "fp32", "[2,2,2]", "output"),
+                 NODE("matmul", "'A':1,'B':2", "'C':3", "")),
+           bf2, 3);
+  double w2[8] = {58, 64, 139, 154, 7, 8, 9, 10};
+  OK(rc == 0 && close_to(c2, w2, 8, 0), "matmul batch broadcast [2,2,3] @ [1,3,2]");
+}
+
+static void test_rounding_and_dims(void) {
+  double x[1] = {1.0 / 3}, yb[1], yh[1], yf[1];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, yb), BUF(4, yh), BUF(6, yf)};
+  int rc = run(GRAPH(TEN(1, "x", "fp64", "[1]", "input") "," TEN(2, "yb", "bf16", "[1]", "output")
+                     "," TEN(3, "vh", "fp16", "[1]", "virtual") ","
+                     TEN(4, "yh", "fp64", "[1]", "output") "," TEN(5, "vf", "fp32", "[1]", "virtual")
+                     "," TEN(6, "yf", "fp64", "[1]", "output"),
+                     NODE("identity", "'input':1", "'OUT_0':2", "") ","
+                     NODE("identity", "'input':1", "'OUT_0':3", "") ","
+                     NODE("identity", "'input':3", "'OUT_0':4", "") ","
+                     NODE("identity", "'input':1", "'OUT_0':5", "") ","
+                     NODE("identity", "'input':5", "'OUT_0':6", "")),
+               b, 4);
+  OK(rc == 0 && yb[0] == 0.333984375, "bf16 output is rounded");
+  OK(rc == 0 && yh[0] == 0.333251953125, "fp16 virtual tensor is rounded");
+  OK(rc == 0 && yf[0] == 1.0 / 3, "fp32 virtual tensor keeps fp64");
+
+  double cx[2] = {3, 5}, cy[2];
+  kiln_ref_buffer cb[] = {BUF(1, cx), BUF(3, cy)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[2]", "input") "," CONST(2, "half", "0.5") ","
+                 TEN(3, "y", "fp32", "[2]", "output"),
+                 NODE("mul", "'a':1,'b':2", "'OUT_0':3", "")),
+           cb, 2);
+  double cw[2] = {1.5, 2.5};
+  OK(rc == 0 && close_to(cy, cw, 2, 0), "mul by a constant");
+
+  double dx[6] = {1, 2, 3, 4, 5, 6}, dy[6];
+  kiln_ref_buffer db[] = {BUF(1, dx), BUF(2, dy)};
+  kiln_ref_dim dims[] = {{"T", 3}};
+  rc = run_dims(GRAPH(TEN(1, "x", "fp32", "['T',2]", "input") ","
+                      TEN(2, "y", "fp32", "['T',2]", "output"),
+                      NODE("neg", "'input':1", "'OUT_0':2", "")),
+                dims, 1, db, 2);
+  OK(rc == 0 && dy[5] == -6, "dynamic dim T=3 from kiln_ref_dim");
+  OK(fails_with(GRAPH(TEN(1, "x", "fp32", "['T',2]", "input") ","
+                      TEN(2, "y", "fp32", "['T',2]", "output"),
+                      NODE("neg", "'input':1", "'OUT_0':2", "")),
+                db, 2, "E_SPEC"),
+     "dynamic dim without a value -> E_SPEC");
+}
+
+static void test_errors(void) {
+  double x[2] = {1, 2}, y[2];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, y)};
+#define T12 TEN(1, "x", "fp32", "[2]", "input") "," TEN(2, "y", "fp32", "[2]", "output")
+#define NEG NODE("neg", "'input':1", "'OUT_0':2", "")
+  OK(fails_with("{'schema':'kiln.graph','version':2,'tensors':[],'nodes':[]}", b, 0,
+                "E_JSON_VERSION"), "version 2 -> E_JSON_VERSION");
+  OK(fails_with("{'schema':'other','version':1,'tensors':[],'nodes':[]}", b, 0, "E_JSON_VERSION"),
+     "wrong schema -> E_JSON_VERSION");
+  OK(fails_with("{'schema':'kiln.graph','version':1,'tensors':[", b, 0, "E_JSON"),
+     "malformed text -> E_JSON");
+  OK(fails_with(GRAPH(TEN(1, "x", "fp32", "[2]", "input") "," TEN(1, "y", "fp32", "[2]", "output"),
+                      NEG), b, 2, "E_UID"), "duplicate uid -> E_UID");
+  OK(fails_with(GRAPH(T12, NODE("neg", "'input':7", "'OUT_0':2", "")), b, 2, "E_DANGLING"),
+     "dangling reference -> E_DANGLING");
+  OK(fails_with(GRAPH(T12, NODE("frobnicate", "'input':1", "'OUT_0':2", "")), b, 2,
+                "E_UNKNOWN_OP") && strstr(err.msg, "reference executor has no frobnicate"),
+     "unknown op -> E_UNKNOWN_OP");
+  OK(fails_with(GRAPH(T12, NODE("neg", "'x':1", "'OUT_0':2", "")), b, 2, "E_PORT"),
+     "unknown port -> E_PORT");
+  OK(fails_with(GRAPH(T12, NODE("neg", "'input':1", "'OUT_0':2", "'colour':1")), b, 2, "E_ATTR"),
+     "unknown attribute -> E_ATTR");
+  OK(fails_with(GRAPH(TEN(1, "x", "fp32", "[2]", "input") "," TEN(2, "y", "fp99", "[2]", "output"),
+                      NEG), b, 2, "E_DTYPE"), "unknown dtype -> E_DTYPE");
+  OK(fails_with(GRAPH(TEN(1, "x", "fp32", "[2]", "input") "," TEN(2, "y", "fp32", "[3]", "output"),
+                      NEG), b, 2, "E_SHAPE"), "buffer size mismatch -> E_SHAPE");
+  double y3[3];
+  kiln_ref_buffer b3[] = {BUF(1, x), BUF(2, y3)};
+  OK(fails_with(GRAPH(TEN(1, "x", "fp32", "[2]", "input") "," TEN(2, "y", "fp32", "[3]", "output"),
+                      NEG), b3, 2, "E_SHAPE"), "bad broadcast -> E_SHAPE");
+  OK(fails_with(GRAPH(T12 "," TEN(3, "v", "fp32", "[2]", "virtual"),
+                      NODE("neg", "'input':3", "'OUT_0':2", "") ","
+                      NODE("neg", "'input':1", "'OUT_0':3", "")), b, 2, "E_CYCLE"),
+     "node reading a later node's output -> E_CYCLE");
+  OK(fails_with(GRAPH(T12, NEG), b, 1, "E_SPEC"), "missing output buffer -> E_SPEC");
+  OK(fails_with(GRAPH(T12, NODE("neg", "'input':1", "'OUT_0':2", "") ","
+                      NODE("abs", "'input':1", "'OUT_0':2", "")), b, 2, "E_SPEC"),
+     "two producers -> E_SPEC");
+}
+
+static void test_quant_conv(void) {
+  double x[12] = {1, -2, 3, 0.5, 0, 0, 0, 0, 56, 7, -0.3, 0}, y[12], s[3], d[12];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, y), BUF(3, s), BUF(4, d)};
+  int rc = run(GRAPH(TEN(1, "x", "fp32", "[1,12]", "input") ","
+                     TEN(2, "y", "fp8_e4m3", "[1,12]", "output") ","
+                     TEN(3, "s", "fp8_e8m0", "[1,3]", "output") ","
+                     TEN(4, "d", "fp32", "[1,12]", "output"),
+                     NODE("block_scale_quantize", "'input':1", "'Y':2,'scale':3",
+                          "'block_size':4,'axis':-1") ","
+                     NODE("block_scale_dequantize", "'input':2,'descale':3", "'Y':4",
+                          "'block_size':[1,4]")),
+               b, 4);
+  /* amax 3: 3/448 in (2^-8, 2^-7] -> 2^-7; amax 0 -> 2^-127; amax 56 = 448/8 -> 2^-3 exactly;
+   * -0.3 * 8 = -2.4 -> e4m3 -2.5 */
+  double ws[3] = {ldexp(1, -7), ldexp(1, -127), 0.125};
+  double wy[12] = {128, -256, 384, 64, 0, 0, 0, 0, 448, 56, -2.5, 0};
+  double wd[12] = {1, -2, 3, 0.5, 0, 0, 0, 0, 56, 7, -0.3125, 0};
+  OK(rc == 0 && close_to(s, ws, 3, 0), "block_scale_quantize scales (e8m0, rounded up)");
+  OK(rc == 0 && close_to(y, wy, 12, 0), "block_scale_quantize data (e4m3)");
+  OK(rc == 0 && close_to(d, wd, 12, 0), "block_scale_dequantize");
+
+  double cx[4] = {1, 2, 3, 4}, w[3] = {0.5, -1, 2}, bias[1] = {0.25}, init[2] = {10, 20};
+  double cy[4], fs[2], cy2[4], cy3[4];
+  kiln_ref_buffer cb[] = {BUF(1, cx), BUF(2, w), BUF(3, bias), BUF(4, init), BUF(5, cy),
+                          BUF(6, fs), BUF(7, cy2), BUF(8, cy3)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[1,1,4]", "input") "," TEN(2, "w", "fp32", "[1,3]", "input")
+                 "," TEN(3, "b", "fp32", "[1]", "input") ","
+                 TEN(4, "h0", "fp32", "[1,1,2]", "input") "," TEN(5, "y", "fp32", "[1,1,4]", "output")
+                 "," TEN(6, "hT", "fp32", "[1,1,2]", "output") ","
+                 TEN(7, "y2", "fp32", "[1,1,4]", "output") ","
+                 TEN(8, "y3", "fp64", "[1,1,4]", "output"),
+                 NODE("causal_conv1d", "'x':1,'weight':2,'bias':3", "'y':5,'final_states':6",
+                      "'activation':'identity'") ","
+                 NODE("causal_conv1d", "'x':1,'weight':2,'bias':3,'initial_states':4", "'y':7",
+                      "") ","
+                 NODE("causal_conv1d", "'x':1,'weight':2,'bias':3", "'y':8",
+                      "'activation':'silu'")),
+           cb, 8);
+  double wy1[4] = {2.25, 3.25, 4.75, 6.25}, wf[2] = {3, 4}, wy2[4] = {-12.75, 13.25, 4.75, 6.25};
+  double wy3[4];
+  for (int i = 0; i < 4; i++) wy3[i] = wy1[i] / (1 + exp(-wy1[i]));
+  OK(rc == 0 && close_to(cy, wy1, 4, 0) && close_to(fs, wf, 2, 0),
+     "causal_conv1d y and final_states");
+  OK(rc == 0 && close_to(cy2, wy2, 4, 0), "causal_conv1d with initial_states");
+  OK(rc == 0 && close_to(cy3, wy3, 4, 1e-15), "causal_conv1d silu");
+}
+
+static void test_sdpa_gdn(void) {
+  double q[4] = {1, 0, 0, 1}, k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4};
+  double o1[4], st1[2], o2[4], o3[4];
+  kiln_ref_buffer b[] = {BUF(1, q), BUF(2, k), BUF(3, v), BUF(4, o1), BUF(5, st1), BUF(6, o2),
+                         BUF(7, o3)};
+  int rc = run(GRAPH(TEN(1, "q", "fp32", "[1,1,2,2]", "input") ","
+                     TEN(2, "k", "fp32", "[1,1,2,2]", "input") ","
+                     TEN(3, "v", "fp32", "[1,1,2,2]", "input") ","
+                     TEN(4, "o1", "fp64", "[1,1,2,2]", "output") ","
+                     TEN(5, "st", "fp64", "[1,1,2,1]", "output") ","
+                     TEN(6, "o2", "fp64", "[1,1,2,2]", "output") ","
+                     TEN(7, "o3", "fp64", "[1,1,2,2]", "output"),
+                     NODE("sdpa", "'q':1,'k':2,'v':3", "'O':4,'Stats':5",
+                          "'use_causal_mask':true,'attn_scale':1.0,'generate_stats':true") ","
+                     NODE("sdpa", "'q':1,'k':2,'v':3", "'O':6", "'attn_scale':1.0") ","
+                     NODE("sdpa", "'q':1,'k':2,'v':3", "'O':7", "'sliding_window_length':1")),
+               b, 7);
+  double e1 = exp(1.0), p0 = 1 / (1 + e1), p1 = e1 / (1 + e1);
+  double wo1[4] = {1, 2, p0 * 1 + p1 * 3, p0 * 2 + p1 * 4}, wst[2] = {1, log(1 + e1)};
+  double wo2[4] = {p1 * 1 + p0 * 3, p1 * 2 + p0 * 4, p0 * 1 + p1 * 3, p0 * 2 + p1 * 4};
+  OK(rc == 0 && close_to(o1, wo1, 4, 1e-15), "sdpa causal O");
+  OK(rc == 0 && close_to(st1, wst, 2, 1e-15), "sdpa causal Stats");
+  OK(rc == 0 && close_to(o2, wo2, 4, 1e-15), "sdpa no mask O");
+  OK(rc == 0 && close_to(o3, v, 4, 0), "sdpa sliding window 1 keeps the diagonal");
+
+  /* bottom-right causal with S_q = 1, S_kv = 2: the one query sees both keys */
+  double qb[2] = {1, 0}, ob[2], ot[2];
+  kiln_ref_buffer bb[] = {BUF(1, qb), BUF(2, k), BUF(3, v), BUF(4, ob), BUF(5, ot)};
+  rc = run(GRAPH(TEN(1, "q", "fp32", "[1,1,1,2]", "input") ","
+                 TEN(2, "k", "fp32", "[1,1,2,2]", "input") ","
+                 TEN(3, "v", "fp32", "[1,1,2,2]", "input") ","
+                 TEN(4, "ob", "fp64", "[1,1,1,2]", "output") ","
+                 TEN(5, "ot", "fp64", "[1,1,1,2]", "output"),
+                 NODE("sdpa", "'q':1,'k':2,'v':3", "'O':4", "'use_causal_mask_bottom_right':true")
+                 "," NODE("sdpa", "'q':1,'k':2,'v':3", "'O':5", "'use_causal_mask':true")),
+           bb, 5);
+  double wob[2] = {p1 * 1 + p0 * 3, p1 * 2 + p0 * 4}, wot[2] = {1, 2};
+  OK(rc == 0 && close_to(ob, wob, 2, 1e-15) && close_to(ot, wot, 2, 0),
+     "sdpa bottom-right vs top-left causal");
+
+  /* gdn, T=2, one sequence, K=V=1, scale 1: S=2, o=2; then S=0.5*2=1, u=0.5*(4-1), S=2.5, o=5 */
+  double gq[2] = {1, 2}, gk[2] = {1, 1}, gv[2] = {2, 4}, gg[2] = {0, log(0.5)}, gb[2] = {1, 0.5};
+  double cu[2] = {0, 2}, go[2], gs[1];
+  kiln_ref_buffer gbf[] = {BUF(1, gq), BUF(2, gk), BUF(3, gv), BUF(4, gg), BUF(5, gb),
+                           BUF(6, cu), BUF(7, go), BUF(8, gs)};
+  rc = run(GRAPH(TEN(1, "q", "fp32", "[2,1,1]", "input") "," TEN(2, "k", "fp32", "[2,1,1]", "input")
+                 "," TEN(3, "v", "fp32", "[2,1,1]", "input") ","
+                 TEN(4, "g", "fp64", "[2,1]", "input") "," TEN(5, "beta", "fp32", "[2,1]", "input")
+                 "," TEN(6, "cu", "int32", "[2]", "input") ","
+                 TEN(7, "o", "fp64", "[2,1,1]", "output") ","
+                 TEN(8, "hT", "fp64", "[1,1,1,1]", "output"),
+                 NODE("gdn", "'q':1,'k':2,'v':3,'g':4,'beta':5,'cu_seqlens':6",
+                      "'O':7,'final_state':8", "'scale':1.0,'output_final_state':true")),
+           gbf, 8);
+  double wgo[2] = {2, 5}, wgs = 2.5;
+  OK(rc == 0 && close_to(go, wgo, 2, 1e-15) && close_to(gs, &wgs, 1, 1e-15),
+     "gdn token loop O and final_state");
+}
+
+int main(void) {
+  test_pointwise();
+  test_reduction();
+  test_norms();
+  test_softmax();
+  test_matmul();
+  test_rounding_and_dims();
+  test_errors();
+  test_quant_conv();
+  test_sdpa_gdn();
+  TAP_PLAN(tap_n);
+  return TAP_DONE();
+}
