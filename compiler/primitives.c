@@ -8,6 +8,7 @@
 
 #include "cache.h"
 #include "compile.h"
+#include "env.h"
 #include "luahost.h"
 
 static int raise_err(lua_State *L, const kiln_err *e) {
@@ -149,7 +150,16 @@ static int l_cache_command(lua_State *L) {
   return 1;
 }
 
+/* kiln.c.env_report(json) -> 0; prints kiln env. */
+static int l_env_report(lua_State *L) {
+  kiln_err e = {0};
+  if (kiln_env_report(stdout, lua_toboolean(L, 1), &e) != 0) return raise_err(L, &e);
+  lua_pushinteger(L, 0);
+  return 1;
+}
+
 void kiln_primitives_register(lua_State *L) {
-  static const luaL_Reg fns[] = {{"compile", l_compile}, {"cache_command", l_cache_command}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"compile", l_compile}, {"cache_command", l_cache_command},
+                                 {"env_report", l_env_report}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

@@ -1,0 +1,49 @@
+/* kiln compiler: NVRTC, loaded with dlopen (never linked), compiling CUDA source to CUBIN.
+ *
+ * Library search order: $KILN_NVRTC_PATH (a file, or a directory holding libnvrtc.so.13
+ * or libnvrtc.so), then libnvrtc.so.13 and libnvrtc.so in $KILN_CUDA_HOME/lib64,
+ * $CUDA_HOME/lib64 and /usr/local/cuda/lib64, then the loader's own search for
+ * libnvrtc.so.13 and libnvrtc.so.12. */
+#ifndef KILN_NVRTC_H
+#define KILN_NVRTC_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+typedef struct kiln_nvrtc kiln_nvrtc;
+
+/* Loads NVRTC. Thread-safe (each call returns its own handle). On failure sets E_NVRTC
+ * "NVRTC not found (looked in ...)" and returns -1. */
+int kiln_nvrtc_open(kiln_nvrtc **out, kiln_err *e);
+void kiln_nvrtc_close(kiln_nvrtc *nv);
+
+/* The version nvrtcVersion reports (13, 0). */
+void kiln_nvrtc_version(const kiln_nvrtc *nv, int *major, int *minor);
+/* The path of the library actually loaded. */
+const char *kiln_nvrtc_path(const kiln_nvrtc *nv);
+/* The SM numbers this NVRTC can target (75 80 ... 120), up to max of them; returns how
+ * many it has (may exceed max), or 0 when the library cannot tell. */
+int kiln_nvrtc_supported_archs(const kiln_nvrtc *nv, int *archs, int max);
+
+/* Finds NVRTC on disk without loading it (the cache key needs its version, and a warm
+ * cache must not pay for loading a 100 MB library). Returns 0 with the file's path and
+ * its "MAJOR.MINOR" version, read from the name of the libnvrtc-builtins.so.MAJOR.MINOR
+ * library NVRTC ships beside itself; version is "" when that cannot be told. Returns -1
+ * (E_NVRTC) when no candidate file exists. */
+int kiln_nvrtc_probe(char *path, size_t pathsz, char *version, size_t versionsz, kiln_err *e);
+
+/* 1 if arch is "sm_NN" or "sm_NNa" (2 or 3 digits), else 0. */
+int kiln_nvrtc_arch_valid(const char *arch);
+
+/* Compiles source (program name NAME.cu) to a CUBIN for --gpu-architecture=ARCH plus
+ * opts. On success *cubin (malloc'ed, caller frees) and *size are set. log may be NULL;
+ * else *log receives the malloc'ed NVRTC log (NULL when empty). On failure: E_NVRTC
+ * with the first lines of the log, returns -1. With $KILN_DUMP_DIR set, the source is
+ * always written there as NAME.cu, and the log as NAME.log when the compile fails or
+ * warns. */
+int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, const char *arch,
+                       const char *const *opts, int nopts, void **cubin, size_t *size,
+                       char **log, kiln_err *e);
+
+#endif
