@@ -155,7 +155,7 @@ static void test_reduction(void) {
                      TEN(5, "mx", "fp32", "[2,1]", "output") "," TEN(6, "avg", "fp64", "[1,3]", "output")
                      "," TEN(7, "n2", "fp64", "[1,1]", "output") ","
                      TEN(8, "am", "fp32", "[1,1]", "output") "," TEN(9, "mz", "fp32", "[1,1]", "output"),
-                     NODE("reduction", "'X':1", "'Y':2", "'mode':'add'") ","
+                     NODE("reduction", "'input':1", "'Y':2", "'mode':'add','dims':[1,3]") ","
                      NODE("reduction", "'X':1", "'Y':3", "'mode':'add'") ","
                      NODE("reduction", "'X':1", "'Y':4", "'mode':'add'") ","
                      NODE("reduction", "'X':1", "'Y':5", "'mode':'max'") ","
@@ -222,8 +222,7 @@ static void test_norms(void) {
   /* rmsnorm_backward: one row x = [1,2,3,4], r = 1/sqrt(7.5), scale 1, dy = [1,0,0,0]:
    * xhat = x r, g = dy; dx = r (g - xhat <g xhat>), <g xhat> = xhat_0 / 4 = r/4 */
   double dy[4] = {1, 0, 0, 0}, dx[4], dg[4];
-  kiln_ref_buffer bb[] = {BUF(1, dy), BUF(2, x), BUF(3, g), BUF(4, &r), BUF(5, dx), BUF(6, dg)};
-  bb[3].numel = 1;
+  kiln_ref_buffer bb[] = {BUF(1, dy), BUF(2, x), BUF(3, g), {4, &r, 1}, BUF(5, dx), BUF(6, dg)};
   rc = run(GRAPH(TEN(1, "dy", "fp64", "[1,4]", "input") "," TEN(2, "x", "fp64", "[1,4]", "input")
                  "," TEN(3, "g", "fp64", "[1,4]", "input") "," TEN(4, "iv", "fp64", "[1,1]", "input")
                  "," TEN(5, "dx", "fp64", "[1,4]", "output") ","
@@ -263,7 +262,7 @@ static void test_softmax(void) {
   int rc = run(GRAPH(TEN(1, "x", "fp32", "[1,3]", "input") "," TEN(2, "y", "fp64", "[1,3]", "output")
                      "," TEN(3, "ly", "fp64", "[1,3]", "output") ","
                      TEN(4, "st", "fp64", "[1,1]", "output"),
-                     NODE("softmax", "'input':1", "'OUT_0':2,'Stats':4", "") ","
+                     NODE("softmax", "'P':1", "'S':2,'Stats':4", "'generate_stats':true") ","
                      NODE("log_softmax", "'input':1", "'OUT_0':3", "'axis':-1")),
                b, 4);
   double z = exp(1) + exp(2) + exp(3), wy[3] = {exp(1) / z, exp(2) / z, exp(3) / z};
@@ -286,7 +285,7 @@ static void test_softmax(void) {
   rc = run(GRAPH(TEN(1, "dy", "fp64", "[3]", "input") "," TEN(2, "y", "fp64", "[3]", "input") ","
                  TEN(3, "dx", "fp64", "[3]", "output") "," TEN(4, "dl", "fp64", "[3]", "input") ","
                  TEN(5, "l", "fp64", "[3]", "input") "," TEN(6, "ldx", "fp64", "[3]", "output"),
-                 NODE("softmax_backward", "'grad':1,'output':2", "'OUT_0':3", "") ","
+                 NODE("softmax_backward", "'grad':1,'output':2", "'DX':3", "") ","
                  NODE("log_softmax_backward", "'grad':4,'output':5", "'OUT_0':6", "")),
            bb, 6);
   double wdx[3], wldx[3];
@@ -394,8 +393,328 @@ static void test_errors(void) {
      "node reading a later node's output -> E_CYCLE");
   OK(fails_with(GRAPH(T12, NEG), b, 1, "E_SPEC"), "missing output buffer -> E_SPEC");
   OK(fails_with(GRAPH(T12, NODE("neg", "'input':1", "'OUT_0':2", "") ","
-                      NODE("abs", "'input':1", "'OUT_0':2", "")), b, 2, "E_SPEC"),
-     "two producers -> E_SPEC");
+                      NODE("abs", "'input':1", "'OUT_0':2", "")), b, 2, "E_JSON"),
+     "two producers -> E_JSON");
+  OK(fails_with(GRAPH(T12 "," TEN(3, "v", "fp32", "[2]", "virtual"), NEG), b, 2, "E_DANGLING"),
+     "virtual tensor without a producer -> E_DANGLING");
+  OK(fails_with(GRAPH(TEN(1, "x", "fp32", "['Q',2]", "input") "," TEN(2, "y", "fp32", "[2]", "output"),
+                      NEG), b, 2, "E_DANGLING"), "unknown dim name -> E_DANGLING");
+  double q8[8] = {0}, o8[8], seed[1] = {0};
+  kiln_ref_buffer sb[] = {BUF(1, q8), BUF(2, o8), BUF(3, seed)};
+  OK(fails_with(GRAPH(TEN(1, "q", "fp32", "[1,1,1,8]", "input") ","
+                      TEN(2, "o", "fp32", "[1,1,1,8]", "output") ","
+                      TEN(3, "s", "int32", "[1,1,1,1]", "input"),
+                      NODE("sdpa", "'q':1,'k':1,'v':1,'seed':3", "'O':2", "")), sb, 3,
+                "E_UNKNOWN_OP") && strstr(err.msg, "reference executor has no sdpa with"),
+     "an op feature the reference lacks -> E_UNKNOWN_OP");
+}
+
+/* forward loss sum(O * W) for the finite-difference check of sdpa_backward */
+#define SDPA_T                                                                               \
+  TEN(1, "q", "fp64", "[1,2,2,2]", "input") "," TEN(2, "k", "fp64", "[1,1,3,2]", "input") "," \
+  TEN(3, "v", "fp64", "[1,1,3,2]", "input") "," TEN(4, "bias", "fp64", "[1,1,2,3]", "input")
+#define SDPA_A "'softcap':0.8,'use_causal_mask_bottom_right':true,'attn_scale':0.7"
+static double sdpa_loss(double *q, double *k, double *v, double *bias, const double *w) {
+  double o[8], st[4];
+  kiln_ref_buffer b[] = {{1, q, 8}, {2, k, 6}, {3, v, 6}, {4, bias, 6}, {5, o, 8}, {6, st, 4}};
+  if (run(GRAPH(SDPA_T "," TEN(5, "o", "fp64", "[1,2,2,2]", "output") ","
+                TEN(6, "st", "fp64", "[1,2,2,1]", "output"),
+                NODE("sdpa", "'q':1,'k':2,'v':3,'bias':4", "'O':5,'Stats':6",
+                     SDPA_A ",'generate_stats':true")),
+          b, 6))
+    return NAN;
+  double l = 0;
+  for (int i = 0; i < 8; i++) l += o[i] * w[i];
+  return l;
+}
+
+static void test_sdpa_backward(void) {
+  /* by hand: q = [1], k = [1, 0], v = [1, 3], dO = [1]: P = (p1, p0), p1 = e/(1+e);
+   * O = p1 + 3 p0; dS = P (v - O) = (-2 p0 p1, 2 p0 p1); dQ = dS k; dK = dS q; dV = P dO */
+  double e1 = exp(1.0), p0 = 1 / (1 + e1), p1 = e1 / (1 + e1);
+  double q[1] = {1}, k[2] = {1, 0}, v[2] = {1, 3}, o[1] = {p1 + 3 * p0}, dO[1] = {1};
+  double st[1] = {log(1 + e1)}, dq[1], dk[2], dv[2];
+  kiln_ref_buffer b[] = {BUF(1, q), BUF(2, k), BUF(3, v), BUF(4, o), BUF(5, dO), BUF(6, st),
+                         BUF(7, dq), BUF(8, dk), BUF(9, dv)};
+  int rc = run(GRAPH(TEN(1, "q", "fp64", "[1,1,1,1]", "input") ","
+                     TEN(2, "k", "fp64", "[1,1,2,1]", "input") ","
+                     TEN(3, "v", "fp64", "[1,1,2,1]", "input") ","
+                     TEN(4, "o", "fp64", "[1,1,1,1]", "input") ","
+                     TEN(5, "dO", "fp64", "[1,1,1,1]", "input") ","
+                     TEN(6, "st", "fp32", "[1,1,1,1]", "input") ","
+                     TEN(7, "dq", "fp64", "[1,1,1,1]", "output") ","
+                     TEN(8, "dk", "fp64", "[1,1,2,1]", "output") ","
+                     TEN(9, "dv", "fp64", "[1,1,2,1]", "output"),
+                     NODE("sdpa_backward", "'q':1,'k':2,'v':3,'o':4,'dO':5,'stats':6",
+                          "'dQ':7,'dK':8,'dV':9", "'attn_scale':1.0")),
+               b, 9);
+  double wdq = -2 * p0 * p1, wdk[2] = {-2 * p0 * p1, 2 * p0 * p1}, wdv[2] = {p1, p0};
+  OK(rc == 0 && close_to(dq, &wdq, 1, 1e-15) && close_to(dk, wdk, 2, 1e-15) &&
+     close_to(dv, wdv, 2, 1e-15), "sdpa_backward by hand");
+
+  /* GQA + bottom-right causal + softcap + bias: gradients match central differences of the
+   * forward loss sum(O * W) */
+  double Q[8] = {0.3, -0.2, 0.5, 0.1, -0.4, 0.8, 0.2, 0.6}, K[6] = {0.7, -0.1, 0.2, 0.9, -0.5, 0.4};
+  double V[6] = {1, -2, 0.5, 3, -1, 0.25}, Bs[6] = {0.1, -0.3, 0.2, 0.05, 0.4, -0.2};
+  double W[8] = {1, 0.5, -1, 2, 0.3, -0.7, 1.5, 0.2}, O[8], ST[4];
+  double dQ[8], dK[6], dV[6], dB[6];
+  kiln_ref_buffer fb[] = {{1, Q, 8}, {2, K, 6}, {3, V, 6}, {4, Bs, 6}, {5, O, 8}, {6, ST, 4}};
+  rc = run(GRAPH(SDPA_T "," TEN(5, "o", "fp64", "[1,2,2,2]", "output") ","
+                 TEN(6, "st", "fp32", "[1,2,2,1]", "output"),
+                 NODE("sdpa", "'q':1,'k':2,'v':3,'bias':4", "'O':5,'Stats':6",
+                      SDPA_A ",'generate_stats':true")),
+           fb, 6);
+  kiln_ref_buffer bb[] = {{1, Q, 8},  {2, K, 6},  {3, V, 6},  {4, Bs, 6}, {5, O, 8},
+                          {6, W, 8},  {7, ST, 4}, {8, dQ, 8}, {9, dK, 6}, {10, dV, 6},
+                          {11, dB, 6}};
+  rc = rc || run(GRAPH(SDPA_T "," TEN(5, "o", "fp64", "[1,2,2,2]", "input") ","
+                       TEN(6, "dO", "fp64", "[1,2,2,2]", "input") ","
+                       TEN(7, "st", "fp32", "[1,2,2,1]", "input") ","
+                       TEN(8, "dq", "fp64", "[1,2,2,2]", "output") ","
+                       TEN(9, "dk", "fp64", "[1,1,3,2]", "output") ","
+                       TEN(10, "dv", "fp64", "[1,1,3,2]", "output") ","
+                       TEN(11, "db", "fp64", "[1,1,2,3]", "output"),
+                       NODE("sdpa_backward", "'q':1,'k':2,'v':3,'bias':4,'o':5,'dO':6,'stats':7",
+                            "'dQ':8,'dK':9,'dV':10,'dBias':11", SDPA_A ",'dBias':true")),
+                 bb, 11);
+  double *ins[4] = {Q, K, V, Bs}, *grads[4] = {dQ, dK, dV, dB};
+  int sizes[4] = {8, 6, 6, 6}, good = rc == 0;
+  for (int t = 0; good && t < 4; t++)
+    for (int i = 0; good && i < sizes[t]; i++) {
+      double keep = ins[t][i], h = 1e-5;
+      ins[t][i] = keep + h;
+      double lp = sdpa_loss(Q, K, V, Bs, W);
+      ins[t][i] = keep - h;
+      double lm = sdpa_loss(Q, K, V, Bs, W);
+      ins[t][i] = keep;
+      double fd = (lp - lm) / (2 * h);
+      /* Stats went through fp32, so P carries ~1e-7 relative error */
+      if (fabs(fd - grads[t][i]) > 1e-6 + 1e-6 * fabs(fd))
+        good = 0, DIAG("tensor %d [%d]: fd %.10g analytic %.10g", t, i, fd, grads[t][i]);
+    }
+  OK(good, "sdpa_backward (GQA, causal bottom-right, softcap, bias) matches finite differences");
+}
+
+/* gdn with GVA (H=1, HV=2), K=V=2, T=3 in 2 sequences, l2 norm, beta sigmoid, safe gate,
+ * initial state: loss = sum(O * W) + sum(final_state * WF) */
+#define GDN_T                                                                              \
+  TEN(1, "q", "fp64", "[3,1,2]", "input") "," TEN(2, "k", "fp64", "[3,1,2]", "input") ","   \
+  TEN(3, "v", "fp64", "[3,2,2]", "input") "," TEN(4, "g", "fp64", "[3,2]", "input") ","     \
+  TEN(5, "beta", "fp64", "[3,2]", "input") "," TEN(6, "cu", "int64", "[3]", "input") ","    \
+  TEN(7, "h0", "fp64", "[2,2,2,2]", "input") "," TEN(8, "alog", "fp64", "[2]", "input") "," \
+  TEN(9, "dtb", "fp64", "[2]", "input")
+#define GDN_IN "'q':1,'k':2,'v':3,'g':4,'beta':5,'cu_seqlens':6,'initial_state':7,'a_log':8,'dt_bias':9"
+#define GDN_A "'scale':0.6,'use_qk_l2norm':true,'use_beta_sigmoid':true,'safe_gate':true"
+static double gdn_loss(double *const *in, const double *w, const double *wf) {
+  static const int sizes[9] = {6, 6, 12, 6, 6, 3, 16, 2, 2};
+  double o[12], hT[16];
+  kiln_ref_buffer b[11];
+  for (int i = 0; i < 9; i++) b[i] = (kiln_ref_buffer){i + 1, in[i], (size_t)sizes[i]};
+  b[9] = (kiln_ref_buffer){10, o, 12};
+  b[10] = (kiln_ref_buffer){11, hT, 16};
+  if (run(GRAPH(GDN_T "," TEN(10, "o", "fp64", "[3,2,2]", "output") ","
+                TEN(11, "hT", "fp64", "[2,2,2,2]", "output"),
+                NODE("gdn", GDN_IN, "'O':10,'final_state':11", GDN_A ",'output_final_state':true")),
+          b, 11))
+    return NAN;
+  double l = 0;
+  for (int i = 0; i < 12; i++) l += o[i] * w[i];
+  for (int i = 0; i < 16; i++) l += hT[i] * wf[i];
+  return l;
+}
+
+static void test_gdn_backward(void) {
+  /* by hand, T=1, K=V=1, no norm, S0=0, scale 1: o = q k beta v, so dq = k beta v,
+   * dk = q beta v, dv = q k beta, dbeta = q k v, dg = 0 */
+  double q[1] = {2}, k[1] = {3}, v[1] = {5}, g[1] = {-0.3}, be[1] = {0.5}, cu[2] = {0, 1};
+  double dO[1] = {1}, dq[1], dk[1], dv[1], dg[1], db[1];
+  kiln_ref_buffer hb[] = {BUF(1, q), BUF(2, k), BUF(3, v), BUF(4, g), BUF(5, be), BUF(6, cu),
+                          BUF(7, dO), BUF(8, dq), BUF(9, dk), BUF(10, dv), BUF(11, dg),
+                          BUF(12, db)};
+  int rc = run(GRAPH(TEN(1, "q", "fp64", "[1,1,1]", "input") "," TEN(2, "k", "fp64", "[1,1,1]", "input")
+                     "," TEN(3, "v", "fp64", "[1,1,1]", "input") ","
+                     TEN(4, "g", "fp64", "[1,1]", "input") "," TEN(5, "b", "fp64", "[1,1]", "input")
+                     "," TEN(6, "cu", "int32", "[2]", "input") ","
+                     TEN(7, "dO", "fp64", "[1,1,1]", "input") ","
+                     TEN(8, "dq", "fp64", "[1,1,1]", "output") ","
+                     TEN(9, "dk", "fp64", "[1,1,1]", "output") ","
+                     TEN(10, "dv", "fp64", "[1,1,1]", "output") ","
+                     TEN(11, "dg", "fp64", "[1,1]", "output") ","
+                     TEN(12, "db", "fp64", "[1,1]", "output"),
+                     NODE("gdn_bwd", "'q':1,'k':2,'v':3,'g':4,'beta':5,'cu_seqlens':6,'dO':7",
+                          "'dQ':8,'dK':9,'dV':10,'dG':11,'dBeta':12", "'scale':1.0")),
+               hb, 12);
+  OK(rc == 0 && dq[0] == 7.5 && dk[0] == 5 && dv[0] == 3 && db[0] == 30 && dg[0] == 0,
+     "gdn_bwd by hand (T=1)");
+
+  double Q[6] = {1, 2, 0.5, -1, 3, 1}, Kk[6] = {2, 1, 1, 1, -1, 2};
+  double V[12] = {1, 0, 0, 1, 2, -1, 1, 1, 0.5, 0.5, -1, 2};
+  double G[6] = {-0.1, -0.2, -0.3, 0.1, -0.5, -1}, Bt[6] = {0, 1, 2, -1, 0.5, 0};
+  double CU[3] = {0, 1, 3}, H0[16] = {0.1, 0.2, 0.3, 0.4, -0.1, 0, 0, 0.1, 1, 0, 0, 1,
+                                      0.5, 0.5, 0.5, 0.5};
+  double AL[2] = {0.2, -0.4}, DT[2] = {0.3, -0.1};
+  double W[12] = {1, -0.5, 0.3, 2, -1, 0.7, 0.2, 0.4, -0.6, 1.1, 0.9, -0.3};
+  double WF[16] = {0.5, -1, 0.2, 0.3, 1, 0.1, -0.4, 0.6, -0.2, 0.8, 0.3, -0.5, 0.7, 0.2, -0.9, 0.4};
+  double dQ[6], dK[6], dV[12], dG[6], dB[6], dH0[16], dAL[2], dDT[2];
+  double *in[9] = {Q, Kk, V, G, Bt, CU, H0, AL, DT};
+  kiln_ref_buffer bb[19];
+  static const int sizes[9] = {6, 6, 12, 6, 6, 3, 16, 2, 2};
+  for (int i = 0; i < 9; i++) bb[i] = (kiln_ref_buffer){i + 1, in[i], (size_t)sizes[i]};
+  double *outs[8] = {dQ, dK, dV, dG, dB, dH0, dAL, dDT};
+  static const int osizes[8] = {6, 6, 12, 6, 6, 16, 2, 2};
+  for (int i = 0; i < 8; i++) bb[9 + i] = (kiln_ref_buffer){12 + i, outs[i], (size_t)osizes[i]};
+  bb[17] = (kiln_ref_buffer){10, W, 12};
+  bb[18] = (kiln_ref_buffer){11, WF, 16};
+  rc = run(GRAPH(GDN_T "," TEN(10, "dO", "fp64", "[3,2,2]", "input") ","
+                 TEN(11, "dhT", "fp64", "[2,2,2,2]", "input") ","
+                 TEN(12, "dq", "fp64", "[3,1,2]", "output") ","
+                 TEN(13, "dk", "fp64", "[3,1,2]", "output") ","
+                 TEN(14, "dv", "fp64", "[3,2,2]", "output") ","
+                 TEN(15, "dg", "fp64", "[3,2]", "output") ","
+                 TEN(16, "db", "fp64", "[3,2]", "output") ","
+                 TEN(17, "dh0", "fp64", "[2,2,2,2]", "output") ","
+                 TEN(18, "dal", "fp64", "[2]", "output") "," TEN(19, "ddt", "fp64", "[2]", "output"),
+                 NODE("gdn_bwd", GDN_IN ",'dO':10,'d_final_state':11",
+                      "'dQ':12,'dK':13,'dV':14,'dG':15,'dBeta':16,'d_initial_state':17,"
+                      "'d_a_log':18,'d_dt_bias':19", GDN_A)),
+           bb, 19);
+  int good = rc == 0;
+  for (int t = 0; good && t < 9; t++) {
+    if (t == 5) continue; /* cu_seqlens */
+    double *grad = outs[t < 5 ? t : t - 1];
+    for (int i = 0; good && i < sizes[t]; i++) {
+      double keep = in[t][i], h = 1e-6;
+      in[t][i] = keep + h;
+      double lp = gdn_loss(in, W, WF);
+      in[t][i] = keep - h;
+      double lm = gdn_loss(in, W, WF);
+      in[t][i] = keep;
+      double fd = (lp - lm) / (2 * h);
+      if (fabs(fd - grad[i]) > 1e-7 + 1e-7 * fabs(fd))
+        good = 0, DIAG("input %d [%d]: fd %.10g analytic %.10g", t, i, fd, grad[i]);
+    }
+  }
+  OK(good, "gdn_bwd (GVA, l2 norm, beta sigmoid, safe gate, states) matches finite differences");
+}
+
+static void test_more_norms(void) {
+  /* batchnorm over N of x [N=2, C=2]: channel 0 {1,3} mean 2 var 1, channel 1 {10,20} mean 15
+   * var 25; eps 0; running: momentum 0.1, unbiased var (x2) */
+  double x[4] = {1, 10, 3, 20}, one[2] = {1, 1}, zero[2] = {0, 0}, pm[2] = {0, 0}, pv[2] = {1, 1};
+  double y[4], mean[2], inv[2], nm[2], nv[2];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, one), BUF(3, zero), BUF(4, pm), BUF(5, pv),
+                         BUF(6, y), BUF(7, mean), BUF(8, inv), BUF(9, nm), BUF(10, nv)};
+  int rc = run(GRAPH(TEN(1, "x", "fp32", "[2,2]", "input") "," TEN(2, "g", "fp32", "[1,2]", "input")
+                     "," TEN(3, "b", "fp32", "[1,2]", "input") ","
+                     TEN(4, "pm", "fp32", "[1,2]", "input") "," TEN(5, "pv", "fp32", "[1,2]", "input")
+                     "," TEN(6, "y", "fp64", "[2,2]", "output") ","
+                     TEN(7, "m", "fp64", "[1,2]", "output") "," TEN(8, "iv", "fp64", "[1,2]", "output")
+                     "," TEN(9, "nm", "fp64", "[1,2]", "output") ","
+                     TEN(10, "nv", "fp64", "[1,2]", "output"),
+                     NODE("batchnorm",
+                          "'input':1,'scale':2,'bias':3,'in_running_mean':4,'in_running_var':5",
+                          "'Y':6,'MEAN':7,'INV_VARIANCE':8,'NEXT_RUNNING_MEAN':9,"
+                          "'NEXT_RUNNING_VAR':10", "'epsilon':0,'momentum':0.1")),
+               b, 10);
+  double wy[4] = {-1, -1, 1, 1}, wm[2] = {2, 15}, wi[2] = {1, 0.2}, wnm[2] = {0.2, 1.5};
+  double wnv[2] = {0.9 + 0.1 * 2, 0.9 + 0.1 * 50};
+  OK(rc == 0 && close_to(y, wy, 4, 1e-15) && close_to(mean, wm, 2, 0) &&
+     close_to(inv, wi, 2, 1e-15), "batchnorm Y, MEAN, INV_VARIANCE per channel");
+  OK(rc == 0 && close_to(nm, wnm, 2, 1e-15) && close_to(nv, wnv, 2, 1e-15),
+     "batchnorm running statistics (unbiased variance)");
+
+  double bg[2] = {2, 1}, bb[2] = {1, 0}, by[4];
+  kiln_ref_buffer bi[] = {BUF(1, x), BUF(2, wm), BUF(3, wi), BUF(4, bg), BUF(5, bb), BUF(6, by)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[2,2]", "input") "," TEN(2, "m", "fp64", "[1,2]", "input")
+                 "," TEN(3, "iv", "fp64", "[1,2]", "input") "," TEN(4, "g", "fp32", "[1,2]", "input")
+                 "," TEN(5, "b", "fp32", "[1,2]", "input") ","
+                 TEN(6, "y", "fp64", "[2,2]", "output"),
+                 NODE("batchnorm_inference", "'input':1,'mean':2,'inv_variance':3,'scale':4,'bias':5",
+                      "'Y':6", "")),
+           bi, 6);
+  double wby[4] = {-1, -1, 3, 1};
+  OK(rc == 0 && close_to(by, wby, 4, 1e-15), "batchnorm_inference");
+
+  /* instancenorm of [1, 2, 2]: per (n, c) over the last axis */
+  double ix[4] = {1, 3, 10, 20}, iy[4];
+  kiln_ref_buffer ib[] = {BUF(1, ix), BUF(2, one), BUF(3, zero), BUF(4, iy)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[1,2,2]", "input") "," TEN(2, "g", "fp32", "[1,2,1]", "input")
+                 "," TEN(3, "b", "fp32", "[1,2,1]", "input") ","
+                 TEN(4, "y", "fp64", "[1,2,2]", "output"),
+                 NODE("instancenorm", "'input':1,'scale':2,'bias':3", "'Y':4", "'epsilon':0")),
+           ib, 4);
+  double wiy[4] = {-1, 1, -1, 1};
+  OK(rc == 0 && close_to(iy, wiy, 4, 1e-15), "instancenorm per (n, c)");
+}
+
+static void test_more_misc(void) {
+  /* causal_conv1d_backward, W=3, w=[0.5,-1,2], init [10,20], dy at t=1, dfinal [5,7]:
+   * dxbar[1+j] = w[j]; dx = dxbar[2..] + dfinal on the last two; dw = xbar[1..3] */
+  double x[4] = {1, 2, 3, 4}, w[3] = {0.5, -1, 2}, init[2] = {10, 20}, dy[4] = {0, 1, 0, 0};
+  double dfin[2] = {5, 7}, bias[1] = {0}, dx[4], dw[3], db[1], dinit[2];
+  kiln_ref_buffer cb[] = {BUF(1, x), BUF(2, w), BUF(3, init), BUF(4, dy), BUF(5, dfin),
+                          BUF(6, bias), BUF(7, dx), BUF(8, dw), BUF(9, db), BUF(10, dinit)};
+  int rc = run(GRAPH(TEN(1, "x", "fp32", "[1,1,4]", "input") "," TEN(2, "w", "fp32", "[1,3]", "input")
+                     "," TEN(3, "h0", "fp32", "[1,1,2]", "input") ","
+                     TEN(4, "dy", "fp32", "[1,1,4]", "input") ","
+                     TEN(5, "dfin", "fp32", "[1,1,2]", "input") "," TEN(6, "b", "fp32", "[1]", "input")
+                     "," TEN(7, "dx", "fp64", "[1,1,4]", "output") ","
+                     TEN(8, "dw", "fp64", "[1,3]", "output") "," TEN(9, "db", "fp64", "[1]", "output")
+                     "," TEN(10, "dh0", "fp64", "[1,1,2]", "output"),
+                     NODE("causal_conv1d_backward",
+                          "'x':1,'weight':2,'initial_states':3,'dout':4,'dfinal_states':5,'bias':6",
+                          "'dx':7,'dweight':8,'dbias':9,'dinitial_states':10",
+                          "'return_dinitial_states':true")),
+               cb, 10);
+  double wdx[4] = {-1, 2, 5, 7}, wdw[3] = {20, 1, 2}, wdi[2] = {0, 0.5};
+  OK(rc == 0 && close_to(dx, wdx, 4, 0) && close_to(dw, wdw, 3, 0) && db[0] == 1 &&
+     close_to(dinit, wdi, 2, 0), "causal_conv1d_backward dx, dweight, dbias, dinitial_states");
+
+  /* matmul with M_override 1, K_override 2, padding -1 */
+  double a[6] = {1, 2, 3, 4, 5, 6}, bm[6] = {7, 8, 9, 10, 11, 12}, c[4];
+  kiln_ref_buffer mb[] = {BUF(1, a), BUF(2, bm), BUF(5, c)};
+  rc = run(GRAPH(TEN(1, "A", "fp32", "[2,3]", "input") "," TEN(2, "B", "fp32", "[3,2]", "input")
+                 "," "{'uid':3,'name':'m','dtype':'int32','dims':[1],'role':'constant','value':1}"
+                 "," "{'uid':4,'name':'k','dtype':'int32','dims':[1],'role':'constant','value':2}"
+                 "," TEN(5, "C", "fp32", "[2,2]", "output"),
+                 NODE("matmul", "'A':1,'B':2,'M_override':3,'K_override':4", "'C':5",
+                      "'padding':-1")),
+           mb, 3);
+  double wc[4] = {25, 28, -1, -1};
+  OK(rc == 0 && close_to(c, wc, 4, 0), "matmul M/K overrides with padding");
+
+  /* block_scale_quantize with an e4m3 scale, rounded up: 129.92/448 = 0.29 -> 0.3125 (the
+   * nearest e4m3, 0.28125, is below); 3/448 -> 4 * 2^-9 */
+  double qx[8] = {129.92, -50, 0, 0, 3, 1, 0, 0}, qy[8], qs[2];
+  kiln_ref_buffer qb[] = {BUF(1, qx), BUF(2, qy), BUF(3, qs)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[1,8]", "input") ","
+                 TEN(2, "y", "fp8_e4m3", "[1,8]", "output") ","
+                 TEN(3, "s", "fp8_e4m3", "[1,2]", "output"),
+                 NODE("block_scale_quantize", "'input':1", "'Y':2,'scale':3", "'block_size':4")),
+           qb, 3);
+  double wqs[2] = {0.3125, 0.0078125}, wqy[8] = {416, -160, 0, 0, 384, 128, 0, 0};
+  OK(rc == 0 && close_to(qs, wqs, 2, 0) && close_to(qy, wqy, 8, 0),
+     "block_scale_quantize with an e4m3 scale");
+
+  /* gdn with state_indices: sequence 0 starts from pool row 1 (S = 4) */
+  double gq[2] = {1, 2}, gk[2] = {1, 1}, gv[2] = {2, 4}, gg[2] = {0, log(0.5)}, gb[2] = {0.5, 0.5};
+  double cu[2] = {0, 2}, pool[2] = {100, 4}, sidx[1] = {1}, go[2], gs[1];
+  kiln_ref_buffer gbf[] = {BUF(1, gq), BUF(2, gk), BUF(3, gv), BUF(4, gg), BUF(5, gb), BUF(6, cu),
+                           BUF(7, pool), BUF(8, sidx), BUF(9, go), BUF(10, gs)};
+  rc = run(GRAPH(TEN(1, "q", "fp32", "[2,1,1]", "input") "," TEN(2, "k", "fp32", "[2,1,1]", "input")
+                 "," TEN(3, "v", "fp32", "[2,1,1]", "input") ","
+                 TEN(4, "g", "fp64", "[2,1]", "input") "," TEN(5, "beta", "fp32", "[2,1]", "input")
+                 "," TEN(6, "cu", "int32", "[2]", "input") ","
+                 TEN(7, "h0", "fp32", "[2,1,1,1]", "input") "," TEN(8, "si", "int32", "[1]", "input")
+                 "," TEN(9, "o", "fp64", "[2,1,1]", "output") ","
+                 TEN(10, "hT", "fp64", "[1,1,1,1]", "output"),
+                 NODE("gdn", "'q':1,'k':2,'v':3,'g':4,'beta':5,'cu_seqlens':6,'initial_state':7,"
+                      "'state_indices':8", "'O':9,'final_state':10",
+                      "'scale':1.0,'output_final_state':true")),
+           gbf, 10);
+  double wgo[2] = {3, 5.5}, wgs = 2.75;
+  OK(rc == 0 && close_to(go, wgo, 2, 1e-15) && close_to(gs, &wgs, 1, 1e-15),
+     "gdn state_indices picks the initial state row");
 }
 
 static void test_quant_conv(void) {
@@ -460,7 +779,8 @@ static void test_sdpa_gdn(void) {
                      NODE("sdpa", "'q':1,'k':2,'v':3", "'O':4,'Stats':5",
                           "'use_causal_mask':true,'attn_scale':1.0,'generate_stats':true") ","
                      NODE("sdpa", "'q':1,'k':2,'v':3", "'O':6", "'attn_scale':1.0") ","
-                     NODE("sdpa", "'q':1,'k':2,'v':3", "'O':7", "'sliding_window_length':1")),
+                     NODE("sdpa", "'q':1,'k':2,'v':3", "'O':7",
+                          "'sliding_window_length':1,'use_causal_mask':true")),
                b, 7);
   double e1 = exp(1.0), p0 = 1 / (1 + e1), p1 = e1 / (1 + e1);
   double wo1[4] = {1, 2, p0 * 1 + p1 * 3, p0 * 2 + p1 * 4}, wst[2] = {1, log(1 + e1)};
@@ -485,6 +805,38 @@ static void test_sdpa_gdn(void) {
   OK(rc == 0 && close_to(ob, wob, 2, 1e-15) && close_to(ot, wot, 2, 0),
      "sdpa bottom-right vs top-left causal");
 
+  /* GQA (2 q heads share one k/v head), padding mask, broadcast bias, softcap */
+  double gq2[4] = {1, 0, 0, 1}, lq[1] = {1}, lk[1] = {1}, bias[2] = {0, 1};
+  double og[4], op[4], obias[4], ocap[4];
+  kiln_ref_buffer qb2[] = {BUF(1, gq2), BUF(2, k), BUF(3, v), BUF(4, lq), BUF(5, lk),
+                           BUF(6, bias), BUF(7, og), BUF(8, op), BUF(9, obias), BUF(10, ocap)};
+  rc = run(GRAPH(TEN(1, "q", "fp32", "[1,2,1,2]", "input") ","
+                 TEN(2, "k", "fp32", "[1,1,2,2]", "input") ","
+                 TEN(3, "v", "fp32", "[1,1,2,2]", "input") ","
+                 TEN(4, "lq", "int32", "[1,1,1,1]", "input") ","
+                 TEN(5, "lk", "int32", "[1,1,1,1]", "input") ","
+                 TEN(6, "bias", "fp32", "[1,1,1,2]", "input") ","
+                 TEN(7, "og", "fp64", "[1,2,1,2]", "output") ","
+                 TEN(8, "op", "fp64", "[1,2,1,2]", "output") ","
+                 TEN(9, "ob", "fp64", "[1,2,1,2]", "output") ","
+                 TEN(10, "oc", "fp64", "[1,2,1,2]", "output"),
+                 NODE("sdpa", "'q':1,'k':2,'v':3", "'O':7", "") ","
+                 NODE("sdpa", "'q':1,'k':2,'v':3,'seq_len_q':4,'seq_len_kv':5", "'O':8",
+                      "'use_padding_mask':true") ","
+                 NODE("sdpa", "'q':1,'k':2,'v':3,'bias':6", "'O':9", "") ","
+                 NODE("sdpa", "'q':1,'k':2,'v':3", "'O':10", "'softcap':0.5")),
+           qb2, 10);
+  double e2 = exp(2.0), pc = exp(0.5 * tanh(2.0)) / (exp(0.5 * tanh(2.0)) + 1);
+  double wog[4] = {p1 * 1 + p0 * 3, p1 * 2 + p0 * 4, p0 * 1 + p1 * 3, p0 * 2 + p1 * 4};
+  double wop[4] = {1, 2, 1, 2};
+  double wob2[4] = {2, 3, (1 + 3 * e2) / (1 + e2), (2 + 4 * e2) / (1 + e2)};
+  double woc[4] = {pc * 1 + (1 - pc) * 3, pc * 2 + (1 - pc) * 4, (1 - pc) * 1 + pc * 3,
+                   (1 - pc) * 2 + pc * 4};
+  OK(rc == 0 && close_to(og, wog, 4, 1e-15), "sdpa GQA: q heads share the k/v head");
+  OK(rc == 0 && close_to(op, wop, 4, 0), "sdpa padding mask seq_len_kv = 1");
+  OK(rc == 0 && close_to(obias, wob2, 4, 1e-15), "sdpa bias broadcast over heads");
+  OK(rc == 0 && close_to(ocap, woc, 4, 1e-15), "sdpa softcap c tanh(s/c)");
+
   /* gdn, T=2, one sequence, K=V=1, scale 1: S=2, o=2; then S=0.5*2=1, u=0.5*(4-1), S=2.5, o=5 */
   double gq[2] = {1, 2}, gk[2] = {1, 1}, gv[2] = {2, 4}, gg[2] = {0, log(0.5)}, gb[2] = {1, 0.5};
   double cu[2] = {0, 2}, go[2], gs[1];
@@ -502,6 +854,59 @@ static void test_sdpa_gdn(void) {
   double wgo[2] = {2, 5}, wgs = 2.5;
   OK(rc == 0 && close_to(go, wgo, 2, 1e-15) && close_to(gs, &wgs, 1, 1e-15),
      "gdn token loop O and final_state");
+
+  /* gdn GVA (H=1, HV=2), K=V=2, two sequences, l2 norm, beta sigmoid, initial state; expected
+   * from the matrix form S_t = e^g (I - b k k^T) S + b k v^T, o = scale S^T q (K x V state) */
+  enum { T = 3, HV = 2, K = 2, V = 2, N = 2 };
+  double Q[T][K] = {{1, 2}, {0.5, -1}, {3, 1}}, Kk[T][K] = {{2, 1}, {1, 1}, {-1, 2}};
+  double Vv[T][HV][V] = {{{1, 0}, {0, 1}}, {{2, -1}, {1, 1}}, {{0.5, 0.5}, {-1, 2}}};
+  double G[T][HV] = {{-0.1, -0.2}, {-0.3, 0}, {-0.5, -1}}, Bt[T][HV] = {{0, 1}, {2, -1}, {0.5, 0}};
+  double H0[N][HV][V][K] = {{{{0.1, 0.2}, {0.3, 0.4}}, {{-0.1, 0}, {0, 0.1}}},
+                            {{{1, 0}, {0, 1}}, {{0.5, 0.5}, {0.5, 0.5}}}};
+  double CU[N + 1] = {0, 1, 3}, O[T][HV][V], HT[N][HV][V][K], scale = 0.7;
+  kiln_ref_buffer vb[] = {{1, &Q[0][0], T * K},      {2, &Kk[0][0], T * K},
+                          {3, &Vv[0][0][0], T * HV * V}, {4, &G[0][0], T * HV},
+                          {5, &Bt[0][0], T * HV},    {6, CU, N + 1},
+                          {7, &H0[0][0][0][0], N * HV * V * K}, {8, &O[0][0][0], T * HV * V},
+                          {9, &HT[0][0][0][0], N * HV * V * K}};
+  rc = run(GRAPH(TEN(1, "q", "fp64", "[3,1,2]", "input") "," TEN(2, "k", "fp64", "[3,1,2]", "input")
+                 "," TEN(3, "v", "fp64", "[3,2,2]", "input") ","
+                 TEN(4, "g", "fp64", "[3,2]", "input") "," TEN(5, "beta", "fp64", "[3,2]", "input")
+                 "," TEN(6, "cu", "int64", "[3]", "input") ","
+                 TEN(7, "h0", "fp64", "[2,2,2,2]", "input") ","
+                 TEN(8, "o", "fp64", "[3,2,2]", "output") ","
+                 TEN(9, "hT", "fp64", "[2,2,2,2]", "output"),
+                 NODE("gdn", "'q':1,'k':2,'v':3,'g':4,'beta':5,'cu_seqlens':6,'initial_state':7",
+                      "'O':8,'final_state':9",
+                      "'scale':0.7,'use_qk_l2norm':true,'use_beta_sigmoid':true")),
+           vb, 9);
+  double wO[T][HV][V], wHT[N][HV][V][K];
+  for (int s = 0; s < N; s++)
+    for (int j = 0; j < HV; j++) {
+      double S[K][V];
+      for (int a = 0; a < K; a++)
+        for (int c = 0; c < V; c++) S[a][c] = H0[s][j][c][a];
+      for (int t = (int)CU[s]; t < (int)CU[s + 1]; t++) {
+        double qn = sqrt(Q[t][0] * Q[t][0] + Q[t][1] * Q[t][1] + 1e-6);
+        double kn = sqrt(Kk[t][0] * Kk[t][0] + Kk[t][1] * Kk[t][1] + 1e-6);
+        double qh[K] = {Q[t][0] / qn, Q[t][1] / qn}, kh[K] = {Kk[t][0] / kn, Kk[t][1] / kn};
+        double al = exp(G[t][j]), be = 1 / (1 + exp(-Bt[t][j])), NS[K][V];
+        for (int a = 0; a < K; a++)
+          for (int c = 0; c < V; c++) {
+            double m = 0; /* ((I - b k k^T) S)[a][c] */
+            for (int d = 0; d < K; d++) m += ((a == d) - be * kh[a] * kh[d]) * S[d][c];
+            NS[a][c] = al * m + be * kh[a] * Vv[t][j][c];
+          }
+        memcpy(S, NS, sizeof S);
+        for (int c = 0; c < V; c++) wO[t][j][c] = scale * (S[0][c] * qh[0] + S[1][c] * qh[1]);
+      }
+      for (int a = 0; a < K; a++)
+        for (int c = 0; c < V; c++) wHT[s][j][c][a] = S[a][c];
+    }
+  OK(rc == 0 && close_to(&O[0][0][0], &wO[0][0][0], T * HV * V, 1e-13),
+     "gdn GVA, l2 norm, beta sigmoid, two sequences: O");
+  OK(rc == 0 && close_to(&HT[0][0][0][0], &wHT[0][0][0][0], N * HV * V * K, 1e-13),
+     "gdn final_state [N, HV, V, K]");
 }
 
 int main(void) {
@@ -514,6 +919,10 @@ int main(void) {
   test_errors();
   test_quant_conv();
   test_sdpa_gdn();
+  test_more_norms();
+  test_more_misc();
+  test_sdpa_backward();
+  test_gdn_backward();
   TAP_PLAN(tap_n);
   return TAP_DONE();
 }
