@@ -150,6 +150,36 @@ static int l_cache_command(lua_State *L) {
   return 1;
 }
 
+/* kiln.c.cache_why({symbol=, source=, arch=, options={}}) -> report text: is this kernel
+ * cached, and if not, which key parts differ from the entries of the same symbol and arch. */
+static int l_cache_why(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  kiln_err e = {0};
+  char nvrtc_version[32];
+  if (kiln_compile_nvrtc_version(nvrtc_version, sizeof nvrtc_version, 1, &e) != 0) return raise_err(L, &e);
+  const char *opts[64];
+  kiln_cache_keyparts kp = {.kiln_version = KILN_VERSION, .nvrtc_version = nvrtc_version,
+                            .arch = field_string(L, 1, "arch", 1), .symbol = field_string(L, 1, "symbol", 1),
+                            .source = field_string(L, 1, "source", 1), .opts = opts};
+  lua_getfield(L, 1, "options");
+  if (lua_istable(L, -1)) {
+    for (int k = 1; k <= (int)luaL_len(L, -1) && kp.nopts < 64; k++) {
+      lua_geti(L, -1, k);
+      opts[kp.nopts++] = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  kiln_cache *c = NULL;
+  if (kiln_cache_open(NULL, &c, &e) != 0) return raise_err(L, &e);
+  char *report = NULL;
+  int rc = kiln_cache_why(c, &kp, &report, &e);
+  kiln_cache_close(c);
+  if (rc < 0) return raise_err(L, &e);
+  lua_pushstring(L, report ? report : "");
+  free(report);
+  return 1;
+}
+
 /* kiln.c.env_report(json) -> 0; prints kiln env. */
 static int l_env_report(lua_State *L) {
   kiln_err e = {0};
@@ -160,6 +190,6 @@ static int l_env_report(lua_State *L) {
 
 void kiln_primitives_register(lua_State *L) {
   static const luaL_Reg fns[] = {{"compile", l_compile}, {"cache_command", l_cache_command},
-                                 {"env_report", l_env_report}, {NULL, NULL}};
+                                 {"env_report", l_env_report}, {"cache_why", l_cache_why}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

@@ -20,6 +20,7 @@ commands:
   pack inspect|verify PACK list or check what a pack holds
   cache path|stat|verify|clear|gc
                            look after the kernel cache
+  cache why SPEC [--sm SM] per kernel: cached, or which key parts differ from what is
   env [--json]             kiln, Lua, NVRTC, driver, cuDNN, GPUs, cache
 
 common options:
@@ -197,7 +198,27 @@ end
 
 function commands.cache(args)
   local sub = args.positional[1]
-  if not sub then usage("cache needs a subcommand: path, stat, verify, clear, gc") end
+  if not sub then usage("cache needs a subcommand: path, stat, verify, clear, gc, why") end
+  if sub == "why" then
+    -- kiln cache why SPEC --sm SM: per kernel, cached or why not
+    table.remove(args.positional, 1)
+    need_specs(args, "cache why")
+    local plan = require "kiln.plan"
+    local archs = #args.sm > 0 and args.sm or { "sm_90a" }
+    for _, path in ipairs(args.positional) do
+      for _, g in ipairs(load_graphs(path, args)) do
+        for _, arch in ipairs(archs) do
+          local m = plan.manifest(g, plan.target(arch))
+          for _, k in ipairs(m.kernels) do
+            io.write(string.format("%s [%s] %s %s:\n", g.name, m.instance, k.symbol, arch))
+            local report = c.cache_why { symbol = k.symbol, source = k.source, arch = arch, options = k.options }
+            io.write((report:gsub("[^\n]+", "  %0")), report:sub(-1) == "\n" and "" or "\n")
+          end
+        end
+      end
+    end
+    return 0
+  end
   return c.cache_command(sub, args.json or false)
 end
 
