@@ -8,7 +8,10 @@
 
 #include "cache.h"
 #include "compile.h"
+#include "emit_c.h"
 #include "env.h"
+#include "pack_inspect.h"
+#include "pack_write.h"
 #include "luahost.h"
 
 static int raise_err(lua_State *L, const kiln_err *e) {
@@ -180,6 +183,78 @@ static int l_cache_why(lua_State *L) {
   return 1;
 }
 
+/* kiln.c.pack_build({ {manifest=JSON, archs={...}, images={[arch]={[kernel]=cubin}}}, ... })
+ * -> the pack's bytes. */
+static int l_pack_build(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  kiln_err e = {0};
+  kiln_pack_writer *w = kiln_pack_writer_new();
+  if (!w) return kiln_host_raise(L, "E_PACK", "out of memory");
+  int nplans = (int)luaL_len(L, 1), rc = 0;
+  for (int p = 1; p <= nplans && rc == 0; p++) {
+    lua_geti(L, 1, p);
+    int t = lua_gettop(L);
+    const char *manifest = field_string(L, t, "manifest", 1);
+    lua_getfield(L, t, "archs");
+    int narch = (int)luaL_len(L, -1);
+    const char *archs[16];
+    if (narch > 16) narch = 16;
+    for (int a = 0; a < narch; a++) {
+      lua_geti(L, -1, a + 1);
+      archs[a] = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+    lua_getfield(L, t, "images");
+    lua_geti(L, -1, 1);
+    int nkernels = lua_istable(L, -1) ? (int)luaL_len(L, -1) : 0;
+    lua_pop(L, 1);
+    kiln_blob *images = calloc((size_t)(nkernels * narch) + 1, sizeof *images);
+    for (int a = 0; a < narch && images; a++) {
+      lua_geti(L, -1, a + 1);
+      for (int k = 0; k < nkernels; k++) {
+        lua_geti(L, -1, k + 1);
+        size_t n = 0;
+        images[k * narch + a].data = lua_tolstring(L, -1, &n);
+        images[k * narch + a].size = n;
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+    }
+    rc = images ? kiln_pack_writer_add_plan(w, manifest, archs, narch, images, &e)
+                : kiln_err_set(&e, "E_PACK", "out of memory");
+    free(images);
+    lua_settop(L, t - 1);
+  }
+  void *data = NULL;
+  size_t size = 0;
+  if (rc == 0) rc = kiln_pack_writer_to_memory(w, &data, &size, &e);
+  kiln_pack_writer_free(w);
+  if (rc != 0) return raise_err(L, &e);
+  lua_pushlstring(L, data, size);
+  free(data);
+  return 1;
+}
+
+/* kiln.c.emit_c(dir, name, pack_bytes) */
+static int l_emit_c(lua_State *L) {
+  size_t n;
+  const char *dir = luaL_checkstring(L, 1), *name = luaL_checkstring(L, 2);
+  const char *pack = luaL_checklstring(L, 3, &n);
+  kiln_err e = {0};
+  if (kiln_emit_c(dir, name, pack, n, &e) != 0) return raise_err(L, &e);
+  return 0;
+}
+
+/* kiln.c.pack_command("inspect"|"verify", path) -> exit status */
+static int l_pack_command(lua_State *L) {
+  const char *sub = luaL_checkstring(L, 1), *path = luaL_checkstring(L, 2);
+  kiln_err e = {0};
+  int rc = strcmp(sub, "inspect") == 0 ? kiln_pack_inspect(path, stdout, &e) : kiln_pack_verify(path, stdout, &e);
+  if (rc != 0) return raise_err(L, &e);
+  lua_pushinteger(L, 0);
+  return 1;
+}
+
 /* kiln.c.env_report(json) -> 0; prints kiln env. */
 static int l_env_report(lua_State *L) {
   kiln_err e = {0};
@@ -190,6 +265,8 @@ static int l_env_report(lua_State *L) {
 
 void kiln_primitives_register(lua_State *L) {
   static const luaL_Reg fns[] = {{"compile", l_compile}, {"cache_command", l_cache_command},
-                                 {"env_report", l_env_report}, {"cache_why", l_cache_why}, {NULL, NULL}};
+                                 {"env_report", l_env_report}, {"cache_why", l_cache_why},
+                                 {"pack_build", l_pack_build}, {"emit_c", l_emit_c},
+                                 {"pack_command", l_pack_command}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

@@ -1,0 +1,334 @@
+/* libkilnrt: binding the caller's tensors, scalars and dims to a plan, and checking them
+ * against the plan before anything is launched. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { UNBOUND = 0, BOUND_TENSOR = 1, BOUND_SCALAR = 2 };
+
+typedef struct bound {
+  int state;
+  kiln_dtype dtype;
+  int ndim;
+  int has_strides;
+  int64_t dims[KILN_MAX_DIMS];
+  int64_t strides[KILN_MAX_DIMS];
+} bound;
+
+struct kiln_bind {
+  kiln_plan *plan;
+  int clean;          /* passed kiln_bind_check and unchanged since */
+  bound *t;           /* per tensor */
+  kiln_devptr *ptrs;  /* per tensor: what kernels get */
+  double *scalars;    /* per tensor */
+  int64_t *dim_value; /* per dynamic dim: set by kiln_bind_dim */
+  unsigned char *dim_set;
+  int64_t *dyn; /* per dynamic dim: resolved by the check */
+};
+
+#define RT(plan) ((plan)->pack->rt)
+
+int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out) {
+  int64_t v = 1;
+  for (int i = 0; i < p->nfactor; i++) {
+    int64_t f = p->factor[i] >= 0 ? p->factor[i] : dyn[-(p->factor[i] + 1)];
+    if (__builtin_mul_overflow(v, f, &v)) return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+kiln_status kiln_bind_create(kiln_plan *plan, kiln_bind **out) {
+  if (out) *out = NULL;
+  if (!plan || !out)
+    return kiln__fail(plan ? RT(plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
+  size_t nt = (size_t)plan->ntensors, nd = (size_t)plan->ndyn;
+  size_t size = sizeof(kiln_bind) + nt * (sizeof(bound) + sizeof(kiln_devptr) + sizeof(double)) +
+                nd * (3 * sizeof(int64_t) + 1);
+  kiln_bind *b = calloc(1, size);
+  if (!b) return kiln__fail(RT(plan), KILN_ERR_NOMEM, "out of memory");
+  b->plan = plan;
+  b->t = (bound *)(b + 1);
+  b->ptrs = (kiln_devptr *)(b->t + nt);
+  b->scalars = (double *)(b->ptrs + nt);
+  b->dim_value = (int64_t *)(b->scalars + nt);
+  b->dyn = b->dim_value + nd;
+  b->dim_set = (unsigned char *)(b->dyn + nd);
+  *out = b;
+  return KILN_OK;
+}
+
+kiln_status kiln_bind_destroy(kiln_bind *b) {
+  free(b);
+  return KILN_OK;
+}
+
+kiln_status kiln_bind_reset(kiln_bind *b) {
+  if (!b) return KILN_ERR_INVALID_ARG;
+  kiln_plan *plan = b->plan;
+  memset(b->t, 0, (size_t)plan->ntensors * sizeof *b->t);
+  memset(b->ptrs, 0, (size_t)plan->ntensors * sizeof *b->ptrs);
+  memset(b->scalars, 0, (size_t)plan->ntensors * sizeof *b->scalars);
+  memset(b->dim_set, 0, (size_t)plan->ndyn);
+  b->clean = 0;
+  return KILN_OK;
+}
+
+static kiln_status bind_at(kiln_bind *b, int index, kiln_devptr ptr, int ndim, const int64_t *dims,
+                           const int64_t *strides, kiln_dtype dtype) {
+  kiln_plan *plan = b->plan;
+  const kiln__tensor *t = &plan->tensors[index];
+  if (t->role != KILN_ROLE_INPUT && t->role != KILN_ROLE_OUTPUT)
+    return kiln__fail(
+        RT(plan), KILN_ERR_INVALID_ARG, "tensor '%s' is a %s tensor: %s", t->name,
+        kiln_role_name(t->role),
+        t->role == KILN_ROLE_SCALAR ? "bind it with kiln_bind_scalar" : "it is not bound");
+  if (ndim < 0 || ndim > KILN_MAX_DIMS)
+    return kiln__fail(RT(plan), KILN_ERR_SHAPE, "tensor '%s': rank %d (at most %d)", t->name, ndim,
+                      KILN_MAX_DIMS);
+  if (ndim > 0 && !dims)
+    return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "tensor '%s': dims is NULL", t->name);
+  for (int i = 0; i < ndim; i++)
+    if (dims[i] < 0)
+      return kiln__fail(RT(plan), KILN_ERR_SHAPE, "tensor '%s': dim %d is negative (%" PRId64 ")",
+                        t->name, i, dims[i]);
+  bound *bt = &b->t[index];
+  bt->state = BOUND_TENSOR;
+  bt->dtype = dtype;
+  bt->ndim = ndim;
+  bt->has_strides = strides != NULL;
+  for (int i = 0; i < ndim; i++) {
+    bt->dims[i] = dims[i];
+    bt->strides[i] = strides ? strides[i] : 0;
+  }
+  b->ptrs[index] = ptr;
+  b->clean = 0;
+  return KILN_OK;
+}
+
+kiln_status kiln_bind_tensor(kiln_bind *b, const char *name, kiln_devptr ptr, int ndim,
+                             const int64_t *dims, const int64_t *strides, kiln_dtype dtype) {
+  if (!b || !name) return kiln__fail(b ? RT(b->plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
+  int index;
+  kiln_status st = kiln_plan_tensor_index(b->plan, name, &index);
+  return st != KILN_OK ? st : bind_at(b, index, ptr, ndim, dims, strides, dtype);
+}
+
+kiln_status kiln_bind_tensor_uid(kiln_bind *b, int64_t uid, kiln_devptr ptr, int ndim,
+                                 const int64_t *dims, const int64_t *strides, kiln_dtype dtype) {
+  if (!b) return KILN_ERR_INVALID_ARG;
+  int index;
+  kiln_status st = kiln_plan_tensor_index_uid(b->plan, uid, &index);
+  return st != KILN_OK ? st : bind_at(b, index, ptr, ndim, dims, strides, dtype);
+}
+
+kiln_status kiln_bind_scalar(kiln_bind *b, const char *name, double value) {
+  if (!b || !name) return kiln__fail(b ? RT(b->plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
+  int index;
+  kiln_status st = kiln_plan_tensor_index(b->plan, name, &index);
+  if (st != KILN_OK) return st;
+  const kiln__tensor *t = &b->plan->tensors[index];
+  if (t->role != KILN_ROLE_SCALAR)
+    return kiln__fail(RT(b->plan), KILN_ERR_INVALID_ARG,
+                      "tensor '%s' is a %s tensor, not a runtime scalar", name,
+                      kiln_role_name(t->role));
+  b->t[index].state = BOUND_SCALAR;
+  b->scalars[index] = value;
+  b->clean = 0;
+  return KILN_OK;
+}
+
+kiln_status kiln_bind_dim(kiln_bind *b, const char *name, int64_t value) {
+  if (!b || !name) return kiln__fail(b ? RT(b->plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
+  kiln_plan *plan = b->plan;
+  if (value < 0)
+    return kiln__fail(RT(plan), KILN_ERR_SHAPE, "dim %s = %" PRId64 " is negative", name, value);
+  for (int d = 0; d < plan->ndyn; d++)
+    if (strcmp(plan->dyn_name[d], name) == 0) {
+      b->dim_value[d] = value;
+      b->dim_set[d] = 1;
+      b->clean = 0;
+      return KILN_OK;
+    }
+  for (int i = 0; i < plan->nspec; i++)
+    if (strcmp(plan->spec_name[i], name) == 0) {
+      if (plan->spec_value[i] == value) return KILN_OK;
+      return kiln__fail(RT(plan), KILN_ERR_SHAPE,
+                        "dim %s is specialized to %" PRId64 " in plan %s [%s], not %" PRId64, name,
+                        plan->spec_value[i], plan->graph, plan->instance, value);
+    }
+  return kiln__fail(RT(plan), KILN_ERR_NOT_FOUND, "plan %s has no dim '%s'", plan->graph, name);
+}
+
+/* "[T, 4096]" for messages. */
+static void plan_dims_text(const kiln_plan *plan, const kiln__tensor *t, char *buf, size_t n) {
+  size_t len = (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < t->ndim && len < n; i++) {
+    if (t->dim[i] >= 0)
+      len += (size_t)snprintf(buf + len, n - len, "%s%" PRId64, i ? ", " : "", t->dim[i]);
+    else
+      len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "",
+                              plan->dyn_name[-(t->dim[i] + 1)]);
+  }
+  if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+static void dims_text(const int64_t *dims, int ndim, char *buf, size_t n) {
+  size_t len = (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < ndim && len < n; i++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%" PRId64, i ? ", " : "", dims[i]);
+  if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+/* Pointer checks shared by both launch paths: null with elements, alignment. */
+static kiln_status check_pointer(kiln_plan *plan, const kiln__tensor *t, kiln_devptr ptr,
+                                 int64_t numel) {
+  if (numel > 0 && ptr == 0)
+    return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "tensor '%s': NULL pointer", t->name);
+  if (ptr % t->align)
+    return kiln__fail(RT(plan), KILN_ERR_ALIGN,
+                      "tensor '%s': pointer 0x%llx is not %u-byte aligned (the plan's kernels "
+                      "need it)",
+                      t->name, ptr, t->align);
+  return KILN_OK;
+}
+
+kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
+  if (!plan || !b) return kiln__fail(plan ? RT(plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
+  if (b->plan != plan)
+    return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "the binding belongs to another plan");
+  if (b->clean) return KILN_OK;
+  int src_tensor[KILN_PACK_MAX_DYN], src_dim[KILN_PACK_MAX_DYN], known[KILN_PACK_MAX_DYN];
+  for (int d = 0; d < plan->ndyn; d++) {
+    known[d] = b->dim_set[d];
+    b->dyn[d] = b->dim_value[d];
+    src_tensor[d] = -1;
+    src_dim[d] = 0;
+  }
+  char want[160], have[160];
+  /* Pass 1: everything bound, dtypes, ranks, fixed dims; dynamic dims from shapes. */
+  for (int i = 0; i < plan->ntensors; i++) {
+    const kiln__tensor *t = &plan->tensors[i];
+    const bound *bt = &b->t[i];
+    if (t->role == KILN_ROLE_VIRTUAL || t->role == KILN_ROLE_CONSTANT) continue;
+    if (bt->state == UNBOUND)
+      return kiln__fail(RT(plan), KILN_ERR_UNBOUND, "%s tensor '%s' (uid %" PRId64 ") is not bound",
+                        kiln_role_name(t->role), t->name, t->uid);
+    if (t->role == KILN_ROLE_SCALAR) continue;
+    if (bt->dtype != t->dtype) {
+      const char *name = kiln_dtype_name(bt->dtype);
+      return kiln__fail(RT(plan), KILN_ERR_DTYPE, "tensor '%s': bound as %s, the plan wants %s",
+                        t->name, name ? name : "an unknown dtype", kiln_dtype_name(t->dtype));
+    }
+    plan_dims_text(plan, t, want, sizeof want);
+    dims_text(bt->dims, bt->ndim, have, sizeof have);
+    if (bt->ndim != t->ndim)
+      return kiln__fail(RT(plan), KILN_ERR_SHAPE,
+                        "tensor '%s': bound with rank %d %s, the plan "
+                        "wants rank %d %s",
+                        t->name, bt->ndim, have, t->ndim, want);
+    for (int j = 0; j < t->ndim; j++) {
+      if (t->dim[j] >= 0) {
+        if (bt->dims[j] != t->dim[j])
+          return kiln__fail(RT(plan), KILN_ERR_SHAPE,
+                            "tensor '%s': dim %d is %" PRId64 ", the plan wants %" PRId64
+                            " (bound %s, plan %s)",
+                            t->name, j, bt->dims[j], t->dim[j], have, want);
+        continue;
+      }
+      int d = (int)-(t->dim[j] + 1);
+      if (!known[d]) {
+        known[d] = 1;
+        b->dyn[d] = bt->dims[j];
+        src_tensor[d] = i;
+        src_dim[d] = j;
+      } else if (b->dyn[d] != bt->dims[j]) {
+        char from[160];
+        if (src_tensor[d] < 0)
+          snprintf(from, sizeof from, "kiln_bind_dim");
+        else
+          snprintf(from, sizeof from, "tensor '%s' dim %d", plan->tensors[src_tensor[d]].name,
+                   src_dim[d]);
+        return kiln__fail(RT(plan), KILN_ERR_SHAPE,
+                          "dynamic dim %s is %" PRId64 " from %s but %" PRId64
+                          " from tensor '%s' dim %d",
+                          plan->dyn_name[d], b->dyn[d], from, bt->dims[j], t->name, j);
+      }
+    }
+  }
+  for (int d = 0; d < plan->ndyn; d++)
+    if (!known[d])
+      return kiln__fail(RT(plan), KILN_ERR_UNBOUND,
+                        "dynamic dim %s is not bound and no bound tensor has it: kiln_bind_dim",
+                        plan->dyn_name[d]);
+  /* Pass 2: strides (of dims with extent > 1), pointers. */
+  for (int i = 0; i < plan->ntensors; i++) {
+    const kiln__tensor *t = &plan->tensors[i];
+    const bound *bt = &b->t[i];
+    if (t->role != KILN_ROLE_INPUT && t->role != KILN_ROLE_OUTPUT) continue;
+    int64_t numel = 1, contiguous = 1;
+    for (int j = t->ndim - 1; j >= 0; j--) {
+      int64_t stride = bt->has_strides ? bt->strides[j] : contiguous;
+      if (__builtin_mul_overflow(contiguous, bt->dims[j], &contiguous) ||
+          __builtin_mul_overflow(numel, bt->dims[j], &numel))
+        return kiln__fail(RT(plan), KILN_ERR_SHAPE, "tensor '%s': element count overflows",
+                          t->name);
+      if (bt->dims[j] <= 1) continue;
+      int64_t plan_stride;
+      if (kiln__product_eval(&t->stride[j], b->dyn, &plan_stride) != 0)
+        return kiln__fail(RT(plan), KILN_ERR_SHAPE, "tensor '%s': stride of dim %d overflows",
+                          t->name, j);
+      if (stride != plan_stride)
+        return kiln__fail(RT(plan), KILN_ERR_STRIDE,
+                          "tensor '%s': stride of dim %d is %" PRId64 ", the plan wants %" PRId64
+                          "%s%s%s",
+                          t->name, j, stride, plan_stride, t->stride_text[j] ? " (" : "",
+                          t->stride_text[j] ? t->stride_text[j] : "", t->stride_text[j] ? ")" : "");
+    }
+    kiln_status st = check_pointer(plan, t, b->ptrs[i], numel);
+    if (st != KILN_OK) return st;
+  }
+  unsigned grids[KILN_PACK_MAX_KERNELS][3];
+  kiln_status st = kiln__plan_grids(plan, b->dyn, grids);
+  if (st != KILN_OK) return st;
+  b->clean = 1;
+  return KILN_OK;
+}
+
+kiln_status kiln_launch(kiln_plan *plan, kiln_bind *b, struct CUstream_st *stream) {
+  if (!b || b->plan != plan || !b->clean) {
+    kiln_status st = kiln_bind_check(plan, b);
+    if (st != KILN_OK) return st;
+  }
+  return kiln__launch(plan, stream, b->ptrs, b->scalars, b->dyn);
+}
+
+kiln_status kiln_launch_args(kiln_plan *plan, struct CUstream_st *stream, const kiln_devptr *ptrs,
+                             const double *scalars, const int64_t *dims) {
+  if (!plan) return KILN_ERR_INVALID_ARG;
+  if ((plan->ndyn && !dims) || (plan->ntensors && !ptrs))
+    return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "NULL ptrs or dims");
+  for (int d = 0; d < plan->ndyn; d++)
+    if (dims[d] < 0)
+      return kiln__fail(RT(plan), KILN_ERR_SHAPE, "dynamic dim %s = %" PRId64 " is negative",
+                        plan->dyn_name[d], dims[d]);
+  for (int i = 0; i < plan->ntensors; i++) {
+    const kiln__tensor *t = &plan->tensors[i];
+    if (t->role == KILN_ROLE_SCALAR && !scalars)
+      return kiln__fail(RT(plan), KILN_ERR_UNBOUND, "scalar '%s' needs a value", t->name);
+    if (t->role != KILN_ROLE_INPUT && t->role != KILN_ROLE_OUTPUT) continue;
+    int64_t numel = 1;
+    for (int j = 0; j < t->ndim; j++) {
+      int64_t e = t->dim[j] >= 0 ? t->dim[j] : dims[-(t->dim[j] + 1)];
+      if (__builtin_mul_overflow(numel, e, &numel))
+        return kiln__fail(RT(plan), KILN_ERR_SHAPE, "tensor '%s': element count overflows",
+                          t->name);
+    }
+    kiln_status st = check_pointer(plan, t, ptrs[i], numel);
+    if (st != KILN_OK) return st;
+  }
+  return kiln__launch(plan, stream, ptrs, scalars, dims);
+}

@@ -1,0 +1,42 @@
+/* libkilnrt: the CUDA driver, dlopen'ed on first use and resolved through cuGetProcAddress
+ * (so every entry point is the variant that matches cuda.h's signature for CUDA 12.0). */
+#ifndef KILN_CUDA_DL_H
+#define KILN_CUDA_DL_H
+
+#include <cuda.h>
+
+#include "kiln.h"
+#include "pack.h"
+
+/* The driver entry points libkilnrt uses. Valid once kiln__cuda_load returned KILN_OK. */
+typedef struct kiln__cuda {
+  CUresult (*DriverGetVersion)(int *);
+  CUresult (*GetErrorName)(CUresult, const char **);
+  CUresult (*GetErrorString)(CUresult, const char **);
+  CUresult (*CtxGetCurrent)(CUcontext *);
+  CUresult (*CtxGetDevice)(CUdevice *);
+  CUresult (*CtxGetId)(CUcontext, unsigned long long *);
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext *);
+  CUresult (*StreamGetCtx)(CUstream, CUcontext *);
+  CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*ModuleLoadData)(CUmodule *, const void *);
+  CUresult (*ModuleUnload)(CUmodule);
+  CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void **, void **);
+  CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+  int version; /* cuDriverGetVersion */
+} kiln__cuda;
+
+KILN__INTERNAL extern kiln__cuda kiln__cu;
+
+/* Loads libcuda.so.1 once per process (later calls are one atomic load); on failure
+ * records the reason on rt and returns KILN_ERR_NO_DRIVER. */
+KILN__INTERNAL kiln_status kiln__cuda_load(const kiln_rt *rt);
+
+/* "CUDA_ERROR_INVALID_VALUE: invalid argument" for a detail message. */
+KILN__INTERNAL void kiln__cuda_describe(CUresult r, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,130 @@
+/* libkilnrt internals: in-memory form of an opened pack, shared by rt.c (handles, errors),
+ * pack_read.c (parsing), bind.c (binding, checks) and launch.c (modules, launch). */
+#ifndef KILN_INTERNAL_H
+#define KILN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "kiln.h"
+#include "pack.h"
+
+typedef struct kiln__image {
+  const char *arch;
+  const unsigned char *data;
+  uint64_t offset; /* in the image data section: equal offsets are the same blob */
+  uint64_t size;
+  int major, minor, ptx;
+  char suffix;
+} kiln__image;
+
+/* A product of factors: literals (>= 0) and dynamic dim refs -(d+1). */
+typedef struct kiln__product {
+  int nfactor;
+  int64_t factor[KILN_PACK_MAX_FACTORS];
+} kiln__product;
+
+typedef struct kiln__grid {
+  const char *text;
+  kiln__product prod;
+  int64_t div, max;
+} kiln__grid;
+
+typedef struct kiln__param {
+  int kind; /* enum kiln__param_kind */
+  int64_t arg;
+} kiln__param;
+
+typedef struct kiln__kernel {
+  const char *symbol, *engine, *plan_id;
+  unsigned block[3], cluster[3], smem;
+  kiln__grid grid[3];
+  int nparams;
+  kiln__param *params;
+  int nimages;
+  kiln__image *images;
+} kiln__kernel;
+
+typedef struct kiln__tensor {
+  int64_t uid;
+  const char *name;
+  kiln_dtype dtype;
+  kiln_role role;
+  int ndim;
+  uint32_t align;
+  double value;
+  int64_t dim[KILN_MAX_DIMS]; /* ref: literal or -(d+1) */
+  const char *stride_text[KILN_MAX_DIMS];
+  kiln__product stride[KILN_MAX_DIMS];
+} kiln__tensor;
+
+/* Modules and functions of one plan in one CUDA context; immutable once published. */
+typedef struct kiln__ctx_slot {
+  struct kiln__ctx_slot *next;
+  unsigned long long ctx_id; /* cuCtxGetId: unique for the life of the process */
+  void *ctx;                 /* CUcontext */
+  void **modules;            /* CUmodule per kernel; NULL where shared with an earlier one */
+  void **functions;          /* CUfunction per kernel */
+} kiln__ctx_slot;
+
+struct kiln_plan {
+  kiln_pack *pack;
+  const char *graph, *instance, *graph_json;
+  int nspec;
+  const char **spec_name;
+  int64_t *spec_value;
+  int ndyn;
+  const char **dyn_name;
+  int ntensors;
+  kiln__tensor *tensors;
+  int nkernels;
+  kiln__kernel *kernels;
+  pthread_mutex_t load_lock;       /* serializes module loading */
+  _Atomic(kiln__ctx_slot *) slots; /* read lock-free on the launch path */
+};
+
+struct kiln_pack {
+  kiln_rt *rt;
+  kiln_pack *prev, *next; /* rt's list of open packs */
+  unsigned char *owned;   /* file bytes we read (NULL for open_memory) */
+  const unsigned char *data;
+  size_t size;
+  uint32_t version, checksum;
+  int nimages;
+  int nplans;
+  kiln_plan *plans;
+  struct kiln__arena *arena; /* every parsed structure */
+};
+
+struct kiln_rt {
+  uint64_t id; /* keys the calling thread's error detail */
+  pthread_mutex_t lock;
+  kiln_pack *packs;
+};
+
+/* Records a detail message for rt in the calling thread; returns status. */
+KILN__INTERNAL kiln_status kiln__fail(const kiln_rt *rt, kiln_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parses and checks pack bytes into p (rt, data, size set by the caller). */
+KILN__INTERNAL kiln_status kiln__pack_parse(kiln_pack *p);
+KILN__INTERNAL void kiln__pack_free_parsed(kiln_pack *p);
+
+/* Index of the image of k that runs best on an SM major.minor, or -1 (see kiln.h). */
+KILN__INTERNAL int kiln__select_image(const kiln__kernel *k, int major, int minor);
+
+/* Evaluates a product with resolved dynamic dims; -1 on int64 overflow. */
+KILN__INTERNAL int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out);
+/* Grid of every kernel for resolved dims; checks driver limits and cluster divisibility. */
+KILN__INTERNAL kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn,
+                                            unsigned (*grids)[3]);
+
+/* Launch core: values per tensor / dynamic dim (already checked). */
+KILN__INTERNAL kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream,
+                                        const kiln_devptr *ptrs, const double *scalars,
+                                        const int64_t *dyn);
+/* Unloads the plan's modules from the contexts that are still alive. */
+KILN__INTERNAL void kiln__plan_unload(kiln_plan *plan);
+
+#endif

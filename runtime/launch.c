@@ -1,0 +1,306 @@
+/* libkilnrt: per-context modules of a plan and the launch path. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_dl.h"
+#include "internal.h"
+
+#define RT(plan) ((plan)->pack->rt)
+#define SMEM_DEFAULT_LIMIT (48 * 1024) /* above it a kernel must opt in */
+#define PORTABLE_CLUSTER 8
+
+kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, unsigned (*grids)[3]) {
+  static const int64_t limit[3] = {INT32_MAX, 65535, 65535};
+  for (int k = 0; k < plan->nkernels; k++) {
+    const kiln__kernel *kn = &plan->kernels[k];
+    for (int a = 0; a < 3; a++) {
+      const kiln__grid *g = &kn->grid[a];
+      int64_t v;
+      if (kiln__product_eval(&g->prod, dyn, &v) != 0)
+        return kiln__fail(RT(plan), KILN_ERR_SHAPE, "kernel '%s': grid %c = %s overflows",
+                          kn->symbol, "xyz"[a], g -> text);
+      v = v / g->div + (v % g->div != 0);
+      if (g->max > 0 && v > g->max) v = g->max;
+      if (v > limit[a])
+        return kiln__fail(RT(plan), KILN_ERR_SHAPE,
+                          "kernel '%s': grid %c = %s = %" PRId64 " exceeds the limit %" PRId64,
+                          kn->symbol, "xyz"[a], g -> text, v, limit[a]);
+      if (v % kn->cluster[a])
+        return kiln__fail(RT(plan), KILN_ERR_SHAPE,
+                          "kernel '%s': grid %c = %" PRId64
+                          " is not a multiple of its cluster "
+                          "size %u",
+                          kn->symbol, "xyz"[a], v, kn -> cluster[a]);
+      grids[k][a] = (unsigned)v;
+    }
+  }
+  return KILN_OK;
+}
+
+static kiln_status cuda_fail(kiln_plan *plan, CUresult r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static kiln_status cuda_fail(kiln_plan *plan, CUresult r, const char *fmt, ...) {
+  char what[512], desc[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  kiln__cuda_describe(r, desc, sizeof desc);
+  return kiln__fail(RT(plan), KILN_ERR_CUDA, "%s: %s", what, desc);
+}
+
+static kiln__ctx_slot *find_slot(kiln_plan *plan, unsigned long long ctx_id) {
+  for (kiln__ctx_slot *s = atomic_load_explicit(&plan->slots, memory_order_acquire); s; s = s->next)
+    if (s->ctx_id == ctx_id) return s;
+  return NULL;
+}
+
+static void unload_modules(kiln__ctx_slot *s, int n) {
+  for (int k = 0; k < n; k++)
+    if (s->modules[k]) kiln__cu.ModuleUnload((CUmodule)s->modules[k]);
+}
+
+static kiln_status no_cubin(kiln_plan *plan, const kiln__kernel *k, int major, int minor) {
+  char archs[256];
+  size_t len = 0;
+  archs[0] = '\0';
+  for (int i = 0; i < k->nimages && len < sizeof archs; i++)
+    len +=
+        (size_t)snprintf(archs + len, sizeof archs - len, "%s%s", i ? ", " : "", k->images[i].arch);
+  return kiln__fail(RT(plan), KILN_ERR_NO_CUBIN,
+                    "plan %s%s%s%s: kernel '%s' has no image that runs on this device (sm_%d%d); "
+                    "the pack has: %s",
+                    plan->graph, plan->instance[0] ? " [" : "", plan->instance,
+                    plan->instance[0] ? "]" : "", k->symbol, major, minor, archs);
+}
+
+/* Loads one module per distinct image for the current context (load_lock held). */
+static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
+                                    kiln__ctx_slot **out) {
+  CUcontext ctx;
+  CUdevice dev;
+  int major, minor;
+  CUresult r;
+  if ((r = kiln__cu.CtxGetCurrent(&ctx)) != CUDA_SUCCESS)
+    return cuda_fail(plan, r, "cuCtxGetCurrent");
+  if ((r = kiln__cu.CtxGetDevice(&dev)) != CUDA_SUCCESS)
+    return cuda_fail(plan, r, "cuCtxGetDevice");
+  if ((r = kiln__cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                       dev)) != CUDA_SUCCESS ||
+      (r = kiln__cu.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                       dev)) != CUDA_SUCCESS)
+    return cuda_fail(plan, r, "cuDeviceGetAttribute(compute capability)");
+  int chosen[KILN_PACK_MAX_KERNELS];
+  for (int k = 0; k < plan->nkernels; k++)
+    if ((chosen[k] = kiln__select_image(&plan->kernels[k], major, minor)) < 0)
+      return no_cubin(plan, &plan->kernels[k], major, minor);
+
+  size_t nk = (size_t)plan->nkernels;
+  kiln__ctx_slot *s = calloc(1, sizeof *s + 2 * (nk ? nk : 1) * sizeof(void *));
+  if (!s) return kiln__fail(RT(plan), KILN_ERR_NOMEM, "out of memory");
+  s->ctx_id = ctx_id;
+  s->ctx = ctx;
+  s->modules = (void **)(s + 1);
+  s->functions = s->modules + nk;
+  kiln_status st = KILN_OK;
+  int k = 0;
+  for (; k < plan->nkernels && st == KILN_OK; k++) {
+    const kiln__kernel *kn = &plan->kernels[k];
+    const kiln__image *im = &kn->images[chosen[k]];
+    CUmodule mod = NULL;
+    for (int j = 0; j < k && !mod; j++) /* identical blobs share a module */
+      if (plan->kernels[j].images[chosen[j]].offset == im->offset)
+        mod = s->modules[j] ? (CUmodule)s->modules[j] : NULL;
+    if (!mod) {
+      const void *image = im->data;
+      void *copy = NULL;
+      if ((uintptr_t)image % KILN_PACK_IMAGE_ALIGN) { /* packs in unaligned caller memory */
+        copy =
+            aligned_alloc(KILN_PACK_IMAGE_ALIGN, (im->size + KILN_PACK_IMAGE_ALIGN - 1) /
+                                                     KILN_PACK_IMAGE_ALIGN * KILN_PACK_IMAGE_ALIGN);
+        if (!copy) {
+          st = kiln__fail(RT(plan), KILN_ERR_NOMEM, "out of memory");
+          break;
+        }
+        memcpy(copy, image, im->size);
+        image = copy;
+      }
+      r = kiln__cu.ModuleLoadData(&mod, image);
+      free(copy);
+      if (r != CUDA_SUCCESS) {
+        st = cuda_fail(plan, r, "cuModuleLoadData(kernel '%s', %s, %" PRIu64 " bytes)", kn->symbol,
+                       im->arch, im->size);
+        break;
+      }
+      s->modules[k] = mod;
+    }
+    CUfunction fn;
+    if ((r = kiln__cu.ModuleGetFunction(&fn, mod, kn->symbol)) != CUDA_SUCCESS) {
+      st = cuda_fail(plan, r, "cuModuleGetFunction('%s' in the %s image)", kn->symbol, im->arch);
+      break;
+    }
+    if (kn->smem > SMEM_DEFAULT_LIMIT &&
+        (r = kiln__cu.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       (int)kn->smem)) != CUDA_SUCCESS) {
+      st = cuda_fail(plan, r, "kernel '%s': cuFuncSetAttribute(dynamic smem %u bytes)", kn->symbol,
+                     kn->smem);
+      break;
+    }
+    if (kn->cluster[0] * kn->cluster[1] * kn->cluster[2] > PORTABLE_CLUSTER &&
+        (r = kiln__cu.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                       1)) != CUDA_SUCCESS) {
+      st = cuda_fail(plan, r, "kernel '%s': cuFuncSetAttribute(non-portable cluster)", kn->symbol);
+      break;
+    }
+    s->functions[k] = fn;
+  }
+  if (st != KILN_OK) {
+    unload_modules(s, k + 1);
+    free(s);
+    return st;
+  }
+  s->next = atomic_load_explicit(&plan->slots, memory_order_relaxed);
+  atomic_store_explicit(&plan->slots, s, memory_order_release);
+  *out = s;
+  return KILN_OK;
+}
+
+static kiln_status get_slot(kiln_plan *plan, unsigned long long ctx_id, kiln__ctx_slot **out) {
+  if ((*out = find_slot(plan, ctx_id))) return KILN_OK;
+  pthread_mutex_lock(&plan->load_lock);
+  kiln_status st = (*out = find_slot(plan, ctx_id)) ? KILN_OK : load_slot_locked(plan, ctx_id, out);
+  pthread_mutex_unlock(&plan->load_lock);
+  return st;
+}
+
+kiln_status kiln_plan_load(kiln_plan *plan) {
+  if (!plan) return KILN_ERR_INVALID_ARG;
+  kiln_status st = kiln__cuda_load(RT(plan));
+  if (st != KILN_OK) return st;
+  unsigned long long id;
+  CUresult r = kiln__cu.CtxGetId(NULL, &id);
+  if (r != CUDA_SUCCESS) return cuda_fail(plan, r, "no current CUDA context (cuCtxGetId)");
+  kiln__ctx_slot *s;
+  return get_slot(plan, id, &s);
+}
+
+static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUstream stream,
+                                  const kiln_devptr *ptrs, const double *scalars,
+                                  const int64_t *dyn) {
+  unsigned grids[KILN_PACK_MAX_KERNELS][3];
+  kiln_status st = kiln__plan_grids(plan, dyn, grids);
+  if (st != KILN_OK) return st;
+  uint64_t values[KILN_PACK_MAX_PARAMS];
+  void *args[KILN_PACK_MAX_PARAMS];
+  for (int k = 0; k < plan->nkernels; k++) {
+    const kiln__kernel *kn = &plan->kernels[k];
+    const unsigned *g = grids[k];
+    if (!g[0] || !g[1] || !g[2]) continue; /* empty tensors: nothing to do */
+    for (int p = 0; p < kn->nparams; p++) {
+      int64_t arg = kn->params[p].arg;
+      float f;
+      double d;
+      values[p] = 0;
+      switch (kn->params[p].kind) {
+      case KILN__PARAM_TENSOR: values[p] = ptrs[arg]; break;
+      case KILN__PARAM_DIM: values[p] = (uint64_t)dyn[arg]; break;
+      case KILN__PARAM_I64: values[p] = (uint64_t)arg; break;
+      case KILN__PARAM_SCALAR:
+        f = (float)scalars[arg];
+        memcpy(&values[p], &f, sizeof f);
+        break;
+      case KILN__PARAM_F32:
+        memcpy(&d, &arg, sizeof d);
+        f = (float)d;
+        memcpy(&values[p], &f, sizeof f);
+        break;
+      }
+      args[p] = &values[p];
+    }
+    CUfunction fn = (CUfunction)s->functions[k];
+    CUresult r;
+    if (kn->cluster[0] * kn->cluster[1] * kn->cluster[2] == 1) {
+      r = kiln__cu.LaunchKernel(fn, g[0], g[1], g[2], kn->block[0], kn->block[1], kn->block[2],
+                                kn->smem, stream, args, NULL);
+    } else {
+      CUlaunchAttribute attr;
+      memset(&attr, 0, sizeof attr);
+      attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attr.value.clusterDim.x = kn->cluster[0];
+      attr.value.clusterDim.y = kn->cluster[1];
+      attr.value.clusterDim.z = kn->cluster[2];
+      CUlaunchConfig cfg;
+      memset(&cfg, 0, sizeof cfg);
+      cfg.gridDimX = g[0];
+      cfg.gridDimY = g[1];
+      cfg.gridDimZ = g[2];
+      cfg.blockDimX = kn->block[0];
+      cfg.blockDimY = kn->block[1];
+      cfg.blockDimZ = kn->block[2];
+      cfg.sharedMemBytes = kn->smem;
+      cfg.hStream = stream;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      r = kiln__cu.LaunchKernelEx(&cfg, fn, args, NULL);
+    }
+    if (r != CUDA_SUCCESS)
+      return cuda_fail(plan, r,
+                       "launching kernel %d of %d ('%s', grid [%u, %u, %u], block "
+                       "[%u, %u, %u], smem %u)%s",
+                       k + 1, plan->nkernels, kn->symbol, g[0], g[1], g[2], kn->block[0],
+                       kn->block[1], kn->block[2], kn->smem,
+                       k ? " after the earlier kernels were enqueued" : "");
+  }
+  return KILN_OK;
+}
+
+kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream, const kiln_devptr *ptrs,
+                         const double *scalars, const int64_t *dyn) {
+  kiln_status st = kiln__cuda_load(RT(plan));
+  if (st != KILN_OK) return st;
+  unsigned long long id;
+  CUcontext pushed = NULL;
+  CUresult r = kiln__cu.CtxGetId(NULL, &id);
+  if (r != CUDA_SUCCESS) {
+    /* No current context in this thread: run in the stream's. */
+    if (!stream)
+      return cuda_fail(plan, r,
+                       "no current CUDA context and no stream to take one from "
+                       "(make a context current first)");
+    if ((r = kiln__cu.StreamGetCtx(stream, &pushed)) != CUDA_SUCCESS)
+      return cuda_fail(plan, r, "no current CUDA context; cuStreamGetCtx");
+    if ((r = kiln__cu.CtxPushCurrent(pushed)) != CUDA_SUCCESS)
+      return cuda_fail(plan, r, "cuCtxPushCurrent(the stream's context)");
+    if ((r = kiln__cu.CtxGetId(NULL, &id)) != CUDA_SUCCESS)
+      st = cuda_fail(plan, r, "cuCtxGetId(the stream's context)");
+  }
+  kiln__ctx_slot *s = NULL;
+  if (st == KILN_OK) st = get_slot(plan, id, &s);
+  if (st == KILN_OK) st = launch_kernels(plan, s, stream, ptrs, scalars, dyn);
+  if (pushed) {
+    CUcontext popped;
+    kiln__cu.CtxPopCurrent(&popped);
+  }
+  return st;
+}
+
+void kiln__plan_unload(kiln_plan *plan) {
+  kiln__ctx_slot *s = atomic_exchange(&plan->slots, NULL);
+  while (s) {
+    kiln__ctx_slot *next = s->next;
+    unsigned long long id;
+    /* Modules die with their context; unload only from contexts that still live. */
+    if (kiln__cu.CtxGetId((CUcontext)s->ctx, &id) == CUDA_SUCCESS && id == s->ctx_id &&
+        kiln__cu.CtxPushCurrent((CUcontext)s->ctx) == CUDA_SUCCESS) {
+      unload_modules(s, plan->nkernels);
+      CUcontext popped;
+      kiln__cu.CtxPopCurrent(&popped);
+    }
+    free(s);
+    s = next;
+  }
+}

@@ -1,0 +1,586 @@
+/* Unit test: pack writer (compiler/pack_write.c) -> runtime reader (libkilnrt), binding
+ * checks that need no GPU, pack inspect/verify, and --emit-c output that compiles.
+ * Build: gcc -std=c11 -D_GNU_SOURCE -Iruntime -Icompiler -I/usr/local/cuda/include
+ *        tests/unit/test_pack.c runtime/\*.c compiler/pack_write.c compiler/pack_inspect.c
+ *        compiler/emit_c.c compiler/err.c -Wl,-Bstatic -ljansson -Wl,-Bdynamic -ldl -lpthread
+ * Run from the repository root. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "emit_c.h"
+#include "internal.h"
+#include "kiln.h"
+#include "pack_inspect.h"
+#include "pack_write.h"
+#include "tap.h"
+
+/* bias_gelu with two specialized dims, a virtual, a constant and a runtime scalar. */
+static const char *manifest_bias_gelu =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"bias_gelu\","
+    " \"instance\": \"H=4096,W=8\", \"dynamic\": [\"T\"],"
+    " \"tensors\": ["
+    "  {\"uid\": 1, \"name\": \"x\", \"dtype\": \"bf16\", \"dims\": [\"T\", 4096],"
+    "   \"strides\": [4096, 1], \"role\": \"input\", \"align\": 16},"
+    "  {\"uid\": 2, \"name\": \"b\", \"dtype\": \"bf16\", \"dims\": [\"W\", 512],"
+    "   \"strides\": [512, 1], \"role\": \"input\", \"align\": 16},"
+    "  {\"uid\": 3, \"name\": \"add_1.OUT_0\", \"dtype\": \"fp32\", \"dims\": [\"T\", 4096],"
+    "   \"strides\": [\"H\", 1], \"role\": \"virtual\"},"
+    "  {\"uid\": 4, \"name\": \"c\", \"dtype\": \"fp32\", \"dims\": [1], \"strides\": [1],"
+    "   \"role\": \"constant\", \"value\": 0.5},"
+    "  {\"uid\": 5, \"name\": \"alpha\", \"dtype\": \"fp32\", \"dims\": [1], \"strides\": [1],"
+    "   \"role\": \"scalar\"},"
+    "  {\"uid\": 6, \"name\": \"y\", \"dtype\": \"bf16\", \"dims\": [\"T\", 4096],"
+    "   \"strides\": [4096, 1], \"role\": \"output\", \"align\": 16}],"
+    " \"kernels\": ["
+    "  {\"symbol\": \"kiln_bias_gelu_0\", \"engine\": \"pointwise\","
+    "   \"plan_id\": \"pointwise:v1:vec8\", \"options\": [\"--std=c++17\"],"
+    "   \"block\": [256, 1, 1], \"grid\": [{\"mul\": [\"T\", 4096], \"div\": 2048, \"max\": 0}, 1, "
+    "1],"
+    "   \"smem\": 0, \"cluster\": [1, 1, 1],"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"tensor\", \"uid\": 2},"
+    "    {\"kind\": \"tensor\", \"uid\": 6}, {\"kind\": \"dim\", \"name\": \"T\"},"
+    "    {\"kind\": \"scalar\", \"uid\": 5}, {\"kind\": \"scalar\", \"uid\": 4},"
+    "    {\"kind\": \"dim\", \"name\": \"H\"}]},"
+    "  {\"symbol\": \"kiln_bias_gelu_1\", \"engine\": \"pointwise\", \"plan_id\": \"p:v1\","
+    "   \"block\": [128], \"grid\": [{\"mul\": [\"T\"], \"div\": 1, \"max\": 1024}],"
+    "   \"smem\": 65536, \"params\": [{\"kind\": \"tensor\", \"uid\": 6}]}],"
+    " \"graph_json\": \"{\\\"schema\\\": \\\"kiln.graph\\\", \\\"version\\\": 1}\"}";
+
+/* add2d: two dynamic dims, a broadcast input, default (row-major) strides, no source. */
+static const char *manifest_add2d =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"add2d\", \"instance\": \"\","
+    " \"dynamic\": [\"M\", \"N\"],"
+    " \"tensors\": ["
+    "  {\"uid\": 1, \"name\": \"a\", \"dtype\": \"fp32\", \"dims\": [\"M\", \"N\"],"
+    "   \"strides\": [\"N\", 1], \"role\": \"input\", \"align\": 4},"
+    "  {\"uid\": 2, \"name\": \"b\", \"dtype\": \"fp32\", \"dims\": [\"N\"], \"role\": \"input\"},"
+    "  {\"uid\": 3, \"name\": \"y\", \"dtype\": \"fp32\", \"dims\": [\"M\", \"N\"],"
+    "   \"role\": \"output\", \"align\": 16}],"
+    " \"kernels\": ["
+    "  {\"symbol\": \"kiln_add2d_0\", \"engine\": \"pointwise\", \"plan_id\": \"pointwise:v1\","
+    "   \"block\": [256, 1, 1], \"grid\": [{\"mul\": [\"M\", \"N\"], \"div\": 256}, 1, 1],"
+    "   \"smem\": 0, \"cluster\": [2, 1, 1],"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"tensor\", \"uid\": 2},"
+    "    {\"kind\": \"tensor\", \"uid\": 3}, {\"kind\": \"dim\", \"name\": \"M\"},"
+    "    {\"kind\": \"dim\", \"name\": \"N\"}]}],"
+    " \"graph_json\": \"{}\"}";
+
+/* A fake cubin: a 64-bit little-endian ELF header for EM_CUDA, then a tag. */
+static kiln_blob fake_cubin(unsigned char *buf, size_t size, const char *tag) {
+  memset(buf, 0, size);
+  memcpy(buf,
+         "\x7f"
+         "ELF",
+         4);
+  buf[4] = 2;
+  buf[5] = 1;
+  buf[18] = 190;
+  snprintf((char *)buf + 64, size - 64, "%s", tag);
+  return (kiln_blob){buf, size};
+}
+
+static unsigned char cubins[6][128];
+static const char ptx_text[] = ".version 8.0\n.target sm_80\n.address_size 64\n";
+
+static kiln_pack_writer *make_writer(kiln_err *e) {
+  kiln_pack_writer *w = kiln_pack_writer_new();
+  const char *archs_a[] = {"sm_80", "sm_90a"};
+  kiln_blob images_a[4] = {fake_cubin(cubins[0], 128, "bias_gelu_0 sm_80"),
+                           fake_cubin(cubins[1], 128, "bias_gelu_0 sm_90a"),
+                           fake_cubin(cubins[2], 128, "bias_gelu_1 sm_80"),
+                           fake_cubin(cubins[3], 128, "bias_gelu_1 sm_90a")};
+  if (kiln_pack_writer_add_plan(w, manifest_bias_gelu, archs_a, 2, images_a, e) != 0) return NULL;
+  const char *archs_b[] = {"sm_80", "sm_90a", "compute_80"};
+  /* sm_80 image identical to bias_gelu_0's: stored once */
+  kiln_blob images_b[3] = {fake_cubin(cubins[4], 128, "bias_gelu_0 sm_80"),
+                           fake_cubin(cubins[5], 128, "add2d sm_90a"),
+                           {ptx_text, sizeof ptx_text - 1}};
+  if (kiln_pack_writer_add_plan(w, manifest_add2d, archs_b, 3, images_b, e) != 0) return NULL;
+  return w;
+}
+
+static kiln_status open_bytes(kiln_rt *rt, const void *p, size_t n) {
+  kiln_pack *pack;
+  kiln_status st = kiln_pack_open_memory(rt, p, n, &pack);
+  if (st == KILN_OK) kiln_pack_close(pack);
+  return st;
+}
+
+static void fix_checksum(unsigned char *p, size_t n) {
+  uint32_t c = kiln__pack_checksum(p, n);
+  for (int i = 0; i < 4; i++) p[KILN_PACK_OFF_CHECKSUM + i] = (unsigned char)(c >> (8 * i));
+}
+
+static void test_corruption(kiln_rt *rt, const unsigned char *good, size_t size) {
+  unsigned char *p = malloc(size);
+  kiln_status st;
+  memcpy(p, good, size);
+  OK(open_bytes(rt, p, size) == KILN_OK, "pristine pack opens");
+  st = open_bytes(rt, p, size - 1);
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "truncated"),
+     "truncated by one byte -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+  st = open_bytes(rt, p, 40);
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "header"),
+     "truncated inside the header -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+  st = open_bytes(rt, p, 0);
+  OK(st == KILN_ERR_PACK, "empty -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+
+  p[size / 2] ^= 0x10;
+  st = open_bytes(rt, p, size);
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "checksum"),
+     "flipped byte -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+  p[size / 2] ^= 0x10;
+
+  int all = 1;
+  for (size_t i = 0; i < size; i++) {
+    p[i] ^= 0x01;
+    if (open_bytes(rt, p, size) != KILN_ERR_PACK || !kiln_rt_errmsg(rt)[0]) {
+      DIAG("flipping byte %zu was not detected", i);
+      all = 0;
+    }
+    p[i] ^= 0x01;
+  }
+  OK(all, "every single-bit flip at every offset (%zu) -> KILN_ERR_PACK with detail", size);
+
+  p[0] = 'X';
+  st = open_bytes(rt, p, size);
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "magic"),
+     "wrong magic -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+  p[0] = 'K';
+  p[KILN_PACK_OFF_VERSION] = 2;
+  st = open_bytes(rt, p, size);
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "version 2"),
+     "wrong version -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+  p[KILN_PACK_OFF_VERSION] = 1;
+
+  /* Hand-crafted damage behind a valid checksum exercises the structural checks. */
+  p[KILN_PACK_OFF_NPLANS] = 0xff;
+  fix_checksum(p, size);
+  st = open_bytes(rt, p, size);
+  OK(st == KILN_ERR_PACK, "absurd plan count behind a valid checksum -> KILN_ERR_PACK (%s)",
+     kiln_rt_errmsg(rt));
+  memcpy(p, good, size);
+  p[KILN_PACK_OFF_STRTAB + 12] = 1; /* string table size += 4 GiB */
+  fix_checksum(p, size);
+  st = open_bytes(rt, p, size);
+  OK(st == KILN_ERR_PACK, "string table outside the file -> KILN_ERR_PACK (%s)",
+     kiln_rt_errmsg(rt));
+
+  /* Random damage to the metadata with the checksum fixed up: never a crash, only
+   * KILN_OK or KILN_ERR_PACK (run under ASan/UBSan to make this strict). */
+  uint64_t meta = 0, meta_size = 0;
+  for (int i = 7; i >= 0; i--) {
+    meta = meta << 8 | good[KILN_PACK_OFF_META + i];
+    meta_size = meta_size << 8 | good[KILN_PACK_OFF_META + 8 + i];
+  }
+  unsigned seed = 12345;
+  int fine = 1, rejected = 0,
+      iters = getenv("KILN_FUZZ_ITERS") ? atoi(getenv("KILN_FUZZ_ITERS")) : 3000;
+  for (int iter = 0; iter < iters; iter++) {
+    memcpy(p, good, size);
+    int nflip = 1 + iter % 4;
+    for (int k = 0; k < nflip; k++) {
+      seed = seed * 1103515245u + 12345u;
+      /* mostly the metadata; every fourth change anywhere after the checksum */
+      size_t at = iter % 4 == 3
+                      ? KILN_PACK_CHECKSUM_FROM + (seed >> 8) % (size - KILN_PACK_CHECKSUM_FROM)
+                      : (size_t)(meta + (seed >> 8) % meta_size);
+      seed = seed * 1103515245u + 12345u;
+      p[at] = (unsigned char)(iter % 3 == 0 ? 0xff : seed >> 16);
+    }
+    fix_checksum(p, size);
+    st = open_bytes(rt, p, size);
+    if (st != KILN_OK && st != KILN_ERR_PACK) fine = 0;
+    rejected += st == KILN_ERR_PACK;
+  }
+  OK(fine,
+     "%d random corruptions behind valid checksums: only KILN_OK or KILN_ERR_PACK (%d "
+     "rejected)",
+     iters, rejected);
+  free(p);
+}
+
+static void test_plans(kiln_rt *rt, kiln_pack *pack) {
+  kiln_pack_info pi;
+  OK(kiln_pack_info_get(pack, &pi) == KILN_OK && pi.nplans == 2 && pi.format_version == 1,
+     "pack info: 2 plans, format 1");
+  OK(pi.nimages == 6, "identical images stored once (6 distinct of 7), got %d", pi.nimages);
+
+  kiln_plan *a = NULL, *b = NULL, *p = NULL;
+  OK(kiln_plan_get(pack, "bias_gelu", "H=4096,W=8", &a) == KILN_OK && a,
+     "plan by graph + instance");
+  OK(kiln_plan_get(pack, "bias_gelu", "W=8, H=4096", &p) == KILN_OK && p == a,
+     "instance key order and spaces do not matter");
+  OK(kiln_plan_get(pack, "bias_gelu", NULL, &p) == KILN_OK && p == a,
+     "NULL instance picks the graph's only instance");
+  OK(kiln_plan_get(pack, "add2d", "", &b) == KILN_OK && b && b != a, "plan without instance");
+  kiln_status st = kiln_plan_get(pack, "nope", "", &p);
+  OK(st == KILN_ERR_NOT_FOUND && p == NULL && strstr(kiln_rt_errmsg(rt), "bias_gelu [H=4096,W=8]"),
+     "unknown graph -> KILN_ERR_NOT_FOUND listing plans (%s)", kiln_rt_errmsg(rt));
+  st = kiln_plan_get(pack, "bias_gelu", "H=4096", &p);
+  OK(st == KILN_ERR_NOT_FOUND, "partial instance key -> KILN_ERR_NOT_FOUND (%s)",
+     kiln_rt_errmsg(rt));
+  st = kiln_plan_get(pack, "bias_gelu", "H=2048,W=8", &p);
+  OK(st == KILN_ERR_NOT_FOUND, "unknown instance -> KILN_ERR_NOT_FOUND (%s)", kiln_rt_errmsg(rt));
+  OK(kiln_pack_plan_at(pack, 1, &p) == KILN_OK && p == b, "plan by index");
+  OK(kiln_pack_plan_at(pack, 2, &p) == KILN_ERR_NOT_FOUND, "plan index out of range");
+
+  kiln_plan_info info;
+  kiln_plan_info_get(a, &info);
+  OK(info.ntensors == 6 && info.nkernels == 2 && info.ndims == 1 && info.nspecialized == 2 &&
+         strcmp(info.graph, "bias_gelu") == 0 && strcmp(info.instance, "H=4096,W=8") == 0 &&
+         strstr(info.graph_json, "kiln.graph"),
+     "plan info: counts, names, graph JSON");
+  const char *name;
+  int64_t value;
+  OK(kiln_plan_dim(a, 0, &name) == KILN_OK && strcmp(name, "T") == 0, "dynamic dim name T");
+  OK(kiln_plan_specialized(a, 1, &name, &value) == KILN_OK && strcmp(name, "W") == 0 && value == 8,
+     "specialized dim W=8 from the instance key");
+  kiln_tensor_info t;
+  int idx;
+  OK(kiln_plan_tensor_index(a, "x", &idx) == KILN_OK && idx == 0 &&
+         kiln_plan_tensor(a, idx, &t) == KILN_OK && t.uid == 1 && t.dtype == KILN_DTYPE_BF16 &&
+         t.role == KILN_ROLE_INPUT && t.ndim == 2 && t.dims[0] == -1 &&
+         strcmp(t.dim_names[0], "T") == 0 && t.dims[1] == 4096 && !t.dim_names[1] &&
+         t.strides[0] == 4096 && t.strides[1] == 1 && t.align == 16,
+     "tensor x: uid, dtype, role, dims [T, 4096], strides, align");
+  OK(kiln_plan_tensor_index_uid(a, 2, &idx) == KILN_OK && kiln_plan_tensor(a, idx, &t) == KILN_OK &&
+         t.dims[0] == 8 && !t.dim_names[0],
+     "tensor b: specialized dim W resolved to 8");
+  OK(kiln_plan_tensor_index_uid(a, 4, &idx) == KILN_OK && kiln_plan_tensor(a, idx, &t) == KILN_OK &&
+         t.role == KILN_ROLE_CONSTANT && t.value == 0.5,
+     "constant tensor keeps its value");
+  OK(kiln_plan_tensor_index_uid(a, 99, &idx) == KILN_ERR_NOT_FOUND, "unknown uid -> NOT_FOUND");
+  OK(kiln_plan_tensor_index(b, "y", &idx) == KILN_OK && kiln_plan_tensor(b, idx, &t) == KILN_OK &&
+         t.strides[0] == -1 && t.stride_exprs[0] && strcmp(t.stride_exprs[0], "N") == 0 &&
+         t.strides[1] == 1 && t.align == 16,
+     "default strides are row-major and symbolic (%s)",
+     t.stride_exprs[0] ? t.stride_exprs[0] : "NULL");
+  kiln_plan_tensor_index(b, "b", &idx);
+  kiln_plan_tensor(b, idx, &t);
+  OK(t.align == 4, "default align is the element size");
+
+  kiln_kernel_info k;
+  OK(kiln_plan_kernel(a, 0, &k) == KILN_OK && strcmp(k.symbol, "kiln_bias_gelu_0") == 0 &&
+         strcmp(k.grid[0], "ceil(T*4096/2048)") == 0 && strcmp(k.grid[1], "1") == 0 &&
+         k.block[0] == 256 && k.nparams == 7 && k.nimages == 2,
+     "kernel 0: symbol, grid rule text (%s), block, params, images", k.grid[0]);
+  OK(kiln_plan_kernel(a, 1, &k) == KILN_OK && strcmp(k.grid[0], "min(T, 1024)") == 0 &&
+         k.block[1] == 1 && k.smem == 65536,
+     "kernel 1: clamped grid (%s), padded block, smem", k.grid[0]);
+  const char *arch;
+  const void *data;
+  size_t size;
+  OK(kiln_plan_kernel_image(b, 0, 2, &arch, &data, &size) == KILN_OK &&
+         strcmp(arch, "compute_80") == 0 && size == sizeof ptx_text &&
+         ((const char *)data)[size - 1] == '\0',
+     "PTX image stored NUL-terminated");
+
+  /* Image choice per device SM. */
+  const kiln__kernel *ka = &a->kernels[0], *kb = &b->kernels[0];
+  int i90 = kiln__select_image(ka, 9, 0), i86 = kiln__select_image(ka, 8, 6);
+  OK(i90 >= 0 && strcmp(ka->images[i90].arch, "sm_90a") == 0, "sm_90 device gets sm_90a");
+  OK(i86 >= 0 && strcmp(ka->images[i86].arch, "sm_80") == 0, "sm_86 device gets sm_80");
+  OK(kiln__select_image(ka, 10, 0) < 0 && kiln__select_image(ka, 7, 5) < 0,
+     "sm_100 and sm_75 get nothing without PTX");
+  int i100 = kiln__select_image(kb, 10, 0), i91 = kiln__select_image(kb, 9, 1);
+  OK(i100 >= 0 && strcmp(kb->images[i100].arch, "compute_80") == 0, "sm_100 falls back to PTX");
+  OK(i91 >= 0 && strcmp(kb->images[i91].arch, "compute_80") == 0,
+     "sm_91 never gets an sm_90a cubin (PTX instead)");
+}
+
+#define FAKE 0x10000ull
+
+static void test_binding(kiln_rt *rt, kiln_pack *pack) {
+  kiln_plan *a, *b;
+  kiln_plan_get(pack, "bias_gelu", "H=4096,W=8", &a);
+  kiln_plan_get(pack, "add2d", "", &b);
+  kiln_bind *bd;
+  OK(kiln_bind_create(a, &bd) == KILN_OK, "binding created");
+  int64_t xd[2] = {7, 4096}, bdims[2] = {8, 512};
+  kiln_status st;
+  kiln_bind_tensor(bd, "x", FAKE, 2, xd, NULL, KILN_DTYPE_BF16);
+  kiln_bind_tensor(bd, "b", FAKE * 2, 2, bdims, NULL, KILN_DTYPE_BF16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_UNBOUND && strstr(kiln_rt_errmsg(rt), "'alpha'"),
+     "missing scalar -> UNBOUND (%s)", kiln_rt_errmsg(rt));
+  OK(kiln_bind_scalar(bd, "alpha", 2.0) == KILN_OK, "scalar bound");
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_UNBOUND && strstr(kiln_rt_errmsg(rt), "'y'"), "missing output -> UNBOUND (%s)",
+     kiln_rt_errmsg(rt));
+  OK(kiln_bind_tensor_uid(bd, 6, FAKE * 3, 2, xd, NULL, KILN_DTYPE_BF16) == KILN_OK, "bind by uid");
+  OK(kiln_bind_check(a, bd) == KILN_OK, "complete binding passes (T inferred = 7)");
+
+  st = kiln_bind_tensor(bd, "add_1.OUT_0", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
+  OK(st == KILN_ERR_INVALID_ARG, "binding a virtual tensor -> INVALID_ARG (%s)",
+     kiln_rt_errmsg(rt));
+  st = kiln_bind_tensor(bd, "zzz", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
+  OK(st == KILN_ERR_NOT_FOUND, "binding an unknown name -> NOT_FOUND (%s)", kiln_rt_errmsg(rt));
+  OK(kiln_bind_scalar(bd, "x", 1.0) == KILN_ERR_INVALID_ARG,
+     "kiln_bind_scalar on a tensor -> INVALID_ARG");
+
+  kiln_bind_tensor(bd, "x", FAKE, 2, xd, NULL, KILN_DTYPE_FP16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_DTYPE && strstr(kiln_rt_errmsg(rt), "fp16"), "wrong dtype -> DTYPE (%s)",
+     kiln_rt_errmsg(rt));
+  int64_t bad[2] = {7, 4095};
+  kiln_bind_tensor(bd, "x", FAKE, 2, bad, NULL, KILN_DTYPE_BF16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_SHAPE, "wrong fixed dim -> SHAPE (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_tensor(bd, "x", FAKE, 1, xd, NULL, KILN_DTYPE_BF16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_SHAPE && strstr(kiln_rt_errmsg(rt), "rank"), "wrong rank -> SHAPE (%s)",
+     kiln_rt_errmsg(rt));
+  int64_t xd8[2] = {8, 4096};
+  kiln_bind_tensor(bd, "x", FAKE, 2, xd8, NULL, KILN_DTYPE_BF16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_SHAPE && strstr(kiln_rt_errmsg(rt), "dynamic dim T"),
+     "inconsistent dynamic dim -> SHAPE (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_tensor(bd, "x", FAKE, 2, xd, NULL, KILN_DTYPE_BF16);
+  OK(kiln_bind_dim(bd, "T", 9) == KILN_OK && kiln_bind_check(a, bd) == KILN_ERR_SHAPE,
+     "kiln_bind_dim disagreeing with shapes -> SHAPE (%s)", kiln_rt_errmsg(rt));
+  OK(kiln_bind_dim(bd, "T", 7) == KILN_OK && kiln_bind_check(a, bd) == KILN_OK,
+     "kiln_bind_dim agreeing with shapes passes");
+  OK(kiln_bind_dim(bd, "H", 4096) == KILN_OK, "binding a specialized dim to its value is fine");
+  OK(kiln_bind_dim(bd, "H", 2048) == KILN_ERR_SHAPE,
+     "binding a specialized dim to another value -> SHAPE");
+  OK(kiln_bind_dim(bd, "Q", 1) == KILN_ERR_NOT_FOUND, "unknown dim -> NOT_FOUND");
+  OK(kiln_bind_dim(bd, "T", -1) == KILN_ERR_SHAPE, "negative dim -> SHAPE");
+
+  int64_t strides_bad[2] = {4097, 1}, strides_ok[2] = {4096, 1};
+  kiln_bind_tensor(bd, "x", FAKE, 2, xd, strides_bad, KILN_DTYPE_BF16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_STRIDE, "bad strides -> STRIDE (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_tensor(bd, "x", FAKE, 2, xd, strides_ok, KILN_DTYPE_BF16);
+  OK(kiln_bind_check(a, bd) == KILN_OK, "explicit strides equal to the plan's pass");
+
+  kiln_bind_tensor(bd, "x", 0x1002, 2, xd, NULL, KILN_DTYPE_BF16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_ALIGN && strstr(kiln_rt_errmsg(rt), "0x1002"),
+     "misaligned pointer -> ALIGN (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_tensor(bd, "x", 0, 2, xd, NULL, KILN_DTYPE_BF16);
+  OK(kiln_bind_check(a, bd) == KILN_ERR_INVALID_ARG, "NULL pointer with elements -> INVALID_ARG");
+
+  /* T = 1: the stride of an extent-1 dim is irrelevant (torch gives arbitrary ones). */
+  kiln_bind_reset(bd);
+  int64_t one[2] = {1, 4096}, odd[2] = {12345, 1};
+  kiln_bind_tensor(bd, "x", FAKE, 2, one, odd, KILN_DTYPE_BF16);
+  kiln_bind_tensor(bd, "b", FAKE, 2, bdims, NULL, KILN_DTYPE_BF16);
+  kiln_bind_tensor(bd, "y", FAKE, 2, one, NULL, KILN_DTYPE_BF16);
+  kiln_bind_scalar(bd, "alpha", 1.0);
+  OK(kiln_bind_check(a, bd) == KILN_OK, "strides of extent-1 dims are not compared");
+  int64_t huge[2] = {(int64_t)1 << 40, 4096};
+  kiln_bind_tensor(bd, "x", FAKE, 2, huge, NULL, KILN_DTYPE_BF16);
+  kiln_bind_tensor(bd, "y", FAKE, 2, huge, NULL, KILN_DTYPE_BF16);
+  st = kiln_bind_check(a, bd);
+  OK(st == KILN_ERR_SHAPE && strstr(kiln_rt_errmsg(rt), "grid"),
+     "grid beyond the driver limit -> SHAPE (%s)", kiln_rt_errmsg(rt));
+  OK(kiln_bind_check(b, bd) == KILN_ERR_INVALID_ARG,
+     "binding used with another plan -> INVALID_ARG");
+  kiln_bind_destroy(bd);
+
+  /* add2d: both dims inferred, broadcast input; cluster 2 needs an even grid. */
+  kiln_bind *b2;
+  kiln_bind_create(b, &b2);
+  int64_t ad[2] = {3, 256}, bd1[1] = {256};
+  kiln_bind_tensor(b2, "a", FAKE, 2, ad, NULL, KILN_DTYPE_FP32);
+  kiln_bind_tensor(b2, "b", FAKE + 4, 1, bd1, NULL, KILN_DTYPE_FP32);
+  kiln_bind_tensor(b2, "y", FAKE, 2, ad, NULL, KILN_DTYPE_FP32);
+  st = kiln_bind_check(b, b2);
+  OK(st == KILN_ERR_SHAPE && strstr(kiln_rt_errmsg(rt), "cluster"),
+     "grid not a multiple of the cluster -> SHAPE (%s)", kiln_rt_errmsg(rt));
+  ad[0] = 4;
+  kiln_bind_tensor(b2, "a", FAKE, 2, ad, NULL, KILN_DTYPE_FP32);
+  kiln_bind_tensor(b2, "y", FAKE, 2, ad, NULL, KILN_DTYPE_FP32);
+  OK(kiln_bind_check(b, b2) == KILN_OK, "add2d binding with M, N inferred passes");
+
+  int version = 0;
+  st = kiln_rt_driver_version(rt, &version);
+  OK(st == KILN_OK || st == KILN_ERR_NO_DRIVER, "driver: %s%s%s (version %d)", kiln_errstr(st),
+     st ? ": " : "", st ? kiln_rt_errmsg(rt) : "", version);
+  if (st == KILN_ERR_NO_DRIVER) {
+    OK(kiln_launch(b, b2, NULL) == KILN_ERR_NO_DRIVER, "launch without a driver -> NO_DRIVER (%s)",
+       kiln_rt_errmsg(rt));
+    OK(kiln_plan_load(b) == KILN_ERR_NO_DRIVER, "plan load without a driver -> NO_DRIVER");
+  } else {
+    DIAG("a driver is present: launch paths are covered by tests/gpu/test_launch.c");
+  }
+  const kiln_devptr ptrs[3] = {FAKE, 0x1002, FAKE};
+  const int64_t dims[2] = {4, 256};
+  OK(kiln_launch_args(b, NULL, ptrs, NULL, dims) == KILN_ERR_ALIGN,
+     "positional launch checks alignment (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_destroy(b2);
+}
+
+static void test_writer_errors(void) {
+  kiln_err e = {0};
+  kiln_pack_writer *w = make_writer(&e);
+  void *before, *after;
+  size_t nbefore, nafter;
+  kiln_pack_writer_to_memory(w, &before, &nbefore, &e);
+  const char *archs[] = {"sm_90a"};
+  unsigned char buf[128];
+  kiln_blob im = fake_cubin(buf, sizeof buf, "x");
+  OK(kiln_pack_writer_add_plan(w, "{\"schema\": ", archs, 1, &im, &e) == -1 &&
+         strcmp(e.code, "E_JSON") == 0,
+     "malformed manifest -> E_JSON (%s)", e.msg);
+  OK(kiln_pack_writer_add_plan(w, "{\"schema\": \"kiln.graph\", \"version\": 1}", archs, 1, &im,
+                               &e) == -1 &&
+         strcmp(e.code, "E_JSON_VERSION") == 0,
+     "wrong schema -> E_JSON_VERSION (%s)", e.msg);
+  OK(kiln_pack_writer_add_plan(w, manifest_add2d, archs, 1, &im, &e) == -1 &&
+         strcmp(e.code, "E_PACK") == 0 && strstr(e.msg, "already"),
+     "duplicate plan -> E_PACK (%s)", e.msg);
+  const char *bad_dim =
+      "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"g\", \"dynamic\": [],"
+      " \"tensors\": [{\"uid\": 1, \"name\": \"x\", \"dtype\": \"fp32\", \"dims\": [\"Q\"],"
+      " \"role\": \"input\"}], \"kernels\": []}";
+  OK(kiln_pack_writer_add_plan(w, bad_dim, archs, 1, &im, &e) == -1 && strstr(e.msg, "'Q'"),
+     "unknown dim name -> E_PACK (%s)", e.msg);
+  const char *no_image =
+      "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"g2\", \"tensors\": [],"
+      " \"kernels\": [{\"symbol\": \"k\", \"block\": [32], \"grid\": [1], \"params\": []}]}";
+  kiln_blob none = {NULL, 0};
+  OK(kiln_pack_writer_add_plan(w, no_image, archs, 1, &none, &e) == -1 && strstr(e.msg, "image"),
+     "kernel without an image -> E_PACK (%s)", e.msg);
+  const char *bad_arch[] = {"sm90"};
+  OK(kiln_pack_writer_add_plan(w, no_image, bad_arch, 1, &im, &e) == -1 && strstr(e.msg, "arch"),
+     "bad arch string -> E_PACK (%s)", e.msg);
+  kiln_pack_writer_to_memory(w, &after, &nafter, &e);
+  OK(nbefore == nafter && memcmp(before, after, nbefore) == 0,
+     "failed adds leave the writer unchanged");
+  free(before);
+  free(after);
+  OK(kiln_pack_writer_add_plan(w, no_image, archs, 1, &im, &e) == 0, "a good plan still adds");
+  kiln_pack_writer_free(w);
+}
+
+static void test_inspect(const char *path, const unsigned char *good, size_t size,
+                         const char *tmp) {
+  kiln_err e = {0};
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  int rc = kiln_pack_inspect(path, out, &e);
+  fclose(out);
+  OK(rc == 0 && strstr(text, "plan bias_gelu [H=4096,W=8]") && strstr(text, "ceil(T*4096/2048)") &&
+         strstr(text, "sm_90a") && strstr(text, "compute_80") && strstr(text, "dynamic dims: M N"),
+     "kiln pack inspect lists plans, grid rules and archs");
+  if (rc == 0 && getenv("KILN_TEST_VERBOSE")) fputs(text, stdout);
+  free(text);
+  out = open_memstream(&text, &len);
+  rc = kiln_pack_verify(path, out, &e);
+  fclose(out);
+  OK(rc == 0 && strstr(text, "ok "), "kiln pack verify accepts a sound pack");
+  free(text);
+
+  char bad[4096];
+  snprintf(bad, sizeof bad, "%s/bad.kpack", tmp);
+  FILE *f = fopen(bad, "wb");
+  fwrite(good, 1, size - 7, f);
+  fclose(f);
+  out = open_memstream(&text, &len);
+  rc = kiln_pack_verify(bad, out, &e);
+  fclose(out);
+  OK(rc == -1 && strcmp(e.code, "E_PACK") == 0 && strstr(e.msg, "truncated"),
+     "kiln pack verify rejects a truncated pack (%s)", e.msg);
+  free(text);
+  snprintf(bad, sizeof bad, "%s/missing.kpack", tmp);
+  rc = kiln_pack_inspect(bad, stdout, &e);
+  OK(rc == -1 && strcmp(e.code, "E_IO") == 0, "inspect of a missing file -> E_IO (%s)", e.msg);
+}
+
+static void test_emit_c(const void *bytes, size_t size, const char *tmp) {
+  kiln_err e = {0};
+  char dir[4096], cmd[16384];
+  snprintf(dir, sizeof dir, "%s/gen", tmp);
+  OK(kiln_emit_c(dir, "testpack", bytes, size, &e) == 0, "emit-c writes C (%s)", e.msg);
+  OK(kiln_emit_c(dir, "1bad-name", bytes, size, &e) == -1,
+     "emit-c rejects a name that is no identifier");
+  snprintf(cmd, sizeof cmd, "%s/use.c", dir);
+  FILE *f = fopen(cmd, "w");
+  fputs(
+      "#include \"testpack.h\"\n"
+      "kiln_status use(kiln_rt *rt, struct CUstream_st *s);\n"
+      "kiln_status use(kiln_rt *rt, struct CUstream_st *s) {\n"
+      "  kiln_pack *pack;\n"
+      "  kiln_status st = testpack_load(rt, &pack);\n"
+      "  if (st != KILN_OK) return st;\n"
+      "  st = bias_gelu_H_4096_W_8_launch(pack, s, 1, 2, 0.5, 3, (int64_t)7);\n"
+      "  if (st == KILN_OK) st = add2d_launch(pack, s, 1, 2, 3, (int64_t)4, (int64_t)256);\n"
+      "  kiln_pack_close(pack);\n"
+      "  return st;\n"
+      "}\n",
+      f);
+  fclose(f);
+  if (system("gcc --version >/dev/null 2>&1") != 0) {
+    printf("ok %d - # SKIP no gcc to compile the generated C\n", ++tap_n);
+    return;
+  }
+  snprintf(cmd, sizeof cmd,
+           "gcc -std=c11 -Wall -Wextra -Werror -Iruntime -c -o %s/testpack.o %s/testpack.c && "
+           "gcc -std=c11 -Wall -Wextra -Werror -Iruntime -fsyntax-only %s/use.c",
+           dir, dir, dir);
+  OK(system(cmd) == 0, "generated C compiles with -Wall -Wextra -Werror; typed wrappers match");
+}
+
+int main(void) {
+  kiln_err e = {0};
+  char tmp[] = "/tmp/kiln-test-pack.XXXXXX";
+  if (!mkdtemp(tmp)) return TAP_SKIP_ALL("cannot create a temporary directory");
+
+  kiln_pack_writer *w = make_writer(&e);
+  OK(w != NULL, "writer takes two plans (%s)", e.msg);
+  if (!w) return TAP_PLAN(tap_n), 1;
+  void *bytes, *again;
+  size_t size, size2;
+  OK(kiln_pack_writer_to_memory(w, &bytes, &size, &e) == 0, "pack written to memory (%zu bytes)",
+     size);
+  kiln_pack_writer *w2 = make_writer(&e);
+  kiln_pack_writer_to_memory(w2, &again, &size2, &e);
+  OK(size == size2 && memcmp(bytes, again, size) == 0, "output is deterministic");
+  free(again);
+  kiln_pack_writer_free(w2);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/test.kpack", tmp);
+  OK(kiln_pack_writer_write(w, path, &e) == 0, "pack written to %s (%s)", path, e.msg);
+  kiln_pack_writer_free(w);
+
+  kiln_rt *rt;
+  OK(kiln_rt_create(&rt) == KILN_OK, "runtime created without touching the driver");
+  kiln_pack *from_file, *pack;
+  kiln_status st = kiln_pack_open(rt, path, &from_file);
+  OK(st == KILN_OK, "kiln_pack_open reads the file (%s)", kiln_rt_errmsg(rt));
+  st = kiln_pack_open(rt, "/nonexistent/x.kpack", &pack);
+  OK(st == KILN_ERR_IO && strstr(kiln_rt_errmsg(rt), "nonexistent"), "missing file -> IO (%s)",
+     kiln_rt_errmsg(rt));
+  OK(kiln_pack_open_memory(rt, bytes, size, &pack) == KILN_OK, "kiln_pack_open_memory");
+
+  test_plans(rt, pack);
+  test_binding(rt, pack);
+  test_corruption(rt, bytes, size);
+  test_writer_errors();
+  test_inspect(path, bytes, size, tmp);
+  test_emit_c(bytes, size, tmp);
+
+  OK(strcmp(kiln_errstr(KILN_ERR_PACK), kiln_errstr(KILN_ERR_ALIGN)) != 0 &&
+         kiln_dtype_from_name("bf16") == KILN_DTYPE_BF16 &&
+         kiln_dtype_size(KILN_DTYPE_INT64) == 8 && kiln_dtype_name((kiln_dtype)42) == NULL,
+     "status texts and dtype names");
+  kiln_pack_close(pack);
+  kiln_rt_destroy(rt); /* closes from_file too */
+  (void)from_file;
+  free(bytes);
+  if (getenv("KILN_TEST_KEEP")) {
+    printf("# kept %s\n", tmp);
+    TAP_PLAN(tap_n);
+    return TAP_DONE();
+  }
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+  if (system(cmd) != 0) DIAG("could not remove %s", tmp);
+  TAP_PLAN(tap_n);
+  return TAP_DONE();
+}
