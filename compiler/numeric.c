@@ -113,7 +113,7 @@ static int dtype_index(const char *dtype) {
   return -1;
 }
 
-int kiln_dtype_size(const char *dtype) {
+int kiln_dtype_name_size(const char *dtype) {
   int i = dtype_index(dtype);
   return i < 0 ? 0 : DTYPES[i].size;
 }

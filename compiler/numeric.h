@@ -27,7 +27,7 @@ double kiln_fp8_e8m0_value(uint8_t bits);
 /* dtype names: fp32 fp16 bf16 fp8_e4m3 fp8_e5m2 fp8_e8m0 int32 int64 bool fp64. */
 
 /* Element size in bytes; 0 for an unknown dtype. */
-int kiln_dtype_size(const char *dtype);
+int kiln_dtype_name_size(const char *dtype);
 
 /* Largest finite value of a float dtype (448 for fp8_e4m3, ...); 0 for non-float dtypes. */
 double kiln_dtype_max_finite(const char *dtype);

@@ -12,6 +12,7 @@
 #include "env.h"
 #include "pack_inspect.h"
 #include "pack_write.h"
+#include "run.h"
 #include "luahost.h"
 
 static int raise_err(lua_State *L, const kiln_err *e) {
@@ -255,6 +256,65 @@ static int l_pack_command(lua_State *L) {
   return 1;
 }
 
+/* kiln.c.device_arch() -> "sm_90a", "NVIDIA H200" */
+static int l_device_arch(lua_State *L) {
+  char arch[32], name[256];
+  kiln_err e = {0};
+  if (kiln_run_device_arch(arch, sizeof arch, name, sizeof name, &e) != 0) return raise_err(L, &e);
+  lua_pushstring(L, arch);
+  lua_pushstring(L, name);
+  return 2;
+}
+
+/* kiln.c.run{pack=, graph=, instance=, dims={NAME=N}, check=, bench=, iters=, seed=}
+ * -> {mismatched_outputs=, median_ms=, bytes=} */
+static int l_run(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  kiln_run_opts o = {0};
+  lua_getfield(L, 1, "pack");
+  o.pack = luaL_checklstring(L, -1, &o.pack_size);
+  lua_pop(L, 1);
+  o.graph = field_string(L, 1, "graph", 1);
+  o.instance = field_string(L, 1, "instance", 0);
+  const char *names[64];
+  int64_t values[64];
+  lua_getfield(L, 1, "dims");
+  if (lua_istable(L, -1)) {
+    lua_pushnil(L);
+    while (lua_next(L, -2) && o.ndims < 64) {
+      names[o.ndims] = lua_tostring(L, -2);
+      values[o.ndims++] = (int64_t)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  o.dim_names = names;
+  o.dim_values = values;
+  lua_getfield(L, 1, "check");
+  o.check = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "bench");
+  o.bench = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "iters");
+  o.iters = (int)lua_tointeger(L, -1);
+  lua_getfield(L, 1, "seed");
+  o.seed = (uint64_t)lua_tointeger(L, -1);
+  lua_pop(L, 4);
+  o.out = stdout;
+  fflush(stdout);
+  kiln_run_result r;
+  kiln_err e = {0};
+  if (kiln_run(&o, &r, &e) != 0) return raise_err(L, &e);
+  fflush(stdout);
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, r.mismatched_outputs);
+  lua_setfield(L, -2, "mismatched_outputs");
+  lua_pushnumber(L, r.median_ms);
+  lua_setfield(L, -2, "median_ms");
+  lua_pushnumber(L, r.bytes);
+  lua_setfield(L, -2, "bytes");
+  return 1;
+}
+
 /* kiln.c.env_report(json) -> 0; prints kiln env. */
 static int l_env_report(lua_State *L) {
   kiln_err e = {0};
@@ -267,6 +327,7 @@ void kiln_primitives_register(lua_State *L) {
   static const luaL_Reg fns[] = {{"compile", l_compile}, {"cache_command", l_cache_command},
                                  {"env_report", l_env_report}, {"cache_why", l_cache_why},
                                  {"pack_build", l_pack_build}, {"emit_c", l_emit_c},
-                                 {"pack_command", l_pack_command}, {NULL, NULL}};
+                                 {"pack_command", l_pack_command}, {"device_arch", l_device_arch},
+                                 {"run", l_run}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

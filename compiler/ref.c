@@ -334,7 +334,7 @@ static int parse_tensor(ref_graph *g, const json_t *jt, size_t idx, const kiln_r
   if (!json_is_string(dtype))
     return kiln_err_set(e, "E_JSON", "tensor uid %lld: dtype missing", (long long)t->uid);
   t->dtype = json_string_value(dtype);
-  if (kiln_dtype_size(t->dtype) == 0)
+  if (kiln_dtype_name_size(t->dtype) == 0)
     return kiln_err_set(e, "E_DTYPE", "tensor '%s': unknown dtype %s", t->name, t->dtype);
   if (!json_is_string(role) || parse_role(json_string_value(role), &t->role) != 0)
     return kiln_err_set(e, "E_JSON", "tensor '%s': role must be input, output, virtual, "

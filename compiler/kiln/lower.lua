@@ -1,7 +1,257 @@
 -- kiln.lower: splits a graph instance into kernel groups. Pointwise nodes fuse into the
--- group of their latest pointwise producer; every other node is a group of its own
--- (engines of later families absorb pointwise prologues and epilogues).
+-- group of their latest pointwise producer; every other node is a group of its own. Then
+-- each anchor (a norm, softmax or reduction node) absorbs the pointwise groups around it:
+--   prologue  elementwise ops that compute the anchor's element-space inputs from graph
+--             inputs (h = x + r before rmsnorm; h may also be a graph output)
+--   epilogue  elementwise ops that consume the anchor's element-space output (SiLU gate,
+--             scale, cast), with side chains of graph inputs (silu(gate)), and per-tensor
+--             amax reductions of such values (fp8 quantize)
+-- A merge happens only where it keeps the group graph acyclic and every value the fused
+-- kernel needs exists per element; anything else stays a group of its own.
+local shape = require "kiln.shape"
+
 local M = {}
+
+-- Per anchor op: `ins` are the input ports read per element of the anchor's element space,
+-- `outs` the outputs written per element (an epilogue reads these).
+M.ANCHORS = {
+  rmsnorm = { ins = { "input" }, outs = { "Y" } },
+  layernorm = { ins = { "input" }, outs = { "Y" } },
+  rmsnorm_backward = { ins = { "grad", "input" }, outs = { "DX" } },
+  layernorm_backward = { ins = { "grad", "input" }, outs = { "DX" } },
+  softmax = { ins = { "P" }, outs = { "S" } },
+  log_softmax = { ins = { "P" }, outs = { "S" } },
+  softmax_backward = { ins = { "grad", "output" }, outs = { "DX" } },
+  log_softmax_backward = { ins = { "grad", "output" }, outs = { "DX" } },
+  reduction = { ins = { "input" }, outs = {} },
+}
+
+local function same_dims(a, b) return shape.format(a) == shape.format(b) end
+
+local function all_ones(dims)
+  for _, d in ipairs(dims) do if d ~= 1 then return false end end
+  return true
+end
+
+-- The fusion pass over the initial groups (each with .nodes, .family).
+local function fuse(g, groups)
+  local order, gof = {}, {}
+  for i, n in ipairs(g.nodes) do order[n] = i end
+  local function refresh()
+    for _, grp in ipairs(groups) do
+      if not grp.dead then for _, n in ipairs(grp.nodes) do gof[n] = grp end end
+    end
+  end
+  refresh()
+  local consumers = g:consumers()
+  local function producer_group(uid)
+    local p = g.producers[uid]
+    return p and gof[p]
+  end
+  local function is_source(uid) return g.producers[uid] == nil end
+  -- uids a group reads that it does not produce, in a stable order
+  local function ext_inputs(grp)
+    local produced, list, seen = {}, {}, {}
+    for _, n in ipairs(grp.nodes) do for _, uid in pairs(n.outputs) do produced[uid] = true end end
+    for _, n in ipairs(grp.nodes) do
+      for _, p in ipairs(n.def.input_ports) do
+        local uid = n.inputs[p.name]
+        if uid and not produced[uid] and not seen[uid] then seen[uid] = true; list[#list + 1] = uid end
+      end
+    end
+    return list
+  end
+  local function deps(grp)
+    local d = {}
+    for _, uid in ipairs(ext_inputs(grp)) do
+      local pg = producer_group(uid)
+      if pg and pg ~= grp then d[pg] = true end
+    end
+    return d
+  end
+  -- Merging the set S is legal when no group outside S lies on a path between two members:
+  -- walk up from S through other groups; none of them may depend on a member of S.
+  local function legal(S)
+    local inS = {}
+    for _, grp in ipairs(S) do inS[grp] = true end
+    local up, stack = {}, {}
+    for _, grp in ipairs(S) do for d in pairs(deps(grp)) do stack[#stack + 1] = d end end
+    while #stack > 0 do
+      local x = table.remove(stack)
+      if not inS[x] and not up[x] then
+        up[x] = true
+        for d in pairs(deps(x)) do stack[#stack + 1] = d end
+      end
+    end
+    for _, grp in ipairs(groups) do
+      if not grp.dead and up[grp] then
+        for d in pairs(deps(grp)) do if inS[d] then return false end end
+      end
+    end
+    return true
+  end
+  local function nodes_have_dims(grp, dims)
+    for _, n in ipairs(grp.nodes) do
+      for _, uid in pairs(n.outputs) do
+        if not same_dims(g.by_uid[uid].dims, dims) then return false end
+      end
+    end
+    return true
+  end
+  local function only_sources(grp)
+    for _, uid in ipairs(ext_inputs(grp)) do if not is_source(uid) then return false end end
+    return true
+  end
+  -- every virtual tensor grp produces is read only by nodes `allowed(node, uid)` accepts
+  local function virtuals_stay(grp, allowed)
+    for _, n in ipairs(grp.nodes) do
+      for _, uid in pairs(n.outputs) do
+        if g.by_uid[uid].role == "virtual" then
+          for _, c in ipairs(consumers[uid] or {}) do
+            if gof[c] ~= grp and not allowed(c, uid) then return false end
+          end
+        end
+      end
+    end
+    return true
+  end
+  local function merge(A, list, role)
+    for _, grp in ipairs(list) do
+      for _, n in ipairs(grp.nodes) do
+        A.nodes[#A.nodes + 1] = n
+        local into = role == "epilogue" and A.epilogue or (role == "amax" and A.amax or A.prologue)
+        into[#into + 1] = n
+      end
+      grp.dead = true
+    end
+    local function by_order(a, b) return order[a] < order[b] end
+    table.sort(A.nodes, by_order)
+    table.sort(A.prologue, by_order)
+    table.sort(A.epilogue, by_order)
+    table.sort(A.amax, by_order)
+    refresh()
+  end
+
+  for _, A in ipairs(groups) do
+    local a = A.anchor
+    local spec = a and M.ANCHORS[a.op]
+    if spec and not A.dead then
+      A.prologue, A.epilogue, A.amax = {}, {}, {}
+      local eports = {}
+      for _, p in ipairs(spec.ins) do eports[p] = true end
+      local space = a.inputs[spec.ins[1]] and g.by_uid[a.inputs[spec.ins[1]]].dims
+      -- prologue: pointwise groups computing element-space inputs from graph inputs
+      for _, port in ipairs(spec.ins) do
+        local uid = a.inputs[port]
+        local P = uid and producer_group(uid)
+        if P and P ~= A and P.family == "pointwise" and only_sources(P) and nodes_have_dims(P, space)
+          and virtuals_stay(P, function(c, v)
+            if c ~= a then return false end
+            for _, pp in ipairs(a.def.input_ports) do
+              if a.inputs[pp.name] == v and not eports[pp.name] then return false end
+            end
+            return true
+          end)
+          and legal({ A, P }) then
+          merge(A, { P }, "prologue")
+        end
+      end
+      -- epilogue: values an epilogue may read from the fused group, per element
+      local out_dims = #spec.outs > 0 and a.outputs[spec.outs[1]] and g.by_uid[a.outputs[spec.outs[1]]].dims
+      local readable = {}
+      for _, p in ipairs(spec.outs) do if a.outputs[p] then readable[a.outputs[p]] = true end end
+      for _, p in ipairs(spec.ins) do if a.inputs[p] then readable[a.inputs[p]] = true end end
+      local changed = out_dims ~= nil
+      while changed do
+        changed = false
+        for _, Q in ipairs(groups) do
+          if not Q.dead and Q ~= A then
+            local from_A, others, ok = 0, {}, true
+            for _, uid in ipairs(ext_inputs(Q)) do
+              local pg = producer_group(uid)
+              if pg == A then
+                if readable[uid] then from_A = from_A + 1 else ok = false end
+              elseif pg then
+                others[#others + 1] = pg
+              end
+            end
+            if ok and from_A > 0 and Q.family == "pointwise" and nodes_have_dims(Q, out_dims) then
+              local set, S = { [Q] = true, [A] = true }, { A, Q }
+              for _, side in ipairs(others) do
+                if not set[side] then
+                  set[side] = true
+                  S[#S + 1] = side
+                  if side.family ~= "pointwise" or not only_sources(side) or not nodes_have_dims(side, out_dims) then ok = false end
+                end
+              end
+              for i = 3, #S do
+                if ok and not virtuals_stay(S[i], function(c) return set[gof[c]] end) then ok = false end
+              end
+              if ok and legal(S) then
+                local list = {}
+                for i = 2, #S do list[#list + 1] = S[i] end
+                merge(A, list, "epilogue")
+                for _, grp in ipairs(list) do
+                  for _, n in ipairs(grp.nodes) do
+                    for _, uid in pairs(n.outputs) do readable[uid] = true end
+                  end
+                end
+                changed = true
+              end
+            elseif ok and from_A == 1 and #others == 0 and Q.family == "reduction" and #Q.nodes == 1 then
+              local r = Q.nodes[1]
+              local y = g.by_uid[r.outputs.Y]
+              if r.attrs.mode == "amax" and all_ones(y.dims) and y.role == "output" and y.dtype == "fp32"
+                and same_dims(g.by_uid[r.inputs.input].dims, out_dims) and legal({ A, Q }) then
+                merge(A, { Q }, "amax")
+                changed = true
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+end
+
+-- Groups in dependency order; among ready groups the one whose first node comes first.
+local function ordered(g, groups)
+  local order, gof = {}, {}
+  for i, n in ipairs(g.nodes) do order[n] = i end
+  for _, grp in ipairs(groups) do for _, n in ipairs(grp.nodes) do gof[n] = grp end end
+  local indeg, users = {}, {}
+  for _, grp in ipairs(groups) do
+    grp.first = order[grp.nodes[1]]
+    indeg[grp], users[grp] = 0, {}
+  end
+  for _, grp in ipairs(groups) do
+    local seen = {}
+    for _, n in ipairs(grp.nodes) do
+      for _, uid in pairs(n.inputs) do
+        local p = g.producers[uid]
+        local pg = p and gof[p]
+        if pg and pg ~= grp and not seen[pg] then
+          seen[pg] = true
+          indeg[grp] = indeg[grp] + 1
+          table.insert(users[pg], grp)
+        end
+      end
+    end
+  end
+  local out, ready = {}, {}
+  for _, grp in ipairs(groups) do if indeg[grp] == 0 then ready[#ready + 1] = grp end end
+  while #ready > 0 do
+    table.sort(ready, function(a, b) return a.first > b.first end)
+    local grp = table.remove(ready)
+    out[#out + 1] = grp
+    for _, u in ipairs(users[grp]) do
+      indeg[u] = indeg[u] - 1
+      if indeg[u] == 0 then ready[#ready + 1] = u end
+    end
+  end
+  assert(#out == #groups, "kiln.lower: kernel groups form a cycle")
+  return out
+end
 
 function M.lower(g)
   local groups, group_of_tensor = {}, {}
@@ -15,10 +265,22 @@ function M.lower(g)
       grp = groups[latest]
     else
       grp = { index = #groups + 1, family = node.def.family, nodes = {} }
+      if node.def.family ~= "pointwise" then grp.anchor = node end
       groups[#groups + 1] = grp
     end
     grp.nodes[#grp.nodes + 1] = node
     for _, uid in pairs(node.outputs) do group_of_tensor[uid] = grp.index end
+  end
+  fuse(g, groups)
+  local live = {}
+  for _, grp in ipairs(groups) do if not grp.dead then live[#live + 1] = grp end end
+  groups = ordered(g, live)
+  group_of_tensor = {}
+  for i, grp in ipairs(groups) do
+    grp.index, grp.first = i, nil
+    for _, node in ipairs(grp.nodes) do
+      for _, uid in pairs(node.outputs) do group_of_tensor[uid] = i end
+    end
   end
   local consumers = g:consumers()
   for _, grp in ipairs(groups) do
@@ -43,6 +305,7 @@ function M.lower(g)
     end
     table.sort(inputs)
     table.sort(outputs)
+    table.sort(spills)
     grp.inputs, grp.outputs, grp.spills = inputs, outputs, spills
   end
   return groups

@@ -57,7 +57,7 @@ local function budgeted(fn, ...)
 end
 
 -- The dims of a graph spec: { name = {kind = "dynamic"} | {kind = "fixed", values = {...}} }.
-local function parse_dims(gs, sets)
+local function parse_dims(gs, sets, keep_dynamic)
   local out = {}
   for name, v in pairs(gs.def.dims or {}) do
     if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
@@ -78,7 +78,10 @@ local function parse_dims(gs, sets)
     end
   end
   for name, value in pairs(sets or {}) do
-    if out[name] then out[name] = { kind = "fixed", values = { value } } end
+    -- keep_dynamic: --set gives a dynamic dim its run-time value, not a specialization
+    if out[name] and not (keep_dynamic and out[name].kind == "dynamic") then
+      out[name] = { kind = "fixed", values = { value } }
+    end
   end
   return out
 end
@@ -191,7 +194,8 @@ local function instantiate(gs, dims, combo)
   return g:finish(outs)
 end
 
--- Loads a spec file: returns a list of graph instances (opts.set = {DIM = value}).
+-- Loads a spec file: returns a list of graph instances (opts.set = {DIM = value};
+-- opts.keep_dynamic leaves dynamic dims dynamic).
 function M.load(path, opts)
   opts = opts or {}
   local text, err = c.read_file(path)
@@ -229,7 +233,7 @@ function M.load(path, opts)
       gs.file = gs.file or path
       gs.line = gs.line or graph_line(gs.name)
       if opts.graph == nil or opts.graph == gs.name then
-        local dims = parse_dims(gs, opts.set)
+        local dims = parse_dims(gs, opts.set, opts.keep_dynamic)
         for _, combo in ipairs(combinations(dims)) do
           local ok, g = pcall(instantiate, gs, dims, combo)
           if not ok then

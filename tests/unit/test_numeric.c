@@ -84,13 +84,13 @@ int main(void) {
   OK(kiln_round_to("bool", 0.5) == 1 && kiln_round_to("bool", 0.0) == 0 &&
      kiln_round_to("bool", -3) == 1, "bool 0/1");
   OK(same(kiln_round_to("fp64", 0.1), 0.1), "fp64 unchanged");
-  OK(kiln_dtype_size("fp32") == 4 && kiln_dtype_size("fp16") == 2 &&
-     kiln_dtype_size("bf16") == 2 && kiln_dtype_size("fp8_e4m3") == 1 &&
-     kiln_dtype_size("fp8_e5m2") == 1 && kiln_dtype_size("fp8_e8m0") == 1 &&
-     kiln_dtype_size("int32") == 4 && kiln_dtype_size("int64") == 8 &&
-     kiln_dtype_size("bool") == 1 && kiln_dtype_size("fp64") == 8,
+  OK(kiln_dtype_name_size("fp32") == 4 && kiln_dtype_name_size("fp16") == 2 &&
+     kiln_dtype_name_size("bf16") == 2 && kiln_dtype_name_size("fp8_e4m3") == 1 &&
+     kiln_dtype_name_size("fp8_e5m2") == 1 && kiln_dtype_name_size("fp8_e8m0") == 1 &&
+     kiln_dtype_name_size("int32") == 4 && kiln_dtype_name_size("int64") == 8 &&
+     kiln_dtype_name_size("bool") == 1 && kiln_dtype_name_size("fp64") == 8,
      "dtype sizes 4 2 2 1 1 1 4 8 1 8");
-  OK(kiln_dtype_size("fp4") == 0 && kiln_dtype_size(NULL) == 0, "unknown dtype size 0");
+  OK(kiln_dtype_name_size("fp4") == 0 && kiln_dtype_name_size(NULL) == 0, "unknown dtype size 0");
 
   /* encode / decode */
   double src[4] = {1.0, -2.0, 1.0 / 3, 500.0}, back[4];

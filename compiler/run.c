@@ -1,0 +1,328 @@
+/* kiln compiler: `kiln run` — random inputs (fresh per run, never zeros), poisoned outputs,
+ * one launch through libkilnrt, every output compared with the reference executor under
+ * dtype-aware tolerances, and optional timing with CUDA events (median after warm-up). */
+#include "run.h"
+
+#include <cuda.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_dl.h"
+#include "kiln.h"
+#include "numeric.h"
+#include "ref.h"
+
+typedef struct run_tensor {
+  kiln_tensor_info info;
+  int64_t dims[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+  size_t numel, span, elem;
+  double *logical;  /* row-major values (inputs: as stored on the device) */
+  double *result;   /* outputs: what the kernel wrote */
+  void *host;       /* physical (strided) bytes */
+  CUdeviceptr dev;
+} run_tensor;
+
+/* atol + rtol·|ref| per output dtype: one or two units in the last place of the stored
+ * type, with an absolute floor for values near zero. */
+static void tolerance(kiln_dtype d, double *atol, double *rtol) {
+  switch (d) {
+    case KILN_DTYPE_FP32: *atol = 1e-5, *rtol = 1e-5; break;
+    case KILN_DTYPE_FP16: *atol = 1e-3, *rtol = 2e-3; break;
+    case KILN_DTYPE_BF16: *atol = 1e-2, *rtol = 1e-2; break;
+    case KILN_DTYPE_FP8_E4M3: *atol = 2e-2, *rtol = 0.13; break;
+    case KILN_DTYPE_FP8_E5M2: *atol = 4e-2, *rtol = 0.26; break;
+    default: *atol = 0, *rtol = 0; break;
+  }
+}
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static double uniform(uint64_t *s) { return (splitmix(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double normal(uint64_t *s) {
+  double u = uniform(s), v = uniform(s);
+  return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+
+/* Random values that suit the dtype: normals for floats, small integers, 0/1 for bool. */
+static double random_value(kiln_dtype d, kiln_role role, uint64_t *s) {
+  if (role == KILN_ROLE_SCALAR) return 0.5 + uniform(s);
+  switch (d) {
+    case KILN_DTYPE_BOOL: return (double)(splitmix(s) & 1);
+    case KILN_DTYPE_INT32:
+    case KILN_DTYPE_INT64: return (double)((int64_t)(splitmix(s) % 17) - 8);
+    case KILN_DTYPE_FP8_E8M0: return ldexp(1.0, (int)(splitmix(s) % 16) - 8);
+    default: return normal(s);
+  }
+}
+
+/* Physical element offset of logical index i (row-major over dims). */
+static size_t physical_offset(const run_tensor *t, size_t i) {
+  size_t off = 0;
+  for (int k = t->info.ndim - 1; k >= 0; k--) {
+    int64_t d = t->dims[k];
+    off += (size_t)((int64_t)(i % (size_t)d) * t->strides[k]);
+    i /= (size_t)d;
+  }
+  return off;
+}
+
+static int eval_expr(const char *expr, const char *const *names, const int64_t *values, int n, int64_t *out) {
+  int64_t v = 1;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", expr);
+  for (char *save = NULL, *tok = strtok_r(buf, "*", &save); tok; tok = strtok_r(NULL, "*", &save)) {
+    char *end;
+    long long lit = strtoll(tok, &end, 10);
+    if (*end == '\0') { v *= lit; continue; }
+    int found = 0;
+    for (int i = 0; i < n; i++)
+      if (strcmp(names[i], tok) == 0) { v *= values[i]; found = 1; break; }
+    if (!found) return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int kiln_run_device_arch(char *arch, size_t n, char *name, size_t name_n, kiln_err *e) {
+  kiln_rt *rt = NULL;
+  if (kiln_rt_create(&rt) != KILN_OK) return kiln_err_set(e, "E_CUDA", "cannot create the kiln runtime");
+  int version;
+  if (kiln_rt_driver_version(rt, &version) != KILN_OK) {
+    kiln_err_set(e, "E_CUDA", "%s", kiln_rt_errmsg(rt));
+    kiln_rt_destroy(rt);
+    return -1;
+  }
+  kiln_rt_destroy(rt);
+  int count = 0, major = 0, minor = 0;
+  CUdevice dev;
+  if (kiln__cu.DeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
+    return kiln_err_set(e, "E_CUDA", "no CUDA device");
+  if (kiln__cu.DeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      kiln__cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+      kiln__cu.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+    return kiln_err_set(e, "E_CUDA", "cannot query device 0");
+  if (name && kiln__cu.DeviceGetName(name, (int)name_n, dev) != CUDA_SUCCESS) snprintf(name, name_n, "?");
+  /* arch-specific ("a") targets where the chip has them: Hopper and datacenter Blackwell */
+  snprintf(arch, n, "sm_%d%d%s", major, minor, (major == 9 || major == 10) ? "a" : "");
+  return 0;
+}
+
+#define CU(call)                                                                         \
+  do {                                                                                   \
+    CUresult r_ = (call);                                                                \
+    if (r_ != CUDA_SUCCESS) {                                                            \
+      char d_[256];                                                                      \
+      kiln__cuda_describe(r_, d_, sizeof d_);                                            \
+      rc = kiln_err_set(e, "E_CUDA", "%s failed: %s", #call, d_);                        \
+      goto done;                                                                         \
+    }                                                                                    \
+  } while (0)
+#define RT(call)                                                                         \
+  do {                                                                                   \
+    kiln_status s_ = (call);                                                             \
+    if (s_ != KILN_OK) {                                                                 \
+      rc = kiln_err_set(e, "E_CUDA", "%s: %s: %s", #call, kiln_errstr(s_), kiln_rt_errmsg(rt)); \
+      goto done;                                                                         \
+    }                                                                                    \
+  } while (0)
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* Compares one output with the reference; prints a line; returns 1 when it mismatches. */
+static int compare_output(const run_tensor *t, const double *ref, FILE *out) {
+  double atol, rtol, max_abs = 0, max_rel = 0, num = 0, den = 0;
+  tolerance(t->info.dtype, &atol, &rtol);
+  size_t bad = 0, first_bad = (size_t)-1;
+  for (size_t i = 0; i < t->numel; i++) {
+    double g = t->result[i], r = ref[i];
+    if (isnan(r) && isnan(g)) continue;
+    double d = fabs(g - r);
+    if (isnan(g) || isnan(r) || d > atol + rtol * fabs(r)) {
+      if (!bad) first_bad = i;
+      bad++;
+    }
+    if (!isnan(d)) {
+      if (d > max_abs) max_abs = d;
+      if (fabs(r) > 0 && d / fabs(r) > max_rel) max_rel = d / fabs(r);
+      num += d * d;
+      den += r * r;
+    }
+  }
+  fprintf(out, "  %-14s %-8s %9zu elements: max abs %.3g, max rel %.3g, rel L2 %.3g, %zu outside %.0e + %.0e|ref| — %s\n",
+          t->info.name, kiln_dtype_name(t->info.dtype), t->numel, max_abs, max_rel, den > 0 ? sqrt(num / den) : sqrt(num),
+          bad, atol, rtol, bad ? "MISMATCH" : "ok");
+  if (bad)
+    fprintf(out, "    first mismatch at element %zu: kiln %.9g, reference %.9g\n", first_bad, t->result[first_bad],
+            ref[first_bad]);
+  return bad != 0;
+}
+
+int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
+  int rc = 0;
+  memset(res, 0, sizeof *res);
+  kiln_rt *rt = NULL;
+  kiln_pack *pack = NULL;
+  kiln_plan *plan = NULL;
+  kiln_bind *b = NULL;
+  run_tensor *ts = NULL;
+  kiln_ref_buffer *bufs = NULL;
+  double **refs = NULL;
+  CUevent ev[2] = {0, 0};
+  float *times = NULL;
+  CUdevice dev = 0;
+  int have_ctx = 0, nt = 0;
+  uint64_t seed = o->seed ? o->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)clock();
+  FILE *out = o->out ? o->out : stdout;
+
+  if (kiln_rt_create(&rt) != KILN_OK) return kiln_err_set(e, "E_CUDA", "cannot create the kiln runtime");
+  int version;
+  RT(kiln_rt_driver_version(rt, &version));
+  CUcontext ctx;
+  CU(kiln__cu.DeviceGet(&dev, 0));
+  CU(kiln__cu.DevicePrimaryCtxRetain(&ctx, dev));
+  have_ctx = 1;
+  CU(kiln__cu.CtxSetCurrent(ctx));
+  RT(kiln_pack_open_memory(rt, o->pack, o->pack_size, &pack));
+  RT(kiln_plan_get(pack, o->graph, o->instance, &plan));
+  kiln_plan_info pi;
+  RT(kiln_plan_info_get(plan, &pi));
+  RT(kiln_bind_create(plan, &b));
+  nt = pi.ntensors;
+  ts = calloc((size_t)nt, sizeof *ts);
+  bufs = calloc((size_t)nt + 1, sizeof *bufs);
+  refs = calloc((size_t)nt + 1, sizeof *refs);
+  if (!ts || !bufs || !refs) { rc = kiln_err_set(e, "E_IO", "out of memory"); goto done; }
+  for (int d = 0; d < o->ndims; d++) RT(kiln_bind_dim(b, o->dim_names[d], o->dim_values[d]));
+  fprintf(out, "run %s%s%s%s: seed %llu\n", pi.graph, *pi.instance ? " [" : "", pi.instance, *pi.instance ? "]" : "",
+          (unsigned long long)seed);
+  int nbufs = 0;
+  for (int i = 0; i < nt; i++) {
+    run_tensor *t = &ts[i];
+    RT(kiln_plan_tensor(plan, i, &t->info));
+    kiln_role role = t->info.role;
+    if (role == KILN_ROLE_VIRTUAL || role == KILN_ROLE_CONSTANT) continue;
+    t->numel = 1;
+    t->span = 1;
+    for (int k = 0; k < t->info.ndim; k++) {
+      t->dims[k] = t->info.dims[k];
+      if (t->dims[k] < 0 && eval_expr(t->info.dim_names[k], o->dim_names, o->dim_values, o->ndims, &t->dims[k]) != 0) {
+        rc = kiln_err_set(e, "E_USAGE", "dynamic dim %s of %s has no value (use --set %s=N)", t->info.dim_names[k],
+                          t->info.name, t->info.dim_names[k]);
+        goto done;
+      }
+      t->strides[k] = t->info.strides[k];
+      if (t->strides[k] < 0 &&
+          eval_expr(t->info.stride_exprs[k], o->dim_names, o->dim_values, o->ndims, &t->strides[k]) != 0) {
+        rc = kiln_err_set(e, "E_USAGE", "stride %s of %s has no value", t->info.stride_exprs[k], t->info.name);
+        goto done;
+      }
+      t->numel *= (size_t)t->dims[k];
+      t->span += (size_t)((t->dims[k] - 1) * t->strides[k]);
+    }
+    if (t->numel == 0) t->span = 0;
+    t->elem = kiln_dtype_size(t->info.dtype);
+    const char *dname = kiln_dtype_name(t->info.dtype);
+    t->logical = calloc(t->numel + 1, sizeof(double));
+    t->host = calloc(t->span + 1, t->elem);
+    if (!t->logical || !t->host) { rc = kiln_err_set(e, "E_IO", "out of memory for %s", t->info.name); goto done; }
+    res->bytes += (double)(t->numel * t->elem);
+    bufs[nbufs].uid = t->info.uid;
+    bufs[nbufs].numel = t->numel;
+    if (role == KILN_ROLE_SCALAR) {
+      t->logical[0] = kiln_round_to("fp32", random_value(t->info.dtype, role, &seed));
+      RT(kiln_bind_scalar(b, t->info.name, t->logical[0]));
+      bufs[nbufs++].data = t->logical;
+      continue;
+    }
+    CU(kiln__cu.MemAlloc(&t->dev, t->span * t->elem + 16));
+    if (role == KILN_ROLE_INPUT) {
+      for (size_t j = 0; j < t->numel; j++) {
+        double v = kiln_round_to(dname, random_value(t->info.dtype, role, &seed));
+        t->logical[j] = v;
+        if (kiln_encode(dname, &v, (char *)t->host + physical_offset(t, j) * t->elem, 1) != 0) {
+          rc = kiln_err_set(e, "E_DTYPE", "cannot encode %s", dname);
+          goto done;
+        }
+      }
+      CU(kiln__cu.MemcpyHtoD(t->dev, t->host, t->span * t->elem));
+      bufs[nbufs++].data = t->logical;
+    } else {
+      CU(kiln__cu.MemsetD8(t->dev, 0xff, t->span * t->elem)); /* poison: NaN for every float type */
+      refs[i] = calloc(t->numel + 1, sizeof(double));
+      t->result = calloc(t->numel + 1, sizeof(double));
+      if (!refs[i] || !t->result) { rc = kiln_err_set(e, "E_IO", "out of memory"); goto done; }
+      bufs[nbufs].data = refs[i];
+      nbufs++;
+    }
+    RT(kiln_bind_tensor(b, t->info.name, (kiln_devptr)t->dev, t->info.ndim, t->dims, t->strides, t->info.dtype));
+  }
+  RT(kiln_launch(plan, b, NULL));
+  CU(kiln__cu.CtxSynchronize());
+  for (int i = 0; i < nt; i++) {
+    run_tensor *t = &ts[i];
+    if (t->info.role != KILN_ROLE_OUTPUT) continue;
+    CU(kiln__cu.MemcpyDtoH(t->host, t->dev, t->span * t->elem));
+    for (size_t j = 0; j < t->numel; j++)
+      kiln_decode(kiln_dtype_name(t->info.dtype), (char *)t->host + physical_offset(t, j) * t->elem, &t->result[j], 1);
+  }
+  if (o->check) {
+    kiln_ref_dim rd[KILN_PACK_MAX_DYN];
+    int nd = o->ndims < KILN_PACK_MAX_DYN ? o->ndims : KILN_PACK_MAX_DYN;
+    for (int d = 0; d < nd; d++) rd[d] = (kiln_ref_dim){o->dim_names[d], o->dim_values[d]};
+    if (kiln_ref_eval(pi.graph_json, rd, nd, bufs, nbufs, e) != 0) {
+      rc = kiln_err_wrap(e, "reference executor");
+      goto done;
+    }
+    for (int i = 0; i < nt; i++)
+      if (ts[i].info.role == KILN_ROLE_OUTPUT) res->mismatched_outputs += compare_output(&ts[i], refs[i], out);
+  }
+  if (o->bench) {
+    int iters = o->iters > 0 ? o->iters : 100;
+    times = calloc((size_t)iters, sizeof *times);
+    if (!times) { rc = kiln_err_set(e, "E_IO", "out of memory"); goto done; }
+    CU(kiln__cu.EventCreate(&ev[0], CU_EVENT_DEFAULT));
+    CU(kiln__cu.EventCreate(&ev[1], CU_EVENT_DEFAULT));
+    for (int w = 0; w < 10; w++) RT(kiln_launch(plan, b, NULL));
+    for (int it = 0; it < iters; it++) {
+      CU(kiln__cu.EventRecord(ev[0], NULL));
+      RT(kiln_launch(plan, b, NULL));
+      CU(kiln__cu.EventRecord(ev[1], NULL));
+      CU(kiln__cu.EventSynchronize(ev[1]));
+      CU(kiln__cu.EventElapsedTime(&times[it], ev[0], ev[1]));
+    }
+    qsort(times, (size_t)iters, sizeof *times, cmp_float);
+    res->median_ms = times[iters / 2];
+    fprintf(out, "  time: median %.4f ms (p10 %.4f, p90 %.4f) over %d launches; %.1f MB moved, %.3f TB/s\n",
+            res->median_ms, times[iters / 10], times[iters * 9 / 10], iters, res->bytes / 1e6,
+            res->bytes / (res->median_ms * 1e-3) / 1e12);
+  }
+done:
+  if (ev[0]) kiln__cu.EventDestroy(ev[0]);
+  if (ev[1]) kiln__cu.EventDestroy(ev[1]);
+  free(times);
+  for (int i = 0; ts && i < nt; i++) {
+    if (ts[i].dev) kiln__cu.MemFree(ts[i].dev);
+    free(ts[i].logical);
+    free(ts[i].result);
+    free(ts[i].host);
+    if (refs) free(refs[i]);
+  }
+  free(ts);
+  free(refs);
+  free(bufs);
+  if (b) kiln_bind_destroy(b);
+  if (pack) kiln_pack_close(pack);
+  kiln_rt_destroy(rt);
+  if (have_ctx) kiln__cu.DevicePrimaryCtxRelease(dev);
+  return rc;
+}

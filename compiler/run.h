@@ -1,0 +1,39 @@
+/* kiln compiler: `kiln run` — launch a plan on the GPU with fresh random inputs, compare
+ * every output with the reference executor, and optionally time it. */
+#ifndef KILN_RUN_H
+#define KILN_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "err.h"
+
+typedef struct kiln_run_opts {
+  const void *pack;        /* pack bytes holding the plan */
+  size_t pack_size;
+  const char *graph, *instance;
+  const char *const *dim_names; /* values of the plan's dynamic dims */
+  const int64_t *dim_values;
+  int ndims;
+  int check;               /* compare with the reference executor */
+  int bench;               /* time the launch */
+  int iters;               /* timed launches (default 100) */
+  uint64_t seed;           /* 0: fresh from the clock */
+  FILE *out;               /* report lines */
+} kiln_run_opts;
+
+typedef struct kiln_run_result {
+  int mismatched_outputs;  /* outputs outside tolerance */
+  double median_ms;        /* bench: median time per launch */
+  double bytes;            /* minimal bytes the plan moves (inputs read + outputs written once) */
+} kiln_run_result;
+
+/* The arch string of device 0 ("sm_90a" for compute capability 9.0); E_CUDA without one. */
+int kiln_run_device_arch(char *arch, size_t n, char *name, size_t name_n, kiln_err *e);
+
+/* 0 with r filled (check mismatches are reported in r, not as an error), -1 with e on a
+ * failure to run at all. */
+int kiln_run(const kiln_run_opts *o, kiln_run_result *r, kiln_err *e);
+
+#endif
