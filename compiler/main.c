@@ -7,6 +7,7 @@
 #include "err.h"
 #include "luahost.h"
 #include "primitives.h"
+#include "run.h"
 
 /* Message handler: keeps typed error tables as they are, adds a traceback to the rest. */
 static int on_error(lua_State *L) {
@@ -33,6 +34,7 @@ static int report(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
+  kiln_main_start_ms = kiln_now_ms();
   kiln_err e = {0};
   lua_State *L = kiln_host_open(&e);
   if (!L) {

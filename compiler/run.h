@@ -29,6 +29,11 @@ typedef struct kiln_run_result {
   double bytes;            /* minimal bytes the plan moves (inputs read + outputs written once) */
 } kiln_run_result;
 
+/* CLOCK_MONOTONIC ms at the start of main (set by the kiln executable), so kiln run can
+ * report kiln's own part of start-up to first launch. */
+extern double kiln_main_start_ms;
+double kiln_now_ms(void);
+
 /* The arch string of device 0 ("sm_90a" for compute capability 9.0); E_CUDA without one. */
 int kiln_run_device_arch(char *arch, size_t n, char *name, size_t name_n, kiln_err *e);
 

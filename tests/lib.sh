@@ -1,6 +1,7 @@
 # kiln shell-test helpers: TAP output for prove. Source from a tests/*.t script.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")" || exit 1
+while [ ! -f build.ninja ] && [ "$PWD" != / ]; do cd ..; done   # the repo root
 KILN=${KILN:-$PWD/build/kiln}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
