@@ -7,7 +7,8 @@ bad=(
   "syntax E_SYNTAX" "unknown_op E_UNKNOWN_OP" "shape_mismatch E_SHAPE" "dtype_mismatch E_DTYPE"
   "os_execute E_SANDBOX" "io_open E_SANDBOX" "require_other E_SANDBOX" "infinite_loop E_LIMIT"
   "loop_in_body E_LIMIT" "memory_bomb E_LIMIT" "bad_attr E_ATTR" "missing_input E_PORT"
-  "undeclared_dim E_SPEC" "no_outputs E_SPEC" "matmul_k E_SHAPE"
+  "undeclared_dim E_SPEC" "no_outputs E_SPEC" "matmul_k E_SHAPE" "compare_to_float E_DTYPE"
+  "leaky_without_slope E_ATTR"
 )
 json=("bad_version E_JSON_VERSION" "duplicate_uid E_UID" "dangling E_DANGLING" "malformed E_JSON"
       "bad_shape E_SHAPE" "unknown_op E_UNKNOWN_OP")

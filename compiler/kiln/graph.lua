@@ -198,6 +198,7 @@ function Graph:op(opname, ...)
   local attrs_given = {}
   if args.n > 0 and type(args[args.n]) == "table" and not M.is_tensor(args[args.n]) then
     attrs_given = args[args.n]
+    args[args.n] = nil  -- the attribute table is no positional input
     args.n = args.n - 1
   end
   local node_name = attrs_given.name
@@ -238,6 +239,9 @@ function Graph:op(opname, ...)
   if compute ~= nil then
     compute = dtypes.canonical(compute) or errors.raise("E_DTYPE", "%s: unknown compute_data_type '%s'", where, tostring(compute))
   end
+  for _, a in ipairs((def.alias_requires or {})[opname] or {}) do
+    if rest[a] == nil then errors.raise("E_ATTR", "%s: %s needs attribute '%s'", where, opname, a) end
+  end
   local attrs = check_attrs(def, rest, where)
   local ctx = make_ctx(self, where, compute)
   local outs = def.infer(ctx, ins, attrs) or {}
@@ -252,6 +256,15 @@ function Graph:op(opname, ...)
       local dt = o.dtype
       if want ~= nil then
         dt = dtypes.canonical(want) or errors.raise("E_DTYPE", "%s: unknown dtype '%s' for output %s", where, tostring(want), p.name)
+      end
+      local allowed = def.out_dtypes and def.out_dtypes[p.name]
+      if allowed and dt then
+        local found = false
+        for _, a in ipairs(allowed) do found = found or a == dt end
+        if not found then
+          errors.raise("E_DTYPE", "%s: output %s cannot be %s (allowed: %s); cast it with g:cast(t, \"%s\")", where,
+            p.name, dt, table.concat(allowed, ", "), dt)
+        end
       end
       local t = self:add_tensor { name = node_name .. "." .. p.name, dtype = dt or self.intermediate_dtype,
                                   dtype_default = dt == nil, dims = o.dims, strides = o.strides,

@@ -61,13 +61,15 @@ local function problem(ctx, ins)
     end
   end
   if not ctx:same_dim(k.dims[3], K) then
-    ctx:fail("E_SHAPE", "key dim mismatch: q is %s but k is %s (last dims must be equal)", util.fmt(q.dims), util.fmt(k.dims))
+    ctx:fail("E_SHAPE", "key dim mismatch: q is %s but k is %s (last dims must be equal)",
+      util.fmt(q.dims), util.fmt(k.dims))
   end
   local HO
   if ctx:same_dim(H, HV) then HO = H
   elseif util.is_static(H) and util.is_static(HV) then HO = math.max(H, HV)
   else
-    ctx:fail("E_SHAPE", "q has %s heads and v has %s: head counts must be equal or both static", tostring(H), tostring(HV))
+    ctx:fail("E_SHAPE", "q has %s heads and v has %s: head counts must be equal or both static",
+      tostring(H), tostring(HV))
   end
   if not (util.divisible(ctx, HO, H) and util.divisible(ctx, HO, HV)) then
     ctx:fail("E_SHAPE", "q has %s heads and v has %s: the larger must be a multiple of the smaller", tostring(H),
@@ -89,7 +91,9 @@ local function problem(ctx, ins)
   util.rank_is(ctx, "cu_seqlens", cu, 1, "[N+1] sequence boundaries")
   local N
   if util.is_static(cu.dims[1]) then
-    if cu.dims[1] < 2 then ctx:fail("E_SHAPE", "cu_seqlens %s needs at least 2 entries (N+1, N >= 1)", util.fmt(cu.dims)) end
+    if cu.dims[1] < 2 then
+      ctx:fail("E_SHAPE", "cu_seqlens %s needs at least 2 entries (N+1, N >= 1)", util.fmt(cu.dims))
+    end
     N = cu.dims[1] - 1
   end
   for _, p in ipairs { "a_log", "dt_bias" } do

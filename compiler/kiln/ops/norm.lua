@@ -12,7 +12,8 @@ local FLOATS = util.FLOATS
 local STATS = { "fp32" }
 local PHASE = { type = "string", enum = { "inference", "training" }, default = "inference" }
 
-local function scalar_param(ctx, ins, attrs, name, lo, hi)
+-- epsilon / momentum: the attribute or the scalar input of that name, exactly one.
+local function scalar_param(ctx, ins, attrs, name, lo, hi, range)
   local t, v = ins[name], attrs[name]
   if t and v ~= nil then
     ctx:fail("E_ATTR", "%s is given twice, as the attribute and as the input; give one", name)
@@ -24,7 +25,7 @@ local function scalar_param(ctx, ins, attrs, name, lo, hi)
     util.scalar(ctx, name, t)
     util.dtype_in(ctx, name, t, FLOATS)
   elseif not (v >= lo and v <= hi) then
-    ctx:fail("E_ATTR", "attribute %s = %s must be in [%s, %s]", name, tostring(v), tostring(lo), tostring(hi))
+    ctx:fail("E_ATTR", "attribute %s = %s must be %s", name, tostring(v), range)
   end
 end
 
@@ -154,7 +155,7 @@ return {
       forward_checks(ctx, ins)
       local stats, s = row_stats(ctx, ins.input, ins.scale)
       bias_like_scale(ctx, ins, ins.input, s)
-      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX)
+      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX, ">= 0 and finite")
       return phase_outputs(attrs, ins.input.dims, stats, true)
     end,
   },
@@ -168,7 +169,7 @@ return {
       forward_checks(ctx, ins)
       local stats, s = row_stats(ctx, ins.input, ins.scale)
       bias_like_scale(ctx, ins, ins.input, s)
-      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX)
+      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX, ">= 0 and finite")
       return phase_outputs(attrs, ins.input.dims, stats, false)
     end,
   },
@@ -214,7 +215,7 @@ return {
       util.rank_at_least(ctx, "input", x, 2, "[N, C, ...]")
       channel_param(ctx, "scale", ins.scale, x)
       channel_param(ctx, "bias", ins.bias, x)
-      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX)
+      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX, ">= 0 and finite")
       local c = channel_dims(x)
       local out = { Y = { dims = util.copy(x.dims) }, MEAN = { dims = c, dtype = "fp32" },
                     INV_VARIANCE = { dims = util.copy(c), dtype = "fp32" } }
@@ -225,7 +226,7 @@ return {
       if rm then
         channel_param(ctx, "in_running_mean", rm, x, STATS)
         channel_param(ctx, "in_running_var", rv, x, STATS)
-        scalar_param(ctx, ins, attrs, "momentum", 0, 1)
+        scalar_param(ctx, ins, attrs, "momentum", 0, 1, "in [0, 1]")
         out.NEXT_RUNNING_MEAN = { dims = util.copy(c), dtype = "fp32" }
         out.NEXT_RUNNING_VAR = { dims = util.copy(c), dtype = "fp32" }
       elseif ins.momentum or attrs.momentum ~= nil then
@@ -276,7 +277,7 @@ return {
       util.rank_at_least(ctx, "input", x, 3, "[N, C, spatial...]")
       channel_param(ctx, "scale", ins.scale, x)
       channel_param(ctx, "bias", ins.bias, x)
-      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX)
+      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX, ">= 0 and finite")
       local stats = { x.dims[1], x.dims[2] }
       for i = 3, #x.dims do stats[i] = 1 end
       return phase_outputs(attrs, x.dims, stats, true)
@@ -314,7 +315,7 @@ return {
       forward_checks(ctx, ins)
       local stats, s = ada_stats(ctx, ins.input, ins.scale)
       bias_like_scale(ctx, ins, ins.input, s)
-      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX)
+      scalar_param(ctx, ins, attrs, "epsilon", 0, util.FLT_MAX, ">= 0 and finite")
       return phase_outputs(attrs, ins.input.dims, stats, true)
     end,
   },

@@ -4,7 +4,8 @@
 --   arity    number of inputs (1, 2 or 3)
 --   cexpr    fp32 CUDA expression over the operands a, b, c (inputs in port order, whole
 --            words) and attributes as @name@ placeholders; each placeholder and operand is
---            parenthesized, so a literal (or a negative one) may be pasted in as is
+--            parenthesized, so a float literal (0.0f, -0.1f: never a bare "0") may be pasted
+--            in as is. Only header-free NVRTC math builtins (expf, expm1f, log1pf, erff, ...).
 --   special  "gen_index" for the one op without a cexpr (the value is the coordinate)
 --   ref      function(a, b, c, attrs) -> number: the same math in Lua doubles (attrs may be
 --            nil or partial: defaults apply); bool operands are 0/1. For gen_index, a is the
@@ -87,7 +88,7 @@ local MODES = {
     { attrs = RELU_ATTRS, aliases = { "leaky_relu" }, alias_requires = { leaky_relu = { "negative_slope" } } } },
   { "tanh", "TANH_FWD", { "input" }, "tanhf(a)", function(a) return tanh(a) end },
   { "sigmoid", "SIGMOID_FWD", { "input" }, "(1.0f / (1.0f + expf(-(a))))", function(a) return sigmoid(a) end },
-  { "elu", "ELU_FWD", { "input" }, "((a) > 0.0f ? (a) : (@elu_alpha@) * (expf(a) - 1.0f))",
+  { "elu", "ELU_FWD", { "input" }, "((a) > 0.0f ? (a) : (@elu_alpha@) * expm1f(a))",
     function(a, _, _, p) return a > 0 and a or p.elu_alpha * expm1(a) end, { attrs = ELU_ATTRS } },
   { "gelu", "GELU_FWD", { "input" }, "(0.5f * (a) * (1.0f + erff((a) * " .. SQRT1_2 .. ")))",
     function(a) return 0.5 * a * (1.0 + erf(a * 0.70710678118654752)) end },
@@ -96,7 +97,7 @@ local MODES = {
     function(a) return 0.5 * a * (1.0 + tanh(gelu_tanh_u(a))) end },
   -- (1/beta) ln(1 + e^(beta x)) in the overflow-free form max(bx, 0) + ln(1 + e^-|bx|)
   { "softplus", "SOFTPLUS_FWD", { "input" },
-    "((fmaxf((@softplus_beta@) * (a), 0.0f) + logf(1.0f + expf(-fabsf((@softplus_beta@) * (a)))))"
+    "((fmaxf((@softplus_beta@) * (a), 0.0f) + log1pf(expf(-fabsf((@softplus_beta@) * (a)))))"
       .. " / (@softplus_beta@))",
     function(a, _, _, p)
       local z = p.softplus_beta * a

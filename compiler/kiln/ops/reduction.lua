@@ -13,6 +13,7 @@ local function dims_from_dims(ctx, x, want)
   end
   local out = {}
   for i, d in ipairs(want) do
+    d = math.tointeger(d) or d
     if not util.is_dim(d) then
       ctx:fail("E_ATTR", "attribute 'dims' entry %d is %s; entries are positive integers or dynamic dim names",
         i, tostring(d))

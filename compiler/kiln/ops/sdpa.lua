@@ -76,8 +76,9 @@ end
 local function qkv(ctx, ins, attrs, mult)
   local q, k, v = ins.q, ins.k, ins.v
   util.rank_is(ctx, "q", q, 4, "BHSD: [B, H, S_q, D]")
-  util.rank_is(ctx, "k", k, 4, ins.paged_attention_k_table and "paged: [num_blocks, H, block, D]" or "BHSD: [B, H, S_kv, D]")
-  util.rank_is(ctx, "v", v, 4, ins.paged_attention_v_table and "paged: [num_blocks, H, block, D]" or "BHSD: [B, H, S_kv, D]")
+  local kv_layout = ins.paged_attention_k_table and "paged: [num_blocks, H, block, D]" or "BHSD: [B, H, S_kv, D]"
+  util.rank_is(ctx, "k", k, 4, kv_layout)
+  util.rank_is(ctx, "v", v, 4, kv_layout)
   local P = { B = q.dims[1], Hq = q.dims[2], Sq = q.dims[3], Dqk = q.dims[4], Dv = v.dims[4],
               Hk = k.dims[2], Hv = v.dims[2] }
   if not ctx:same_dim(k.dims[4], P.Dqk) then
@@ -113,11 +114,13 @@ local function qkv(ctx, ins, attrs, mult)
     end
     for _, p in ipairs { { "k", k }, { "v", v } } do
       if not ctx:same_dim(p[2].dims[1], P.B) then
-        ctx:fail("E_SHAPE", "batch mismatch: q is %s but %s is %s (dim 0 is B)", util.fmt(q.dims), p[1], util.fmt(p[2].dims))
+        ctx:fail("E_SHAPE", "batch mismatch: q is %s but %s is %s (dim 0 is B)",
+          util.fmt(q.dims), p[1], util.fmt(p[2].dims))
       end
     end
     if not ctx:same_dim(k.dims[3], v.dims[3]) then
-      ctx:fail("E_SHAPE", "sequence mismatch: k is %s but v is %s (dim 2 is S_kv for both)", util.fmt(k.dims), util.fmt(v.dims))
+      ctx:fail("E_SHAPE", "sequence mismatch: k is %s but v is %s (dim 2 is S_kv for both)",
+        util.fmt(k.dims), util.fmt(v.dims))
     end
     P.Skv = k.dims[3]
   end
@@ -178,7 +181,8 @@ local function check_masks(ctx, ins, attrs, P)
   end
   if attrs.sliding_window_length ~= nil then
     if left ~= nil then
-      ctx:fail("E_ATTR", "sliding_window_length and diagonal_band_left_bound cannot both be set (the first sets the second)")
+      ctx:fail("E_ATTR", "sliding_window_length and diagonal_band_left_bound cannot both be set "
+        .. "(the first sets the second)")
     end
     left = attrs.sliding_window_length
     if left < 1 then ctx:fail("E_ATTR", "sliding_window_length = %d must be >= 1", left) end
@@ -267,7 +271,7 @@ local function check_dropout(ctx, ins, attrs, P, backward)
     ctx:fail("E_ATTR", "seed/offset are given but dropout_probability is not")
   end
   if custom then
-    local need = backward and { "dropout_mask", "dropout_scale", "dropout_scale_inv" } or { "dropout_mask", "dropout_scale" }
+    local need = { "dropout_mask", "dropout_scale", backward and "dropout_scale_inv" or nil }
     for _, port in ipairs(need) do
       if not ins[port] then ctx:fail("E_PORT", "custom dropout needs %s", table.concat(need, ", ")) end
     end
@@ -402,7 +406,9 @@ local sdpa_backward = {
       out.dBias = { dims = util.copy(ins.bias.dims) }
     end
     if attrs.dSink_token then
-      if not ins.sink_token then ctx:fail("E_ATTR", "dSink_token asks for the sink gradient but there is no sink_token") end
+      if not ins.sink_token then
+        ctx:fail("E_ATTR", "dSink_token asks for the sink gradient but there is no sink_token")
+      end
       out.DSINK_TOKEN = { dims = util.copy(ins.sink_token.dims), dtype = "fp32" }
     end
     if attrs.rng_dump then out.RNG_DUMP = { dims = { P.B, P.Hq, P.Sq, P.Skv } } end

@@ -79,6 +79,7 @@ end
 
 -- Axis (0-based, negative counts from the end) -> 1-based index; E_ATTR when out of range.
 function M.axis(ctx, attr, axis, rank, port)
+  axis = math.tointeger(axis) or axis
   if math.type(axis) ~= "integer" then
     ctx:fail("E_ATTR", "attribute '%s' must be an integer axis, got %s", attr, tostring(axis))
   end
@@ -228,7 +229,7 @@ function M.erf(x)
       term = -term * x2 / n
       local add = term / (2 * n + 1)
       sum = sum + add
-    until math.abs(add) < 1e-17 * math.abs(sum)
+    until math.abs(add) <= 1e-17 * math.abs(sum)
     r = TWO_OVER_SQRT_PI * sum
   elseif ax > 6 then
     r = 1.0
