@@ -95,6 +95,10 @@ int kiln_pack_inspect(const char *path, FILE *out, kiln_err *e) {
       fprintf(out, " %s=%" PRId64, name, value);
     }
     fputs(info.nspecialized ? "\n" : " none\n", out);
+    if (info.workspace)
+      fprintf(out, "  workspace: %s bytes, rounded up to a multiple of 256\n", info.workspace);
+    else
+      fputs("  workspace: none\n", out);
     fprintf(out, "  tensors (%d):\n", info.ntensors);
     for (int i = 0; i < info.ntensors; i++) {
       kiln_tensor_info t;

@@ -243,6 +243,8 @@ typedef struct manifest {
   char *instance_copy; /* spec_name points into it */
   json_t *tensors;
   int ntensors;
+  int has_workspace;
+  int64_t workspace_literal; /* rounded bytes when the rule uses no dynamic dim, else -1 */
 } manifest;
 
 __attribute__((format(printf, 3, 4))) static int fail(manifest *m, const char *code,
@@ -525,12 +527,16 @@ static int dim3(manifest *m, json_t *k, const char *key, int64_t max, uint32_t o
   return 0;
 }
 
-static int write_grid_axis(manifest *m, buf *b, json_t *g, int axis, const char *what) {
+/* A grid axis or the workspace rule (label "grid[0]", "workspace"): an integer or
+ * {"mul": [factors], "div": D, "max": M}; writes (str text, i64 div, i64 max, product). When
+ * literal is given, it gets the rule's value if it uses no dynamic dim, else -1. */
+static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const char *what,
+                      int64_t *literal) {
   char text[512];
   product p = {1, 0, {0}};
   int64_t div = 1, max = 0;
   if (json_is_integer(g)) {
-    if (json_integer_value(g) < 0) return fail(m, "E_PACK", "%s: grid[%d] is negative", what, axis);
+    if (json_integer_value(g) < 0) return fail(m, "E_PACK", "%s: %s is negative", what, label);
     p.coef = json_integer_value(g);
     snprintf(text, sizeof text, "%" PRId64, p.coef);
   } else if (json_is_object(g)) {
@@ -538,11 +544,10 @@ static int write_grid_axis(manifest *m, buf *b, json_t *g, int axis, const char 
     json_t *v;
     json_object_foreach(g, key, v) {
       if (strcmp(key, "mul") && strcmp(key, "div") && strcmp(key, "max"))
-        return fail(m, "E_PACK", "%s: grid[%d] has unknown key \"%s\"", what, axis, key);
+        return fail(m, "E_PACK", "%s: %s has unknown key \"%s\"", what, label, key);
     }
     json_t *mul = json_object_get(g, "mul");
-    if (!json_is_array(mul))
-      return fail(m, "E_PACK", "%s: grid[%d].mul must be an array", what, axis);
+    if (!json_is_array(mul)) return fail(m, "E_PACK", "%s: %s.mul must be an array", what, label);
     if (get_int(m, g, "div", 1, 0, 1, INT64_MAX, &div, what) != 0 ||
         get_int(m, g, "max", 0, 0, 0, INT64_MAX, &max, what) != 0)
       return -1;
@@ -570,7 +575,14 @@ static int write_grid_axis(manifest *m, buf *b, json_t *g, int axis, const char 
     else
       snprintf(text, sizeof text, "%s", rule);
   } else {
-    return fail(m, "E_PACK", "%s: grid[%d] must be an integer or {mul, div, max}", what, axis);
+    return fail(m, "E_PACK", "%s: %s must be an integer or {mul, div, max}", what, label);
+  }
+  if (literal) {
+    *literal = -1;
+    if (p.ndyn == 0) {
+      int64_t v = p.coef / div + (p.coef % div != 0);
+      *literal = max > 0 && v > max ? max : v;
+    }
   }
   put_u32(b, intern(m->w, text));
   put_i64(b, div);
@@ -592,6 +604,21 @@ static int write_param(manifest *m, buf *b, json_t *pa, int index, const char *w
       return -1;
     put_u8(b, ref < 0 ? KILN__PARAM_DIM : KILN__PARAM_I64);
     put_i64(b, ref < 0 ? -(ref + 1) : ref);
+    return 0;
+  }
+  if (strcmp(kind, "workspace") == 0) {
+    int64_t off;
+    if (!m->has_workspace)
+      return fail(m, "E_PACK", "%s: param %d is the workspace, but the plan has no \"workspace\"",
+                  what, index);
+    if (get_int(m, pa, "offset", 0, 0, 0, INT64_MAX, &off, what) != 0) return -1;
+    if (m->workspace_literal >= 0 && off >= m->workspace_literal)
+      return fail(m, "E_PACK",
+                  "%s: param %d: workspace offset %" PRId64 " is outside the workspace (%" PRId64
+                  " bytes)",
+                  what, index, off, m->workspace_literal);
+    put_u8(b, KILN__PARAM_WORKSPACE);
+    put_i64(b, off);
     return 0;
   }
   int tensor = strcmp(kind, "tensor") == 0;
@@ -659,7 +686,9 @@ static int write_kernel(manifest *m, buf *b, json_t *k, int index, const char *c
   json_t *one = json_integer(1);
   for (int a = 0; a < 3; a++) {
     json_t *g = (size_t)a < json_array_size(grid) ? json_array_get(grid, (size_t)a) : one;
-    if (write_grid_axis(m, b, g, a, what) != 0) {
+    char label[16];
+    snprintf(label, sizeof label, "grid[%d]", a);
+    if (write_rule(m, b, g, label, what, NULL) != 0) {
       json_decref(one);
       return -1;
     }
@@ -755,6 +784,21 @@ static int add_plan_json(manifest *m, json_t *root, const char *const *archs, in
   }
   put_u32(b, (uint32_t)m->ndyn);
   for (int d = 0; d < m->ndyn; d++) put_u32(b, intern(w, m->dyn[d]));
+  json_t *ws = json_object_get(root, "workspace");
+  m->has_workspace = ws && !json_is_null(ws);
+  m->workspace_literal = -1;
+  if (m->has_workspace) {
+    int64_t lit;
+    if (write_rule(m, b, ws, "workspace", "plan", &lit) != 0) return -1;
+    const int64_t a = KILN_PACK_WORKSPACE_ALIGN;
+    if (lit > INT64_MAX - (a - 1)) return fail(m, "E_PACK", "workspace size overflows");
+    if (lit >= 0) m->workspace_literal = (lit + a - 1) / a * a;
+  } else {
+    put_u32(b, KILN_PACK_NOSTR); /* no workspace: div 1, max 0, no factors */
+    put_i64(b, 1);
+    put_i64(b, 0);
+    put_u8(b, 0);
+  }
   put_u32(b, (uint32_t)m->ntensors);
   for (int i = 0; i < m->ntensors; i++)
     if (write_tensor(m, b, i) != 0) return -1;

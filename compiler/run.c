@@ -186,6 +186,7 @@ int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
   kiln_ref_buffer *bufs = NULL;
   double **refs = NULL;
   CUevent ev[2] = {0, 0};
+  CUdeviceptr ws = 0;
   float *times = NULL;
   CUdevice dev = 0;
   int have_ctx = 0, nt = 0;
@@ -277,6 +278,13 @@ int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
     }
     RT(kiln_bind_tensor(b, t->info.name, (kiln_devptr)t->dev, t->info.ndim, t->dims, t->strides, t->info.dtype));
   }
+  size_t ws_bytes = 0;
+  RT(kiln_plan_workspace_size(plan, b, &ws_bytes));
+  if (ws_bytes) {
+    CU(kiln__cu.MemAlloc(&ws, ws_bytes));
+    CU(kiln__cu.MemsetD8(ws, 0xff, ws_bytes)); /* kernels must not rely on a zeroed workspace */
+    RT(kiln_bind_workspace(b, (kiln_devptr)ws, ws_bytes));
+  }
   double t_alloc0 = kiln_now_ms();
   RT(kiln_launch(plan, b, NULL));
   CU(kiln__cu.CtxSynchronize());
@@ -323,6 +331,7 @@ int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
             res->bytes / (res->median_ms * 1e-3) / 1e12);
   }
 done:
+  if (ws) kiln__cu.MemFree(ws);
   if (ev[0]) kiln__cu.EventDestroy(ev[0]);
   if (ev[1]) kiln__cu.EventDestroy(ev[1]);
   free(times);

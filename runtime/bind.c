@@ -26,7 +26,10 @@ struct kiln_bind {
   double *scalars;    /* per tensor */
   int64_t *dim_value; /* per dynamic dim: set by kiln_bind_dim */
   unsigned char *dim_set;
-  int64_t *dyn; /* per dynamic dim: resolved by the check */
+  int64_t *dyn;       /* per dynamic dim: resolved by the check */
+  kiln_devptr ws_ptr; /* workspace: kiln_bind_workspace */
+  size_t ws_bytes;
+  int ws_set;
 };
 
 #define RT(plan) ((plan)->pack->rt)
@@ -38,6 +41,20 @@ int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out)
     if (__builtin_mul_overflow(v, f, &v)) return -1;
   }
   *out = v;
+  return 0;
+}
+
+int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t *out) {
+  const kiln__grid *g = &plan->workspace;
+  int64_t v;
+  *out = 0;
+  if (!g->text) return 0;
+  if (kiln__product_eval(&g->prod, dyn, &v) != 0) return -1;
+  v = v / g->div + (v % g->div != 0);
+  if (g->max > 0 && v > g->max) v = g->max;
+  const int64_t a = KILN_PACK_WORKSPACE_ALIGN;
+  if (v > INT64_MAX - (a - 1)) return -1;
+  *out = (v + a - 1) / a * a;
   return 0;
 }
 
@@ -73,6 +90,9 @@ kiln_status kiln_bind_reset(kiln_bind *b) {
   memset(b->ptrs, 0, (size_t)plan->ntensors * sizeof *b->ptrs);
   memset(b->scalars, 0, (size_t)plan->ntensors * sizeof *b->scalars);
   memset(b->dim_set, 0, (size_t)plan->ndyn);
+  b->ws_ptr = 0;
+  b->ws_bytes = 0;
+  b->ws_set = 0;
   b->clean = 0;
   return KILN_OK;
 }
@@ -163,6 +183,18 @@ kiln_status kiln_bind_dim(kiln_bind *b, const char *name, int64_t value) {
   return kiln__fail(RT(plan), KILN_ERR_NOT_FOUND, "plan %s has no dim '%s'", plan->graph, name);
 }
 
+kiln_status kiln_bind_workspace(kiln_bind *b, kiln_devptr ptr, size_t bytes) {
+  if (!b) return KILN_ERR_INVALID_ARG;
+  if (!ptr && bytes)
+    return kiln__fail(RT(b->plan), KILN_ERR_INVALID_ARG,
+                      "workspace: NULL pointer with %zu bytes (use 0, 0 to unbind)", bytes);
+  b->ws_ptr = ptr;
+  b->ws_bytes = bytes;
+  b->ws_set = ptr != 0;
+  b->clean = 0;
+  return KILN_OK;
+}
+
 /* "[T, 4096]" for messages. */
 static void plan_dims_text(const kiln_plan *plan, const kiln__tensor *t, char *buf, size_t n) {
   size_t len = (size_t)snprintf(buf, n, "[");
@@ -196,27 +228,29 @@ static kiln_status check_pointer(kiln_plan *plan, const kiln__tensor *t, kiln_de
   return KILN_OK;
 }
 
-kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
-  if (!plan || !b) return kiln__fail(plan ? RT(plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
-  if (b->plan != plan)
-    return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "the binding belongs to another plan");
-  if (b->clean) return KILN_OK;
-  int src_tensor[KILN_PACK_MAX_DYN], src_dim[KILN_PACK_MAX_DYN], known[KILN_PACK_MAX_DYN];
+/* Pass 1 of the check: dtypes, ranks, fixed dims of the bound tensors, and the dynamic dims
+ * they imply (into dyn, known). strict: every input/output and scalar must be bound, and
+ * every dynamic dim known; else unbound tensors are skipped and unknown dims left to the
+ * caller. */
+static kiln_status resolve_dims(kiln_plan *plan, const kiln_bind *b, int strict, int64_t *dyn,
+                                int *known) {
+  int src_tensor[KILN_PACK_MAX_DYN], src_dim[KILN_PACK_MAX_DYN];
   for (int d = 0; d < plan->ndyn; d++) {
     known[d] = b->dim_set[d];
-    b->dyn[d] = b->dim_value[d];
+    dyn[d] = b->dim_value[d];
     src_tensor[d] = -1;
     src_dim[d] = 0;
   }
   char want[160], have[160];
-  /* Pass 1: everything bound, dtypes, ranks, fixed dims; dynamic dims from shapes. */
   for (int i = 0; i < plan->ntensors; i++) {
     const kiln__tensor *t = &plan->tensors[i];
     const bound *bt = &b->t[i];
     if (t->role == KILN_ROLE_VIRTUAL || t->role == KILN_ROLE_CONSTANT) continue;
-    if (bt->state == UNBOUND)
+    if (bt->state == UNBOUND) {
+      if (!strict) continue;
       return kiln__fail(RT(plan), KILN_ERR_UNBOUND, "%s tensor '%s' (uid %" PRId64 ") is not bound",
                         kiln_role_name(t->role), t->name, t->uid);
+    }
     if (t->role == KILN_ROLE_SCALAR) continue;
     if (bt->dtype != t->dtype) {
       const char *name = kiln_dtype_name(bt->dtype);
@@ -242,10 +276,10 @@ kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
       int d = (int)-(t->dim[j] + 1);
       if (!known[d]) {
         known[d] = 1;
-        b->dyn[d] = bt->dims[j];
+        dyn[d] = bt->dims[j];
         src_tensor[d] = i;
         src_dim[d] = j;
-      } else if (b->dyn[d] != bt->dims[j]) {
+      } else if (dyn[d] != bt->dims[j]) {
         char from[160];
         if (src_tensor[d] < 0)
           snprintf(from, sizeof from, "kiln_bind_dim");
@@ -255,15 +289,85 @@ kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
         return kiln__fail(RT(plan), KILN_ERR_SHAPE,
                           "dynamic dim %s is %" PRId64 " from %s but %" PRId64
                           " from tensor '%s' dim %d",
-                          plan->dyn_name[d], b->dyn[d], from, bt->dims[j], t->name, j);
+                          plan->dyn_name[d], dyn[d], from, bt->dims[j], t->name, j);
       }
     }
   }
-  for (int d = 0; d < plan->ndyn; d++)
+  for (int d = 0; strict && d < plan->ndyn; d++)
     if (!known[d])
       return kiln__fail(RT(plan), KILN_ERR_UNBOUND,
                         "dynamic dim %s is not bound and no bound tensor has it: kiln_bind_dim",
                         plan->dyn_name[d]);
+  return KILN_OK;
+}
+
+static kiln_status workspace_overflow(kiln_plan *plan) {
+  return kiln__fail(RT(plan), KILN_ERR_SHAPE, "workspace size %s overflows", plan->workspace.text);
+}
+
+kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *bytes) {
+  if (bytes) *bytes = 0;
+  if (!plan || !bytes)
+    return kiln__fail(plan ? RT(plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
+  if (!plan->workspace.text) return KILN_OK;
+  const kiln__product *p = &plan->workspace.prod;
+  int64_t dyn[KILN_PACK_MAX_DYN], v;
+  int known[KILN_PACK_MAX_DYN];
+  if (b) {
+    if (b->plan != plan)
+      return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "the binding belongs to another plan");
+    kiln_status st = resolve_dims(plan, b, 0, dyn, known);
+    if (st != KILN_OK) return st;
+  }
+  for (int i = 0; i < p->nfactor; i++) {
+    if (p->factor[i] >= 0) continue;
+    int d = (int)-(p->factor[i] + 1);
+    if (!b)
+      return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG,
+                        "workspace size %s depends on dim %s: pass a binding", plan->workspace.text,
+                        plan->dyn_name[d]);
+    if (!known[d])
+      return kiln__fail(RT(plan), KILN_ERR_UNBOUND,
+                        "dynamic dim %s (the workspace size %s needs it) is not bound and no "
+                        "bound tensor has it: kiln_bind_dim",
+                        plan->dyn_name[d], plan->workspace.text);
+  }
+  if (kiln__workspace_eval(plan, b ? dyn : NULL, &v) != 0 || (uint64_t)v > SIZE_MAX)
+    return workspace_overflow(plan);
+  *bytes = (size_t)v;
+  return KILN_OK;
+}
+
+/* Workspace checks shared by both launch paths; bytes is SIZE_MAX when unknown. */
+static kiln_status check_workspace(kiln_plan *plan, const int64_t *dyn, int bound, kiln_devptr ptr,
+                                   size_t bytes) {
+  int64_t need;
+  if (!plan->workspace.text) return KILN_OK;
+  if (kiln__workspace_eval(plan, dyn, &need) != 0) return workspace_overflow(plan);
+  if (need == 0) return KILN_OK;
+  if (!bound)
+    return kiln__fail(RT(plan), KILN_ERR_UNBOUND,
+                      "plan %s needs a workspace of %" PRId64
+                      " bytes (%s): kiln_plan_workspace_size, kiln_bind_workspace",
+                      plan->graph, need, plan->workspace.text);
+  if (ptr % KILN_PACK_WORKSPACE_ALIGN)
+    return kiln__fail(RT(plan), KILN_ERR_ALIGN, "workspace: pointer 0x%llx is not %u-byte aligned",
+                      ptr, KILN_PACK_WORKSPACE_ALIGN);
+  if (bytes < (uint64_t)need)
+    return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG,
+                      "workspace: %zu bytes bound, the plan needs %" PRId64 " (%s)", bytes, need,
+                      plan->workspace.text);
+  return KILN_OK;
+}
+
+kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
+  if (!plan || !b) return kiln__fail(plan ? RT(plan) : NULL, KILN_ERR_INVALID_ARG, "NULL argument");
+  if (b->plan != plan)
+    return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "the binding belongs to another plan");
+  if (b->clean) return KILN_OK;
+  int known[KILN_PACK_MAX_DYN];
+  kiln_status st = resolve_dims(plan, b, 1, b->dyn, known);
+  if (st != KILN_OK) return st;
   /* Pass 2: strides (of dims with extent > 1), pointers. */
   for (int i = 0; i < plan->ntensors; i++) {
     const kiln__tensor *t = &plan->tensors[i];
@@ -288,11 +392,13 @@ kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
                           t->name, j, stride, plan_stride, t->stride_text[j] ? " (" : "",
                           t->stride_text[j] ? t->stride_text[j] : "", t->stride_text[j] ? ")" : "");
     }
-    kiln_status st = check_pointer(plan, t, b->ptrs[i], numel);
+    st = check_pointer(plan, t, b->ptrs[i], numel);
     if (st != KILN_OK) return st;
   }
+  st = check_workspace(plan, b->dyn, b->ws_set, b->ws_ptr, b->ws_bytes);
+  if (st != KILN_OK) return st;
   unsigned grids[KILN_PACK_MAX_KERNELS][3];
-  kiln_status st = kiln__plan_grids(plan, b->dyn, grids);
+  st = kiln__plan_grids(plan, b->dyn, grids);
   if (st != KILN_OK) return st;
   b->clean = 1;
   return KILN_OK;
@@ -303,11 +409,11 @@ kiln_status kiln_launch(kiln_plan *plan, kiln_bind *b, struct CUstream_st *strea
     kiln_status st = kiln_bind_check(plan, b);
     if (st != KILN_OK) return st;
   }
-  return kiln__launch(plan, stream, b->ptrs, b->scalars, b->dyn);
+  return kiln__launch(plan, stream, b->ptrs, b->scalars, b->dyn, b->ws_set ? b->ws_ptr : 0);
 }
 
 kiln_status kiln_launch_args(kiln_plan *plan, struct CUstream_st *stream, const kiln_devptr *ptrs,
-                             const double *scalars, const int64_t *dims) {
+                             const double *scalars, const int64_t *dims, kiln_devptr workspace) {
   if (!plan) return KILN_ERR_INVALID_ARG;
   if ((plan->ndyn && !dims) || (plan->ntensors && !ptrs))
     return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG, "NULL ptrs or dims");
@@ -330,5 +436,7 @@ kiln_status kiln_launch_args(kiln_plan *plan, struct CUstream_st *stream, const 
     kiln_status st = check_pointer(plan, t, ptrs[i], numel);
     if (st != KILN_OK) return st;
   }
-  return kiln__launch(plan, stream, ptrs, scalars, dims);
+  kiln_status st = check_workspace(plan, dims, workspace != 0, workspace, SIZE_MAX);
+  if (st != KILN_OK) return st;
+  return kiln__launch(plan, stream, ptrs, scalars, dims, workspace);
 }

@@ -76,6 +76,7 @@ struct kiln_plan {
   int64_t *spec_value;
   int ndyn;
   const char **dyn_name;
+  kiln__grid workspace; /* bytes before rounding; text NULL when the plan needs none */
   int ntensors;
   kiln__tensor *tensors;
   int nkernels;
@@ -116,14 +117,18 @@ KILN__INTERNAL int kiln__select_image(const kiln__kernel *k, int major, int mino
 
 /* Evaluates a product with resolved dynamic dims; -1 on int64 overflow. */
 KILN__INTERNAL int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out);
+/* Workspace bytes for resolved dims (dyn may be NULL when the rule has no dynamic factor):
+ * the rule's value rounded up to KILN_PACK_WORKSPACE_ALIGN; 0 when the plan needs none.
+ * -1 on int64 overflow. */
+KILN__INTERNAL int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t *out);
 /* Grid of every kernel for resolved dims; checks driver limits and cluster divisibility. */
 KILN__INTERNAL kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn,
                                             unsigned (*grids)[3]);
 
-/* Launch core: values per tensor / dynamic dim (already checked). */
+/* Launch core: values per tensor / dynamic dim, workspace base (already checked). */
 KILN__INTERNAL kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream,
                                         const kiln_devptr *ptrs, const double *scalars,
-                                        const int64_t *dyn);
+                                        const int64_t *dyn, kiln_devptr workspace);
 /* Unloads the plan's modules from the contexts that are still alive. */
 KILN__INTERNAL void kiln__plan_unload(kiln_plan *plan);
 

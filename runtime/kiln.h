@@ -13,6 +13,9 @@
  *   kiln_bind_create(plan, &b);
  *   kiln_bind_tensor(b, "x", x_ptr, 2, (int64_t[]){T, 4096}, NULL, KILN_DTYPE_BF16);
  *   ...
+ *   size_t ws;                                 only plans with a workspace need these two
+ *   kiln_plan_workspace_size(plan, b, &ws);    (ws is 0 for the others)
+ *   if (ws) kiln_bind_workspace(b, ws_ptr, ws);   ws_ptr: >= ws bytes, 256-byte aligned
  *   if (kiln_launch(plan, b, stream) != KILN_OK) fprintf(stderr, "%s\n", kiln_rt_errmsg(rt));
  *
  * Threads: every call may be made from any thread. A kiln_bind belongs to one thread at a
@@ -44,7 +47,8 @@ typedef unsigned long long kiln_devptr;
 
 typedef enum kiln_status {
   KILN_OK = 0,
-  KILN_ERR_INVALID_ARG = 1, /* NULL handle, bad argument, tensor role that cannot be bound */
+  KILN_ERR_INVALID_ARG = 1, /* NULL handle, bad argument, tensor role that cannot be bound,
+                               workspace smaller than kiln_plan_workspace_size */
   KILN_ERR_NOMEM = 2,       /* out of host memory */
   KILN_ERR_IO = 3,          /* pack file cannot be read */
   KILN_ERR_PACK = 4,        /* pack malformed, corrupt, or of another format version */
@@ -52,11 +56,12 @@ typedef enum kiln_status {
   KILN_ERR_NO_CUBIN = 6,    /* the pack has no image that runs on this device's SM */
   KILN_ERR_CUDA = 7,        /* a CUDA driver call failed (detail names call and error) */
   KILN_ERR_NOT_FOUND = 8,   /* no such plan, tensor, uid or dim */
-  KILN_ERR_UNBOUND = 9,     /* a tensor, scalar or dynamic dim the plan needs is not bound */
+  KILN_ERR_UNBOUND = 9,     /* a tensor, scalar, dynamic dim or workspace the plan needs is
+                               not bound */
   KILN_ERR_SHAPE = 10,      /* rank or dims differ from the plan, dynamic dims inconsistent */
   KILN_ERR_DTYPE = 11,      /* dtype differs from the plan */
   KILN_ERR_STRIDE = 12,     /* strides differ from the plan */
-  KILN_ERR_ALIGN = 13       /* base pointer less aligned than the plan needs */
+  KILN_ERR_ALIGN = 13       /* base pointer less aligned than the plan needs (workspace: 256) */
 } kiln_status;
 
 /* dtypes of docs/INTERNALS.md; the values are part of the ABI (and of the pack format). */
@@ -156,6 +161,9 @@ typedef struct kiln_plan_info {
   int nkernels;
   int ndims;        /* dynamic dims (runtime arguments) */
   int nspecialized; /* dims fixed by the instance key */
+  /* Workspace rule in bytes before rounding up to 256, e.g. "ceil(T*4096/2)"; NULL when the
+   * plan needs no workspace. */
+  const char *workspace;
 } kiln_plan_info;
 
 typedef struct kiln_tensor_info {
@@ -204,7 +212,7 @@ kiln_status kiln_plan_kernel_image(const kiln_plan *plan, int kernel, int image,
 
 kiln_status kiln_bind_create(kiln_plan *plan, kiln_bind **out);
 kiln_status kiln_bind_destroy(kiln_bind *b);
-/* Forgets every tensor, scalar and dim bound so far. */
+/* Forgets every tensor, scalar, dim and workspace bound so far. */
 kiln_status kiln_bind_reset(kiln_bind *b);
 /* Binds an input or output tensor: device pointer, rank, extents, strides in elements
  * (NULL = contiguous row-major), dtype. Only the arguments are checked here; everything
@@ -218,11 +226,27 @@ kiln_status kiln_bind_scalar(kiln_bind *b, const char *name, double value);
 /* Value of a dynamic dim; dims left unbound are inferred from the bound tensors. */
 kiln_status kiln_bind_dim(kiln_bind *b, const char *name, int64_t value);
 
+/* Workspace: scratch device memory some plans need (kiln_plan_info.workspace != NULL),
+ * provided by the caller for each launch; kernels do not assume it is zeroed, and launches
+ * of the plan that may overlap (other streams, threads) need separate workspaces.
+ * kiln_plan_workspace_size gives the bytes the plan needs for the dynamic dims of b: those
+ * bound with kiln_bind_dim or implied by the tensors bound so far (only the dims the rule
+ * uses must be known, else KILN_ERR_UNBOUND; disagreeing ones give KILN_ERR_SHAPE). The
+ * size is a multiple of 256, and 0 when the plan needs no workspace (b may then be NULL, as
+ * it may when the rule uses no dynamic dim). */
+kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *bytes);
+/* Binds the workspace: ptr must be 256-byte aligned and hold bytes >= the size above
+ * (checked by kiln_bind_check / kiln_launch: KILN_ERR_ALIGN, KILN_ERR_INVALID_ARG). A plan
+ * that needs none ignores it. kiln_bind_workspace(b, 0, 0) unbinds it. */
+kiln_status kiln_bind_workspace(kiln_bind *b, kiln_devptr ptr, size_t bytes);
+
 /* Checks the binding against the plan without touching the GPU: every input/output and
  * scalar bound (KILN_ERR_UNBOUND), dtypes (KILN_ERR_DTYPE), ranks, dims and the dynamic
  * dims they imply (KILN_ERR_SHAPE), strides of dims with extent > 1 (KILN_ERR_STRIDE),
- * base pointer alignment (KILN_ERR_ALIGN), grid limits (KILN_ERR_SHAPE). A binding that
- * passed is not checked again by kiln_launch until it changes. */
+ * base pointer alignment (KILN_ERR_ALIGN), grid limits (KILN_ERR_SHAPE), and, when the plan
+ * needs a workspace of nonzero size for these dims: one bound (KILN_ERR_UNBOUND), 256-byte
+ * aligned (KILN_ERR_ALIGN), large enough (KILN_ERR_INVALID_ARG). A binding that passed is
+ * not checked again by kiln_launch until it changes. */
 kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b);
 /* Checks (as above), then enqueues every kernel of the plan in order on stream (NULL: the
  * legacy default stream) of the current context (or, if none is current, the stream's).
@@ -233,9 +257,12 @@ kiln_status kiln_launch(kiln_plan *plan, kiln_bind *b, struct CUstream_st *strea
 /* Positional launch without a kiln_bind (used by `kiln build --emit-c` wrappers):
  * ptrs[i] for the i-th tensor in plan order (ignored unless input/output), scalars[i] for
  * scalar tensors (may be NULL if there are none), dims[d] for the d-th dynamic dim (may be
- * NULL if there are none). Shapes cannot be checked; alignment and null pointers are. */
+ * NULL if there are none), workspace: the workspace base (0 when the plan needs none; it
+ * must hold kiln_plan_workspace_size bytes for these dims). Shapes and the workspace size
+ * cannot be checked; alignment and null pointers are (a workspace of nonzero size that is
+ * 0: KILN_ERR_UNBOUND). */
 kiln_status kiln_launch_args(kiln_plan *plan, struct CUstream_st *stream, const kiln_devptr *ptrs,
-                             const double *scalars, const int64_t *dims);
+                             const double *scalars, const int64_t *dims, kiln_devptr workspace);
 
 #ifdef __cplusplus
 }

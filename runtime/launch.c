@@ -190,7 +190,7 @@ kiln_status kiln_plan_load(kiln_plan *plan) {
 
 static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUstream stream,
                                   const kiln_devptr *ptrs, const double *scalars,
-                                  const int64_t *dyn) {
+                                  const int64_t *dyn, kiln_devptr workspace) {
   unsigned grids[KILN_PACK_MAX_KERNELS][3];
   kiln_status st = kiln__plan_grids(plan, dyn, grids);
   if (st != KILN_OK) return st;
@@ -209,6 +209,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       case KILN__PARAM_TENSOR: values[p] = ptrs[arg]; break;
       case KILN__PARAM_DIM: values[p] = (uint64_t)dyn[arg]; break;
       case KILN__PARAM_I64: values[p] = (uint64_t)arg; break;
+      case KILN__PARAM_WORKSPACE: values[p] = workspace + (uint64_t)arg; break;
       case KILN__PARAM_SCALAR:
         f = (float)scalars[arg];
         memcpy(&values[p], &f, sizeof f);
@@ -259,7 +260,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
 }
 
 kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream, const kiln_devptr *ptrs,
-                         const double *scalars, const int64_t *dyn) {
+                         const double *scalars, const int64_t *dyn, kiln_devptr workspace) {
   kiln_status st = kiln__cuda_load(RT(plan));
   if (st != KILN_OK) return st;
   unsigned long long id;
@@ -280,7 +281,7 @@ kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream, const kiln
   }
   kiln__ctx_slot *s = NULL;
   if (st == KILN_OK) st = get_slot(plan, id, &s);
-  if (st == KILN_OK) st = launch_kernels(plan, s, stream, ptrs, scalars, dyn);
+  if (st == KILN_OK) st = launch_kernels(plan, s, stream, ptrs, scalars, dyn, workspace);
   if (pushed) {
     CUcontext popped;
     kiln__cu.CtxPopCurrent(&popped);

@@ -22,6 +22,9 @@
  *   plan:   str graph, str instance, str graph_json,
  *           u32 nspec, nspec x (str name, i64 value)            specialized dims
  *           u32 ndyn, ndyn x str name                           dynamic dims
+ *           workspace: (str text or NOSTR when the plan needs none, i64 div, i64 max,
+ *                       u8 nfactor, nfactor x i64 ref)  same rule as a grid axis, in bytes,
+ *                       rounded up to KILN_PACK_WORKSPACE_ALIGN; NOSTR: div 1, max 0, none
  *           u32 ntensor, ntensor x tensor, u32 nkernel, nkernel x kernel
  *   tensor: i64 uid, str name, u8 dtype (enum kiln_dtype), u8 role (enum kiln_role),
  *           u8 ndim, u8 zero, u32 align, f64 value,
@@ -49,6 +52,8 @@
 #define KILN_PACK_CHECKSUM_FROM 32u
 #define KILN_PACK_IMAGE_ALIGN 64u
 #define KILN_PACK_NOSTR 0xFFFFFFFFu
+/* Workspace sizes are rounded up to, and workspace pointers aligned to, this many bytes. */
+#define KILN_PACK_WORKSPACE_ALIGN 256u
 
 /* Limits both sides enforce (they bound the runtime's stack use on the launch path). */
 #define KILN_PACK_MAX_FACTORS 8
@@ -73,13 +78,15 @@ enum {
   KILN_PACK_OFF_RESERVED = 88
 };
 
-/* Kernel parameter kinds; arg is a tensor index, a dynamic dim index or a literal. */
+/* Kernel parameter kinds; arg is a tensor index, a dynamic dim index, a literal or a
+ * byte offset. */
 enum kiln__param_kind {
-  KILN__PARAM_TENSOR = 0, /* device pointer of tensor #arg (8 bytes) */
-  KILN__PARAM_DIM = 1,    /* int64 value of dynamic dim #arg */
-  KILN__PARAM_SCALAR = 2, /* fp32 value of scalar tensor #arg */
-  KILN__PARAM_I64 = 3,    /* int64 literal arg (a specialized dim) */
-  KILN__PARAM_F32 = 4     /* fp32 literal: arg holds the bits of a double (a constant) */
+  KILN__PARAM_TENSOR = 0,   /* device pointer of tensor #arg (8 bytes) */
+  KILN__PARAM_DIM = 1,      /* int64 value of dynamic dim #arg */
+  KILN__PARAM_SCALAR = 2,   /* fp32 value of scalar tensor #arg */
+  KILN__PARAM_I64 = 3,      /* int64 literal arg (a specialized dim) */
+  KILN__PARAM_F32 = 4,      /* fp32 literal: arg holds the bits of a double (a constant) */
+  KILN__PARAM_WORKSPACE = 5 /* workspace base pointer + arg bytes (8 bytes); arg >= 0 */
 };
 
 /* Private symbols of libkilnrt stay out of the shared library's dynamic symbol table. */

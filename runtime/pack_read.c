@@ -276,6 +276,25 @@ static kiln_status rd_tensor(reader *r, kiln_plan *plan, kiln__tensor *t) {
   return KILN_OK;
 }
 
+/* A grid axis or workspace rule: str text, i64 div, i64 max, product. */
+static kiln_status rd_rule(reader *r, kiln_plan *plan, kiln__grid *g, int optional,
+                           const char *what) {
+  CHECK(rd_str(r, &g->text, optional, what));
+  g->div = rd_i64(r);
+  g->max = rd_i64(r);
+  if (r->bad) return truncated(r);
+  if (g->div < 1 || g->max < 0)
+    return BAD(r, "%s has div %lld, max %lld", what, (long long)g->div, (long long)g->max);
+  return rd_product(r, &g->prod, plan->ndyn, what);
+}
+
+/* Is the product free of dynamic dims? */
+static int product_is_literal(const kiln__product *p) {
+  for (int i = 0; i < p->nfactor; i++)
+    if (p->factor[i] < 0) return 0;
+  return 1;
+}
+
 static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
   CHECK(rd_str(r, &k->symbol, 0, "kernel symbol"));
   CHECK(rd_str(r, &k->engine, 0, "kernel engine"));
@@ -293,16 +312,15 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
     return BAD(r, "kernel '%s': bad cluster [%u, %u, %u]", k->symbol, k->cluster[0], k->cluster[1],
                k->cluster[2]);
   for (int i = 0; i < 3; i++) {
-    kiln__grid *g = &k->grid[i];
-    CHECK(rd_str(r, &g->text, 0, "grid text"));
-    g->div = rd_i64(r);
-    g->max = rd_i64(r);
-    if (r->bad) return truncated(r);
-    if (g->div < 1 || g->max < 0)
-      return BAD(r, "kernel '%s': grid axis %d has div %lld, max %lld", k->symbol, i,
-                 (long long)g->div, (long long)g->max);
-    CHECK(rd_product(r, &g->prod, plan->ndyn, "grid rule"));
+    char what[320];
+    snprintf(what, sizeof what, "kernel '%.200s': grid axis %d", k->symbol, i);
+    CHECK(rd_rule(r, plan, &k->grid[i], 0, what));
   }
+  /* A literal workspace size bounds the offsets of workspace params. */
+  int64_t ws_size = -1;
+  if (plan->workspace.text && product_is_literal(&plan->workspace.prod) &&
+      kiln__workspace_eval(plan, NULL, &ws_size) != 0)
+    ws_size = -1;
   CHECK(rd_count(r, &k->nparams, 9, KILN_PACK_MAX_PARAMS, "kernel params"));
   if (!(k->params = alloc_n(r, (size_t)k->nparams, sizeof *k->params))) return nomem(r);
   for (int i = 0; i < k->nparams; i++) {
@@ -324,6 +342,9 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
       break;
     case KILN__PARAM_I64:
     case KILN__PARAM_F32: ok = 1; break;
+    case KILN__PARAM_WORKSPACE:
+      ok = plan->workspace.text && pa->arg >= 0 && (ws_size < 0 || pa->arg < ws_size);
+      break;
     default: ok = 0;
     }
     if (!ok)
@@ -377,6 +398,15 @@ static kiln_status rd_plan(reader *r, int index, kiln_plan *plan) {
     for (int j = 0; j < i; j++)
       if (strcmp(plan->dyn_name[i], plan->dyn_name[j]) == 0)
         return BAD(r, "dynamic dim '%s' listed twice", plan->dyn_name[i]);
+  }
+  CHECK(rd_rule(r, plan, &plan->workspace, 1, "workspace rule"));
+  if (!plan->workspace.text) {
+    if (plan->workspace.div != 1 || plan->workspace.max != 0 || plan->workspace.prod.nfactor)
+      return BAD(r, "no workspace, but a workspace rule");
+  } else {
+    int64_t v;
+    if (product_is_literal(&plan->workspace.prod) && kiln__workspace_eval(plan, NULL, &v) != 0)
+      return BAD(r, "workspace rule %s overflows", plan->workspace.text);
   }
   CHECK(rd_count(r, &plan->ntensors, 28, KILN_PACK_MAX_TENSORS, "tensors"));
   if (!(plan->tensors = alloc_n(r, (size_t)plan->ntensors, sizeof *plan->tensors))) return nomem(r);

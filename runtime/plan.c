@@ -113,6 +113,7 @@ kiln_status kiln_plan_info_get(const kiln_plan *plan, kiln_plan_info *info) {
   info->nkernels = plan->nkernels;
   info->ndims = plan->ndyn;
   info->nspecialized = plan->nspec;
+  info->workspace = plan->workspace.text;
   return KILN_OK;
 }
 

@@ -47,7 +47,7 @@ const char *kiln_errstr(kiln_status status) {
   case KILN_ERR_NO_CUBIN: return "the pack has no code for this GPU's architecture";
   case KILN_ERR_CUDA: return "a CUDA driver call failed";
   case KILN_ERR_NOT_FOUND: return "no such plan, tensor or dim";
-  case KILN_ERR_UNBOUND: return "a tensor, scalar or dim of the plan is not bound";
+  case KILN_ERR_UNBOUND: return "a tensor, scalar, dim or workspace of the plan is not bound";
   case KILN_ERR_SHAPE: return "shape does not match the plan";
   case KILN_ERR_DTYPE: return "dtype does not match the plan";
   case KILN_ERR_STRIDE: return "strides do not match the plan";

@@ -5,6 +5,10 @@
     plan = pack.plan("bias_gelu", "H=4096")
     plan(x=x, b=b, y=y)              # torch CUDA tensors; dynamic dims come from shapes
     plan(x, b, y, T=x.shape[0])      # positional: input/output tensors in plan order
+    plan.workspace_size(T=4096)      # bytes of scratch memory (0 for most plans)
+
+Plans that need a workspace (plan.workspace is its size rule) get one allocated with torch
+on the launch's device and stream, kept on the plan and reused (grown when too small).
 
 The library is found through $KILN_RT_LIB, else build/libkilnrt.so of the source tree
 this package sits in, else the system library path. torch is imported only when a
@@ -54,7 +58,7 @@ class _PlanInfo(ctypes.Structure):
     _fields_ = [("graph", ctypes.c_char_p), ("instance", ctypes.c_char_p),
                 ("graph_json", ctypes.c_char_p), ("ntensors", ctypes.c_int),
                 ("nkernels", ctypes.c_int), ("ndims", ctypes.c_int),
-                ("nspecialized", ctypes.c_int)]
+                ("nspecialized", ctypes.c_int), ("workspace", ctypes.c_char_p)]
 
 
 class _TensorInfo(ctypes.Structure):
@@ -139,6 +143,8 @@ def load_library():
                                      ctypes.POINTER(ctypes.c_int64), I]),
             "kiln_bind_scalar": (S, [P, ctypes.c_char_p, ctypes.c_double]),
             "kiln_bind_dim": (S, [P, ctypes.c_char_p, ctypes.c_int64]),
+            "kiln_plan_workspace_size": (S, [P, P, ctypes.POINTER(ctypes.c_size_t)]),
+            "kiln_bind_workspace": (S, [P, ctypes.c_ulonglong, ctypes.c_size_t]),
             "kiln_bind_check": (S, [P, P]),
             "kiln_launch": (S, [P, P, P]),
         }
@@ -268,6 +274,10 @@ class Plan:
         self.graph = pi.graph.decode()
         self.instance = pi.instance.decode()
         self.graph_json = pi.graph_json.decode()
+        # workspace size rule in bytes before rounding up to 256 ("ceil(T*4096/2)"), or None
+        self.workspace = pi.workspace.decode() if pi.workspace else None
+        self._workspaces = {}  # (device, stream) -> torch uint8 tensor
+        self._ws_lock = threading.Lock()
         self.tensors = []
         for i in range(pi.ntensors):
             t = _TensorInfo()
@@ -357,9 +367,53 @@ class Plan:
         return b, device
 
     def check(self, *args, **kwargs):
-        """Binds and checks without launching (no GPU needed for the check itself)."""
+        """Binds and checks without launching (no GPU needed for the check itself). A plan
+        that needs a workspace gets a stand-in for the check (nothing is allocated)."""
         b, _ = self.bind(*args, **kwargs)
+        if self.workspace is not None:
+            size = self._workspace_bytes(b)
+            if size:
+                _check(_lib().kiln_bind_workspace(b, 256, size))  # aligned, never dereferenced
         _check(_lib().kiln_bind_check(self._h, b))
+
+    def workspace_size(self, *args, **kwargs):
+        """Bytes of workspace the plan needs (a multiple of 256; 0 when it needs none) for
+        the dynamic dims given as ints (T=4096) or implied by tensors, as for a call."""
+        if self.workspace is None:
+            return 0
+        b, _ = self.bind(*args, **kwargs)
+        return self._workspace_bytes(b)
+
+    def _workspace_bytes(self, b):
+        n = ctypes.c_size_t()
+        _check(_lib().kiln_plan_workspace_size(self._h, b, ctypes.byref(n)))
+        return n.value
+
+    def _workspace(self, device, handle, size):
+        """A torch uint8 CUDA tensor of >= size bytes for launches on (device, stream).
+        Launches on one stream are ordered, so they can share it; it is allocated on that
+        stream, so that torch never hands its memory out before the stream is done with it
+        (also when it is replaced by a larger one)."""
+        import torch
+        if device is None:
+            device = torch.cuda.current_device()
+        key = (device, handle.value or 0)
+        with self._ws_lock:
+            ws = self._workspaces.get(key)
+            if ws is None or ws.numel() < size:
+                self._workspaces.pop(key, None)
+                ws = None  # let torch reuse the old block for the new one
+                dev = torch.device("cuda", device)
+                current = torch.cuda.current_stream(dev)
+                if (handle.value or 0) == current.cuda_stream:
+                    ws = torch.empty(size, dtype=torch.uint8, device=dev)
+                else:
+                    ext = (torch.cuda.ExternalStream(handle.value, device=dev) if handle.value
+                           else torch.cuda.default_stream(dev))
+                    with torch.cuda.stream(ext):
+                        ws = torch.empty(size, dtype=torch.uint8, device=dev)
+                self._workspaces[key] = ws
+            return ws
 
     def __call__(self, *args, stream=None, **kwargs):
         """Binds torch CUDA tensors by name (or positionally), ints as dynamic dims, floats
@@ -367,6 +421,16 @@ class Plan:
         the tensors' device). Outputs are written in place; returns None."""
         b, device = self.bind(*args, **kwargs)
         handle = _stream_handle(stream, device)
+        if self.workspace is not None:
+            size = self._workspace_bytes(b)
+            if size:
+                try:
+                    ws = self._workspace(device, handle, size)
+                except ImportError:
+                    raise KilnError(KILN_ERR_UNBOUND, "plan %s needs %d bytes of workspace (%s);"
+                                    " allocating it needs torch" % (self.graph, size,
+                                                                    self.workspace))
+                _check(_lib().kiln_bind_workspace(b, ws.data_ptr(), size))
         if device is not None and _torch_loaded():
             import torch
             if device != torch.cuda.current_device():

@@ -2,7 +2,8 @@
  * add spec built by `kiln build` (tests/gpu/run passes it), argv[2] optionally a graph name
  * (default: the first plan). For the plan: a launch that writes y = a + b (checked on the
  * host when the plan has two inputs and one output of fp32/fp16/bf16), typed errors for
- * wrong shape / dtype / misaligned pointers with no CUDA fault and no write, the positional
+ * wrong shape / dtype / misaligned pointers with no CUDA fault and no write, the workspace
+ * (allocated when the plan needs one; unbound / misaligned are typed errors), the positional
  * launch, empty tensors, a CUDA-graph capture, launches from several threads, a thread
  * without a current context, and the host overhead against a bare cuLaunchKernel.
  * Prints `1..0 # SKIP no CUDA device` without a driver or device. */
@@ -263,8 +264,12 @@ static void poison_output(void) {
   CU(cu.CtxSynchronize());
 }
 
-static void bind_all(kiln_bind *b, CUdeviceptr out_override) {
+static CUdeviceptr ws_dev; /* the plan's workspace, when it needs one */
+static size_t ws_bytes;
+
+static void bind_all(kiln_bind *b, CUdeviceptr out_override, CUdeviceptr ws) {
   kiln_bind_reset(b);
+  if (ws) kiln_bind_workspace(b, ws, ws_bytes);
   for (int i = 0; i < ntensors; i++) {
     tensor *t = &T[i];
     if (t->info.role == KILN_ROLE_SCALAR) kiln_bind_scalar(b, t->info.name, 1.0);
@@ -326,7 +331,7 @@ static int output_untouched(CUdeviceptr out_dev) {
 
 typedef struct worker {
   int id, with_context, launches;
-  CUdeviceptr out;
+  CUdeviceptr out, ws;
   CUstream stream;
   kiln_status st;
   char msg[256];
@@ -338,7 +343,7 @@ static void *worker_main(void *arg) {
   kiln_bind *b;
   w->st = kiln_bind_create(plan, &b);
   if (w->st == KILN_OK) {
-    bind_all(b, w->out);
+    bind_all(b, w->out, w->ws);
     for (int i = 0; i < w->launches && w->st == KILN_OK; i++)
       w->st = kiln_launch(plan, b, w->stream);
     kiln_bind_destroy(b);
@@ -384,13 +389,15 @@ static void overhead(kiln_bind *b, CUstream s, int major, int minor) {
       values[p] = (uint64_t)dyn[a];
     else if (k->params[p].kind == KILN__PARAM_I64)
       values[p] = (uint64_t)a;
+    else if (k->params[p].kind == KILN__PARAM_WORKSPACE)
+      values[p] = ws_dev + (uint64_t)a;
     else
       memcpy(&values[p], &f, 4);
     args[p] = &values[p];
   }
   unsigned grid[KILN_PACK_MAX_KERNELS][3];
   kiln__plan_grids(plan, dyn, grid);
-  bind_all(b, 0);
+  bind_all(b, 0, ws_dev);
   enum { REPS = 21, N = 200 };
   double bare[REPS], ours[REPS];
   for (int r = 0; r < REPS; r++) {
@@ -478,7 +485,22 @@ int main(int argc, char **argv) {
 
   kiln_bind *b;
   kiln_bind_create(plan, &b);
-  bind_all(b, 0);
+  bind_all(b, 0, 0);
+  st = kiln_plan_workspace_size(plan, b, &ws_bytes);
+  OK(st == KILN_OK && (ws_bytes % 256) == 0, "workspace size: %zu bytes (%s)", ws_bytes, WHY(st));
+  if (ws_bytes) {
+    CU(cu.MemAlloc(&ws_dev, ws_bytes + 256));
+    st = kiln_launch(plan, b, s);
+    OK(st == KILN_ERR_UNBOUND, "no workspace bound -> KILN_ERR_UNBOUND (%s)", kiln_rt_errmsg(rt));
+    kiln_bind_workspace(b, ws_dev + 128, ws_bytes);
+    st = kiln_launch(plan, b, s);
+    OK(st == KILN_ERR_ALIGN, "misaligned workspace -> KILN_ERR_ALIGN (%s)", kiln_rt_errmsg(rt));
+    kiln_bind_workspace(b, ws_dev, ws_bytes - 256);
+    st = kiln_launch(plan, b, s);
+    OK(st == KILN_ERR_INVALID_ARG, "too small a workspace -> KILN_ERR_INVALID_ARG (%s)",
+       kiln_rt_errmsg(rt));
+  }
+  bind_all(b, 0, ws_dev);
   if (out0 >= 0) poison_output();
   st = kiln_launch(plan, b, s);
   OK(st == KILN_OK, "launch (%s)", WHY(st));
@@ -515,15 +537,16 @@ int main(int argc, char **argv) {
     double scalars[64];
     for (int i = 0; i < ntensors; i++) ptrs[i] = T[i].dev, scalars[i] = 1.0;
     poison_output();
-    st = kiln_launch_args(plan, s, ptrs, scalars, dyn);
+    st = kiln_launch_args(plan, s, ptrs, scalars, dyn, ws_dev);
     OK(st == KILN_OK && cu.StreamSynchronize(s) == CUDA_SUCCESS, "kiln_launch_args (%s)", WHY(st));
     if (numeric) OK(check_output(o->dev, &n) == 0, "positional launch computes y = a + b");
     ptrs[out0] = o->dev + 1;
-    OK(kiln_launch_args(plan, s, ptrs, scalars, dyn) == KILN_ERR_ALIGN || o->info.align == 1,
+    OK(kiln_launch_args(plan, s, ptrs, scalars, dyn, ws_dev) == KILN_ERR_ALIGN ||
+           o->info.align == 1,
        "positional launch rejects a misaligned pointer");
 
     /* CUDA graph capture of a launch */
-    bind_all(b, 0);
+    bind_all(b, 0, ws_dev);
     CUgraph graph;
     CUgraphExec exec;
     CU(cu.StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
@@ -552,6 +575,7 @@ int main(int argc, char **argv) {
       w[i].with_context = 1;
       w[i].launches = 50;
       CU(cu.MemAlloc(&w[i].out, o->bytes + 256));
+      if (ws_bytes) CU(cu.MemAlloc(&w[i].ws, ws_bytes));
       CU(cu.StreamCreate(&w[i].stream, CU_STREAM_NON_BLOCKING));
       pthread_create(&th[i], NULL, worker_main, &w[i]);
     }
@@ -564,7 +588,12 @@ int main(int argc, char **argv) {
     }
     OK(all, "%d threads x 50 launches with separate bindings", NW);
     /* a thread with no current context launches in its stream's context */
-    worker nc = {.id = 9, .with_context = 0, .launches = 1, .out = w[0].out, .stream = w[0].stream};
+    worker nc = {.id = 9,
+                 .with_context = 0,
+                 .launches = 1,
+                 .out = w[0].out,
+                 .ws = w[0].ws,
+                 .stream = w[0].stream};
     CU(cu.MemsetD8(nc.out, 0xFF, o->bytes));
     CU(cu.CtxSynchronize());
     pthread_create(&th[0], NULL, worker_main, &nc);
@@ -574,6 +603,7 @@ int main(int argc, char **argv) {
        "a thread without a current context launches on its stream (%s)", nc.msg);
     for (int i = 0; i < NW; i++) {
       cu.MemFree(w[i].out);
+      if (w[i].ws) cu.MemFree(w[i].ws);
       cu.StreamDestroy(w[i].stream);
     }
   }
@@ -581,7 +611,7 @@ int main(int argc, char **argv) {
   /* empty tensors: nothing is launched, nothing fails */
   if (ndyn > 0) {
     setup_tensors(0);
-    bind_all(b, 0);
+    bind_all(b, 0, ws_dev);
     st = kiln_launch(plan, b, s);
     OK(st == KILN_OK && cu.StreamSynchronize(s) == CUDA_SUCCESS,
        "dynamic dims of 0 launch nothing (%s)", WHY(st));
@@ -594,6 +624,7 @@ int main(int argc, char **argv) {
   CU(cu.StreamSynchronize(s));
   for (int i = 0; i < ntensors; i++)
     if (T[i].dev) cu.MemFree(T[i].dev), free(T[i].host);
+  if (ws_dev) cu.MemFree(ws_dev);
   cu.StreamDestroy(s);
   OK(kiln_pack_close(pack) == KILN_OK && cu.CtxSynchronize() == CUDA_SUCCESS,
      "pack closed, modules unloaded");

@@ -67,6 +67,44 @@ static const char *manifest_add2d =
     "    {\"kind\": \"dim\", \"name\": \"N\"}]}],"
     " \"graph_json\": \"{}\"}";
 
+/* Workspace plans: ws_plan's size depends on M (ceil(M*100/3) bytes, rounded up to 256);
+ * ws_fixed has a literal one (1000 -> 1024 bytes) and a tensor named "workspace"; no_ws
+ * has none (and a constant param with a recognizable bit pattern: 1234.5). */
+static const char *manifest_ws_plan =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"ws_plan\", \"instance\": \"\","
+    " \"dynamic\": [\"M\", \"N\"],"
+    " \"workspace\": {\"mul\": [\"M\", 100], \"div\": 3, \"max\": 0},"
+    " \"tensors\": ["
+    "  {\"uid\": 1, \"name\": \"x\", \"dtype\": \"fp32\", \"dims\": [\"M\", \"N\"],"
+    "   \"role\": \"input\", \"align\": 16},"
+    "  {\"uid\": 2, \"name\": \"y\", \"dtype\": \"fp32\", \"dims\": [\"M\", \"N\"],"
+    "   \"role\": \"output\", \"align\": 16}],"
+    " \"kernels\": ["
+    "  {\"symbol\": \"kiln_ws_0\", \"block\": [256], \"grid\": [{\"mul\": [\"M\", \"N\"], \"div\": "
+    "256}],"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"workspace\", \"offset\": 0},"
+    "    {\"kind\": \"dim\", \"name\": \"M\"}]},"
+    "  {\"symbol\": \"kiln_ws_1\", \"block\": [256], \"grid\": [{\"mul\": [\"M\", \"N\"], \"div\": "
+    "256}],"
+    "   \"params\": [{\"kind\": \"workspace\", \"offset\": 4096}, {\"kind\": \"tensor\", \"uid\": "
+    "2}]}]}";
+
+static const char *manifest_ws_fixed =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"ws_fixed\", \"workspace\": 1000,"
+    " \"tensors\": [{\"uid\": 1, \"name\": \"workspace\", \"dtype\": \"fp32\", \"dims\": [64],"
+    "   \"role\": \"input\"}],"
+    " \"kernels\": [{\"symbol\": \"kiln_wsf_0\", \"block\": [64], \"grid\": [1],"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"workspace\", \"offset\": "
+    "768}]}]}";
+
+static const char *manifest_no_ws =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"no_ws\","
+    " \"tensors\": [{\"uid\": 1, \"name\": \"a\", \"dtype\": \"fp32\", \"dims\": [64],"
+    "   \"role\": \"input\"}, {\"uid\": 2, \"name\": \"c\", \"dtype\": \"fp32\", \"dims\": [1],"
+    "   \"role\": \"constant\", \"value\": 1234.5}],"
+    " \"kernels\": [{\"symbol\": \"kiln_nows_0\", \"block\": [64], \"grid\": [1],"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"scalar\", \"uid\": 2}]}]}";
+
 /* A fake cubin: a 64-bit little-endian ELF header for EM_CUDA, then a tag. */
 static kiln_blob fake_cubin(unsigned char *buf, size_t size, const char *tag) {
   memset(buf, 0, size);
@@ -409,7 +447,7 @@ static void test_binding(kiln_rt *rt, kiln_pack *pack) {
   }
   const kiln_devptr ptrs[3] = {FAKE, 0x1002, FAKE};
   const int64_t dims[2] = {4, 256};
-  OK(kiln_launch_args(b, NULL, ptrs, NULL, dims) == KILN_ERR_ALIGN,
+  OK(kiln_launch_args(b, NULL, ptrs, NULL, dims, 0) == KILN_ERR_ALIGN,
      "positional launch checks alignment (%s)", kiln_rt_errmsg(rt));
   kiln_bind_destroy(b2);
 }
@@ -492,6 +530,309 @@ static void test_inspect(const char *path, const unsigned char *good, size_t siz
   OK(rc == -1 && strcmp(e.code, "E_IO") == 0, "inspect of a missing file -> E_IO (%s)", e.msg);
 }
 
+/* Offset of the param record (u8 kind, i64 arg) with this kind and arg; -1 when absent. */
+static long find_param(const unsigned char *p, size_t n, unsigned kind, int64_t arg) {
+  for (size_t i = KILN_PACK_HEADER_SIZE; i + 9 <= n; i++) {
+    if (p[i] != kind) continue;
+    int64_t v = 0;
+    for (int k = 7; k >= 0; k--) v = v << 8 | p[i + 1 + (size_t)k];
+    if (v == arg) return (long)i;
+  }
+  return -1;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *text = calloc(1, 1 << 20);
+  if (text) fread(text, 1, (1 << 20) - 1, f);
+  fclose(f);
+  return text;
+}
+
+static void test_workspace(kiln_rt *rt, const char *tmp) {
+  kiln_err e = {0};
+  const char *archs[] = {"sm_90a"};
+  unsigned char cub[3][128];
+  kiln_blob im[3] = {fake_cubin(cub[0], 128, "ws 0"), fake_cubin(cub[1], 128, "ws 1"),
+                     fake_cubin(cub[2], 128, "ws 2")};
+  kiln_pack_writer *w = kiln_pack_writer_new();
+  OK(kiln_pack_writer_add_plan(w, manifest_ws_plan, archs, 1, im, &e) == 0 &&
+         kiln_pack_writer_add_plan(w, manifest_ws_fixed, archs, 1, im + 1, &e) == 0 &&
+         kiln_pack_writer_add_plan(w, manifest_no_ws, archs, 1, im + 2, &e) == 0,
+     "writer takes plans with and without a workspace (%s)", e.msg);
+
+  /* writer errors */
+  const char *bad[][2] = {
+      {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e1\", \"tensors\": [],"
+       " \"kernels\": [{\"symbol\": \"k\", \"block\": [32], \"grid\": [1],"
+       " \"params\": [{\"kind\": \"workspace\", \"offset\": 0}]}]}",
+       "no \"workspace\""},
+      {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e2\", \"workspace\": 512,"
+       " \"tensors\": [], \"kernels\": [{\"symbol\": \"k\", \"block\": [32], \"grid\": [1],"
+       " \"params\": [{\"kind\": \"workspace\", \"offset\": 512}]}]}",
+       "outside the workspace"},
+      {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e3\", \"workspace\": 512,"
+       " \"tensors\": [], \"kernels\": [{\"symbol\": \"k\", \"block\": [32], \"grid\": [1],"
+       " \"params\": [{\"kind\": \"workspace\", \"offset\": -8}]}]}",
+       "offset"},
+      {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e4\", \"dynamic\": [\"T\"],"
+       " \"workspace\": {\"mul\": [\"T\"], \"dvi\": 2}, \"tensors\": [], \"kernels\": []}",
+       "\"dvi\""},
+      {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e5\","
+       " \"workspace\": {\"mul\": [\"Q\"]}, \"tensors\": [], \"kernels\": []}",
+       "'Q'"},
+      {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e6\", \"workspace\": -1,"
+       " \"tensors\": [], \"kernels\": []}",
+       "workspace is negative"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    OK(kiln_pack_writer_add_plan(w, bad[i][0], archs, 1, im, &e) == -1 &&
+           strcmp(e.code, "E_PACK") == 0 && strstr(e.msg, bad[i][1]),
+       "bad workspace manifest %zu -> E_PACK (%s)", i + 1, e.msg);
+
+  void *bytes;
+  size_t size;
+  OK(kiln_pack_writer_to_memory(w, &bytes, &size, &e) == 0, "workspace pack written (%zu bytes)",
+     size);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/ws.kpack", tmp);
+  kiln_pack_writer_write(w, path, &e);
+  kiln_pack_writer_free(w);
+
+  kiln_pack *pack;
+  kiln_status st = kiln_pack_open_memory(rt, bytes, size, &pack);
+  OK(st == KILN_OK, "workspace pack opens (%s)", kiln_rt_errmsg(rt));
+  if (st != KILN_OK) return;
+  kiln_plan *pw, *pf, *pn;
+  kiln_plan_get(pack, "ws_plan", "", &pw);
+  kiln_plan_get(pack, "ws_fixed", "", &pf);
+  kiln_plan_get(pack, "no_ws", "", &pn);
+  kiln_plan_info iw, ifx, in;
+  kiln_plan_info_get(pw, &iw);
+  kiln_plan_info_get(pf, &ifx);
+  kiln_plan_info_get(pn, &in);
+  OK(iw.workspace && strcmp(iw.workspace, "ceil(M*100/3)") == 0 && ifx.workspace &&
+         strcmp(ifx.workspace, "1000") == 0 && !in.workspace,
+     "plan info: workspace rules (%s, %s, none)", iw.workspace ? iw.workspace : "NULL",
+     ifx.workspace ? ifx.workspace : "NULL");
+  kiln_kernel_info ki;
+  kiln_plan_kernel(pw, 1, &ki);
+  OK(pw->kernels[0].params[1].kind == KILN__PARAM_WORKSPACE && pw->kernels[0].params[1].arg == 0 &&
+         pw->kernels[1].params[0].kind == KILN__PARAM_WORKSPACE &&
+         pw->kernels[1].params[0].arg == 4096 && ki.nparams == 2,
+     "workspace params keep their offsets");
+
+  /* sizes */
+  size_t n = 1;
+  OK(kiln_plan_workspace_size(pn, NULL, &n) == KILN_OK && n == 0, "no workspace: size 0");
+  OK(kiln_plan_workspace_size(pf, NULL, &n) == KILN_OK && n == 1024,
+     "literal rule: 1000 -> 1024 bytes without a binding (%zu)", n);
+  st = kiln_plan_workspace_size(pw, NULL, &n);
+  OK(st == KILN_ERR_INVALID_ARG && n == 0, "dynamic rule without a binding -> INVALID_ARG (%s)",
+     kiln_rt_errmsg(rt));
+  kiln_bind *b;
+  kiln_bind_create(pw, &b);
+  st = kiln_plan_workspace_size(pw, b, &n);
+  OK(st == KILN_ERR_UNBOUND && strstr(kiln_rt_errmsg(rt), "dynamic dim M"),
+     "size with M unknown -> UNBOUND (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_dim(b, "N", 5);
+  OK(kiln_plan_workspace_size(pw, b, &n) == KILN_ERR_UNBOUND, "N alone is not enough");
+  kiln_bind_dim(b, "M", 1000);
+  OK(kiln_plan_workspace_size(pw, b, &n) == KILN_OK && n == 33536,
+     "M = 1000 bound as a dim: ceil(100000/3) = 33334 -> 33536 bytes (%zu)", n);
+  kiln_bind_reset(b);
+  int64_t xd[2] = {7, 5};
+  kiln_bind_tensor(b, "x", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
+  OK(kiln_plan_workspace_size(pw, b, &n) == KILN_OK && n == 256,
+     "M = 7 from a bound tensor (y unbound): ceil(700/3) = 234 -> 256 bytes (%zu)", n);
+  kiln_bind_dim(b, "M", 8);
+  st = kiln_plan_workspace_size(pw, b, &n);
+  OK(st == KILN_ERR_SHAPE, "dims that disagree -> SHAPE (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_reset(b);
+
+  /* binding checks */
+  kiln_bind_tensor(b, "x", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
+  kiln_bind_tensor(b, "y", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
+  st = kiln_bind_check(pw, b);
+  OK(st == KILN_ERR_UNBOUND && strstr(kiln_rt_errmsg(rt), "workspace"),
+     "no workspace bound -> UNBOUND (%s)", kiln_rt_errmsg(rt));
+  OK(kiln_launch(pw, b, NULL) == KILN_ERR_UNBOUND, "kiln_launch without a workspace -> UNBOUND");
+  OK(kiln_bind_workspace(b, 0, 256) == KILN_ERR_INVALID_ARG,
+     "kiln_bind_workspace(NULL, bytes) -> INVALID_ARG");
+  kiln_bind_workspace(b, FAKE + 128, 4096);
+  st = kiln_bind_check(pw, b);
+  OK(st == KILN_ERR_ALIGN && strstr(kiln_rt_errmsg(rt), "256"),
+     "workspace aligned to 128 only -> ALIGN (%s)", kiln_rt_errmsg(rt));
+  OK(kiln_launch(pw, b, NULL) == KILN_ERR_ALIGN,
+     "kiln_launch with a misaligned workspace -> ALIGN");
+  kiln_bind_workspace(b, FAKE, 255);
+  st = kiln_bind_check(pw, b);
+  OK(st == KILN_ERR_INVALID_ARG && strstr(kiln_rt_errmsg(rt), "255 bytes"),
+     "too small a workspace -> INVALID_ARG (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_workspace(b, FAKE, 256);
+  OK(kiln_bind_check(pw, b) == KILN_OK, "workspace of the right size passes");
+  kiln_bind_dim(b, "M", 8);
+  int64_t xd8[2] = {8, 5};
+  kiln_bind_tensor(b, "x", FAKE, 2, xd8, NULL, KILN_DTYPE_FP32);
+  kiln_bind_tensor(b, "y", FAKE, 2, xd8, NULL, KILN_DTYPE_FP32);
+  st = kiln_bind_check(pw, b);
+  OK(st == KILN_ERR_INVALID_ARG && strstr(kiln_rt_errmsg(rt), "needs 512"),
+     "the same workspace is too small once M = 8 (ceil(800/3) -> 512) -> INVALID_ARG (%s)",
+     kiln_rt_errmsg(rt));
+  kiln_bind_workspace(b, FAKE, 512);
+  OK(kiln_bind_check(pw, b) == KILN_OK, "a larger workspace passes again");
+  kiln_bind_reset(b);
+  kiln_bind_tensor(b, "x", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
+  kiln_bind_tensor(b, "y", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
+  OK(kiln_bind_check(pw, b) == KILN_ERR_UNBOUND, "kiln_bind_reset forgets the workspace");
+  int64_t xd0[2] = {0, 5};
+  kiln_bind_tensor(b, "x", FAKE, 2, xd0, NULL, KILN_DTYPE_FP32);
+  kiln_bind_tensor(b, "y", FAKE, 2, xd0, NULL, KILN_DTYPE_FP32);
+  OK(kiln_bind_check(pw, b) == KILN_OK && kiln_plan_workspace_size(pw, b, &n) == KILN_OK && n == 0,
+     "M = 0: workspace size 0, none needed");
+  kiln_bind_destroy(b);
+  kiln_bind_create(pn, &b);
+  int64_t ad[1] = {64};
+  kiln_bind_tensor(b, "a", FAKE, 1, ad, NULL, KILN_DTYPE_FP32);
+  OK(kiln_bind_check(pn, b) == KILN_OK, "a plan without a workspace needs none");
+  kiln_bind_workspace(b, FAKE + 8, 8);
+  OK(kiln_bind_check(pn, b) == KILN_OK, "... and ignores one bound anyway");
+  kiln_bind_destroy(b);
+
+  /* positional launch */
+  const kiln_devptr ptrs[2] = {FAKE, FAKE};
+  const int64_t dims[2] = {7, 5};
+  st = kiln_launch_args(pw, NULL, ptrs, NULL, dims, 0);
+  OK(st == KILN_ERR_UNBOUND, "positional launch without a workspace -> UNBOUND (%s)",
+     kiln_rt_errmsg(rt));
+  st = kiln_launch_args(pw, NULL, ptrs, NULL, dims, FAKE + 64);
+  OK(st == KILN_ERR_ALIGN, "positional launch with a misaligned workspace -> ALIGN (%s)",
+     kiln_rt_errmsg(rt));
+  st = kiln_launch_args(pw, NULL, ptrs, NULL, dims, FAKE);
+  OK(st != KILN_ERR_UNBOUND && st != KILN_ERR_ALIGN && st != KILN_ERR_INVALID_ARG,
+     "positional launch with a workspace gets past the checks (%s)", kiln_errstr(st));
+  const int64_t dims0[2] = {0, 5};
+  st = kiln_launch_args(pw, NULL, ptrs, NULL, dims0, 0);
+  OK(st != KILN_ERR_UNBOUND, "positional launch with M = 0 needs no workspace (%s)",
+     kiln_errstr(st));
+  kiln_pack_close(pack);
+
+  /* reader: workspace params are bounds-checked (hand-crafted behind a valid checksum) */
+  unsigned char *p = malloc(size);
+  memcpy(p, bytes, size);
+  long at = find_param(p, size, KILN__PARAM_WORKSPACE, 768);
+  OK(at > 0, "ws_fixed's workspace param found in the pack");
+  if (at > 0) {
+    p[at + 1] = 0x00, p[at + 2] = 0x04; /* 768 -> 1024, past the 1024-byte workspace */
+    fix_checksum(p, size);
+    st = open_bytes(rt, p, size);
+    OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "ws_fixed"),
+       "workspace offset past a literal workspace -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+    memcpy(p, bytes, size);
+    p[at + 8] = 0x80; /* negative offset */
+    fix_checksum(p, size);
+    st = open_bytes(rt, p, size);
+    OK(st == KILN_ERR_PACK, "negative workspace offset -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+  }
+  double d = 1234.5;
+  int64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  memcpy(p, bytes, size);
+  at = find_param(p, size, KILN__PARAM_F32, bits);
+  OK(at > 0, "no_ws's constant param found in the pack");
+  if (at > 0) {
+    p[at] = KILN__PARAM_WORKSPACE;
+    p[at + 1] = p[at + 2] = p[at + 3] = p[at + 4] = p[at + 5] = p[at + 6] = p[at + 7] = 0;
+    p[at + 8] = 0;
+    fix_checksum(p, size);
+    st = open_bytes(rt, p, size);
+    OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "no_ws"),
+       "workspace param in a plan without a workspace -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
+  }
+  free(p);
+  test_corruption(rt, bytes, size);
+
+  /* inspect */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  int rc = kiln_pack_inspect(path, out, &e);
+  fclose(out);
+  OK(rc == 0 && strstr(text, "workspace: ceil(M*100/3) bytes, rounded up to a multiple of 256") &&
+         strstr(text, "workspace: 1000 bytes") && strstr(text, "workspace: none"),
+     "kiln pack inspect prints the workspace rules");
+  if (rc == 0 && getenv("KILN_TEST_VERBOSE")) fputs(text, stdout);
+  free(text);
+
+  /* emit-c: a workspace parameter only where needed, a size helper, all compiled and run */
+  char dir[1024], cmd[16384];
+  snprintf(dir, sizeof dir, "%s/wsgen", tmp);
+  e = (kiln_err){0};
+  OK(kiln_emit_c(dir, "wspack", bytes, size, &e) == 0, "emit-c writes C for workspace plans (%s)",
+     e.msg);
+  snprintf(cmd, sizeof cmd, "%s/wspack.h", dir);
+  char *h = slurp(cmd);
+  OK(h &&
+         strstr(h,
+                "kiln_status ws_plan_launch(kiln_pack *pack, struct CUstream_st *stream,\n"
+                "    kiln_devptr x,\n    kiln_devptr y,\n    int64_t M,\n    int64_t N,\n"
+                "    kiln_devptr workspace);") &&
+         strstr(h,
+                "kiln_status ws_plan_workspace_size(kiln_pack *pack,\n    int64_t M,\n"
+                "    int64_t N,\n    size_t *workspace_bytes);") &&
+         strstr(h,
+                "kiln_status ws_fixed_launch(kiln_pack *pack, struct CUstream_st *stream,\n"
+                "    kiln_devptr workspace_,\n    kiln_devptr workspace);") &&
+         strstr(h,
+                "kiln_status no_ws_launch(kiln_pack *pack, struct CUstream_st *stream,\n"
+                "    kiln_devptr a);") &&
+         !strstr(h, "no_ws_workspace_size"),
+     "emit-c signatures: workspace last and only where needed, a tensor named workspace renamed");
+  if (!h || getenv("KILN_TEST_VERBOSE")) fputs(h ? h : "(no header)\n", stdout);
+  free(h);
+  snprintf(cmd, sizeof cmd, "%s/main.c", dir);
+  FILE *f = fopen(cmd, "w");
+  fputs(
+      "#include <stdio.h>\n"
+      "#include \"wspack.h\"\n"
+      "int main(void) {\n"
+      "  kiln_rt *rt;\n"
+      "  kiln_pack *pack;\n"
+      "  size_t n = 0, n0 = 1;\n"
+      "  if (kiln_rt_create(&rt) || wspack_load(rt, &pack)) return 1;\n"
+      "  kiln_status a = ws_plan_workspace_size(pack, 1000, 5, &n);\n"
+      "  kiln_status b = ws_fixed_workspace_size(pack, &n0);\n"
+      "  kiln_status c = ws_plan_launch(pack, NULL, 0x10000, 0x10000, 7, 5, 0);\n"
+      "  kiln_status d = ws_fixed_launch(pack, NULL, 0x10000, 0x10080);\n"
+      "  printf(\"%d %zu %d %zu %d %d\\n\", (int)a, n, (int)b, n0, (int)c, (int)d);\n"
+      "  kiln_rt_destroy(rt);\n"
+      "  return 0;\n"
+      "}\n",
+      f);
+  fclose(f);
+  if (system("gcc --version >/dev/null 2>&1") != 0) {
+    printf("ok %d - # SKIP no gcc to compile the generated C\n", ++tap_n);
+    free(bytes);
+    return;
+  }
+  snprintf(cmd, sizeof cmd,
+           "gcc -std=c11 -Wall -Wextra -Werror -Iruntime -o %s/main %s/main.c %s/wspack.c "
+           "build/libkilnrt.a -ldl -lpthread && %s/main > %s/main.out",
+           dir, dir, dir, dir, dir);
+  int built = system(cmd) == 0;
+  snprintf(cmd, sizeof cmd, "%s/main.out", dir);
+  char *res = built ? slurp(cmd) : NULL;
+  if (res && strchr(res, '\n')) *strchr(res, '\n') = '\0';
+  char want[64];
+  snprintf(want, sizeof want, "0 33536 0 1024 %d %d", KILN_ERR_UNBOUND, KILN_ERR_ALIGN);
+  OK(res && strcmp(res, want) == 0,
+     "generated C compiles, links and runs: sizes, unbound and misaligned workspace (%s)",
+     res ? res : "no output");
+  free(res);
+  free(bytes);
+}
+
 static void test_emit_c(const void *bytes, size_t size, const char *tmp) {
   kiln_err e = {0};
   char dir[4096], cmd[16384];
@@ -564,6 +905,7 @@ int main(void) {
   test_writer_errors();
   test_inspect(path, bytes, size, tmp);
   test_emit_c(bytes, size, tmp);
+  test_workspace(rt, tmp);
 
   OK(strcmp(kiln_errstr(KILN_ERR_PACK), kiln_errstr(KILN_ERR_ALIGN)) != 0 &&
          kiln_dtype_from_name("bf16") == KILN_DTYPE_BF16 &&
