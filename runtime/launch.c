@@ -263,9 +263,13 @@ kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream, const kiln
                          const double *scalars, const int64_t *dyn, kiln_devptr workspace) {
   kiln_status st = kiln__cuda_load(RT(plan));
   if (st != KILN_OK) return st;
-  unsigned long long id;
-  CUcontext pushed = NULL;
-  CUresult r = kiln__cu.CtxGetId(NULL, &id);
+  unsigned long long id = 0;
+  CUcontext pushed = NULL, current = NULL;
+  /* Ask for the current context first: cuCtxGetId(NULL) without one is an API error
+   * (compute-sanitizer reports it), cuCtxGetCurrent answers NULL. */
+  CUresult r = kiln__cu.CtxGetCurrent(&current);
+  if (r == CUDA_SUCCESS && current) r = kiln__cu.CtxGetId(current, &id);
+  else if (r == CUDA_SUCCESS) r = CUDA_ERROR_INVALID_CONTEXT;
   if (r != CUDA_SUCCESS) {
     /* No current context in this thread: run in the stream's. */
     if (!stream)
@@ -276,7 +280,7 @@ kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream, const kiln
       return cuda_fail(plan, r, "no current CUDA context; cuStreamGetCtx");
     if ((r = kiln__cu.CtxPushCurrent(pushed)) != CUDA_SUCCESS)
       return cuda_fail(plan, r, "cuCtxPushCurrent(the stream's context)");
-    if ((r = kiln__cu.CtxGetId(NULL, &id)) != CUDA_SUCCESS)
+    if ((r = kiln__cu.CtxGetId(pushed, &id)) != CUDA_SUCCESS)
       st = cuda_fail(plan, r, "cuCtxGetId(the stream's context)");
   }
   kiln__ctx_slot *s = NULL;
