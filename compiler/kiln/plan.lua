@@ -38,16 +38,33 @@ end
 function M.manifest(g, target)
   local groups = M.route(g, target)
   local kernels, align = c.json_array(), {}
+  local workspaces = {}
   for _, grp in ipairs(groups) do
     if not grp.plan then no_engine(g, grp) end
     local symbol = string.format("kiln_%s_k%d", g.name, grp.index - 1)
-    local k = grp.plan.engine.build(grp.plan, grp, g, target, symbol)
-    for uid, a in pairs(k.align or {}) do align[uid] = math.max(align[uid] or 1, a) end
-    k.align = nil
-    k.params = c.json_array(k.params)
-    k.options = c.json_array(k.options)
-    kernels[#kernels + 1] = k
+    -- an engine builds one kernel, or { kernels = {...}, workspace = {rule =, bytes_max =} }
+    local built = grp.plan.engine.build(grp.plan, grp, g, target, symbol)
+    local list = built.kernels or { built }
+    if built.workspace then workspaces[#workspaces + 1] = built.workspace end
+    for _, k in ipairs(list) do
+      for uid, a in pairs(k.align or {}) do align[uid] = math.max(align[uid] or 1, a) end
+      k.align = nil
+      k.params = c.json_array(k.params)
+      k.options = c.json_array(k.options)
+      kernels[#kernels + 1] = k
+    end
   end
+  -- Groups run one after another, so they share the workspace from offset 0: one group's
+  -- rule as it is, several groups' largest size as a constant.
+  local workspace
+  if #workspaces == 1 then
+    workspace = workspaces[1].rule
+  elseif #workspaces > 1 then
+    local bytes = 0
+    for _, w in ipairs(workspaces) do bytes = math.max(bytes, w.bytes_max) end
+    workspace = { mul = c.json_array({ bytes }), div = 1, max = 0 }
+  end
+  if workspace then workspace.mul = c.json_array(workspace.mul) end
   local tensors = c.json_array()
   for _, t in ipairs(g.tensors) do
     if t.role ~= "virtual" and t.role ~= "constant" then
@@ -58,7 +75,7 @@ function M.manifest(g, target)
   end
   return { schema = "kiln.plan", version = 1, graph = g.name, instance = g:instance_key(),
            dynamic = c.json_array(g:dynamic_dims()), tensors = tensors, kernels = kernels,
-           graph_json = g:to_json() }
+           workspace = workspace, graph_json = g:to_json() }
 end
 
 return M

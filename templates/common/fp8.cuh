@@ -1,5 +1,6 @@
 // kiln: fp8 e4m3 / e5m2 <-> fp32, round to nearest even, saturating to the largest finite
-// value (NaN stays NaN). sm_89+ uses the hardware converts; older SMs compute it.
+// value (NaN stays NaN). sm_89+ uses the hardware converts; older SMs compute it (the
+// encoder out of line: inlined per element it dominates a fused kernel's compile time).
 __device__ __forceinline__ float kiln_fp8_decode(kiln_u8 v, int mbits, int bias, int has_inf) {
   int e = (v & 0x7f) >> mbits, m = v & ((1 << mbits) - 1);
   float s = (v & 0x80) ? -1.0f : 1.0f;
@@ -9,7 +10,7 @@ __device__ __forceinline__ float kiln_fp8_decode(kiln_u8 v, int mbits, int bias,
   if (e == 0) return s * ldexpf((float)m, 1 - bias - mbits);
   return s * ldexpf((float)(m + (1 << mbits)), e - bias - mbits);
 }
-__device__ __forceinline__ kiln_u8 kiln_fp8_encode(float f, int mbits, int bias, float maxv, kiln_u8 nan) {
+__device__ __noinline__ kiln_u8 kiln_fp8_encode(float f, int mbits, int bias, float maxv, kiln_u8 nan) {
   kiln_u32 b = __float_as_uint(f);
   kiln_u8 sign = (b >> 24) & 0x80;
   if (f != f) return sign | nan;

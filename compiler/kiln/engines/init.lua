@@ -1,10 +1,15 @@
 -- kiln.engines: the engine registry and router. An engine is one template family:
 --   propose(group, g, target) -> { plan, ... } | nil, reason
---   build(plan, group, g, target) -> kernel (symbol, source, launch rule)
+--   build(plan, group, g, target, symbol) -> kernel (symbol, source, launch rule), or
+--     { kernels = {kernel, ...}, workspace = {rule = launch-rule bytes, bytes_max = N} }
 -- Plans carry stable ids "engine:vVERSION:knobs"; the router ranks them (heuristic first).
 local M = {}
 
-M.list = { (require "kiln.engines.pointwise") }
+M.list = {
+  (require "kiln.engines.pointwise"),
+  (require "kiln.engines.row"),        -- rms/layer norm fwd+bwd, softmax fwd+bwd, row reductions
+  (require "kiln.engines.colreduce"),  -- reductions over the leading axes or over everything
+}
 
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
 function M.route(group, g, target)

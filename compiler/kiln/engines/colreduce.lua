@@ -1,0 +1,222 @@
+-- kiln.engines.colreduce: reductions over the leading axes ([T, H] -> [1, H]) and over every
+-- axis ([T, H] -> [1, 1]), deterministically, with a fused pointwise prologue.
+--
+-- Kernel 1 is persistent: CTA g takes row blocks g, g + G, ... (G from T alone), each thread
+-- folds its columns of its rows into registers, the CTA's row slots combine in slot order
+-- through shared memory, and the CTA writes one partial row to the workspace. Kernel 2 adds
+-- the G partial rows per column in a fixed order (rowgen.finalize). A full reduction views
+-- the input as [numel / W, W] (W up to 4 vectors) and folds the W columns at the end.
+local shape = require "kiln.shape"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+
+local E = { id = "colreduce", version = 1 }
+
+E.SMS = 132          -- the H200's SMs: the persistent grid is sized for it
+E.BLOCK = 512
+E.CTAS_PER_SM = 2
+E.MIN_ROWS = 4       -- rows each slot takes at least
+E.SMEM_MAX = 160 * 1024
+
+local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
+
+local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
+
+local function analyze(group, g)
+  local a = group.anchor
+  if not a or a.op ~= "reduction" then
+    return fail("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
+  end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "virtual" then
+      return fail("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
+    end
+  end
+  if #group.spills > 0 then
+    return fail("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)", g.by_uid[group.spills[1]].name)
+  end
+  if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return fail("no epilogue after a column reduction") end
+  local ok, why = pw.supported(group.prologue or {}, g)
+  if not ok then return nil, why end
+  local mode = REDUCE[a.attrs.mode]
+  if not mode then return fail("reduction mode %s is not supported", a.attrs.mode) end
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  if not pw.STORAGE[y.dtype] then return fail("dtype %s of Y is not supported", y.dtype) end
+  if y.role ~= "output" then return fail("Y '%s' is not written (virtual)", y.name) end
+  -- reduced axes: a leading block; kept axes: the rest
+  local n, last_reduced, first_kept = #x.dims, nil, nil
+  for i = 1, n do
+    if y.dims[i] == 1 and x.dims[i] ~= 1 then last_reduced = i
+    elseif x.dims[i] ~= 1 then first_kept = first_kept or i end
+  end
+  if not last_reduced then return fail("reduces no axis") end
+  if first_kept and first_kept < last_reduced then return fail("the reduced axes are not the leading ones") end
+  local info = { anchor = a, mode = mode, E = x.dims, full = first_kept == nil }
+  local nsuffix = first_kept and (n - first_kept + 1) or 1
+  local C = rowgen.suffix(x.dims, nsuffix)
+  if not C then return fail("the kept axes of %s are not compile-time (specialize them)", shape.format(x.dims)) end
+  if not shape.is_row_major(y.dims, y.strides) then return fail("Y is not row-major") end
+  info.access = {}
+  local vec_tensors = { x }
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
+      local b = shape.broadcast(t.dims, x.dims)
+      if not b or not pw.dims_equal(b, x.dims) then
+        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(x.dims))
+      end
+      local how = rowgen.classify(t, x.dims, nsuffix)
+      info.access[uid] = how
+      if how == "full" or how == "col" then vec_tensors[#vec_tensors + 1] = t end
+    end
+  end
+  local V = rowgen.vector_width(C, vec_tensors)
+  info.nsuffix = nsuffix
+  info.rows, info.row_factors = rowgen.rows(x.dims, nsuffix)
+  if info.full then
+    -- the input as [numel / W, W], W = up to 4 vectors (loads in flight); anything but x
+    -- itself is gathered; the W columns fold at the end
+    local W = V
+    while W < 4 * V and C % (2 * W) == 0 do W = 2 * W end
+    info.rows = string.format("(%s * %dLL)", info.rows, C // W)
+    info.row_factors = rowgen.with_const(info.row_factors, C // W)
+    for uid, how in pairs(info.access) do
+      if how ~= "full" then info.access[uid] = "gather" end
+    end
+    C = W
+  end
+  info.C = C
+  local L = rowgen.layout(C, V, 4)
+  if info.full then L.P, L.N, L.RPC, L.even = 1, C // V, E.BLOCK, true end
+  L.RPC = math.max(1, E.BLOCK // L.P)
+  L.block = L.P * L.RPC
+  info.L = L
+  info.smem = C * 4
+  if info.smem > E.SMEM_MAX then return fail("%d kept columns need %d KB of shared memory (at most %d KB)", C, info.smem // 1024, E.SMEM_MAX // 1024) end
+  info.max_ctas = E.SMS * E.CTAS_PER_SM
+  info.grid_div = L.RPC * E.MIN_ROWS
+  info.id = string.format("colreduce:v%d:%s:%s:p%dn%dv%dr%d", E.version, a.attrs.mode, info.full and "all" or "lead", L.P, L.N, L.V, L.RPC)
+  return info
+end
+
+function E.propose(group, g, target)
+  if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
+  local info, why = analyze(group, g)
+  if not info then return nil, why end
+  return { { id = info.id, knobs = { P = info.L.P, N = info.L.N, V = info.L.V, RPC = info.L.RPC }, rank = 1, info = info } }
+end
+
+function E.build(plan, group, g, target, symbol)
+  local info = plan.info
+  local a, L, mode = info.anchor, info.L, info.mode
+  local C = info.C
+  local K = rowgen.kernel(g, symbol)
+  local src = K.src
+  src:need("common/nanmax.cuh")
+  local prologue = group.prologue or {}
+  local read_later = pw.read_set(group.nodes)
+  local index = string.format("(row * %dLL + c + j)", C)
+  K:note_dyn(info.E)
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then K:ptr(uid) end
+  end
+  local slot = L.RPC > 1 and string.format("threadIdx.x / %d", L.P) or "0"
+  local dyn_smem = info.smem > 48 * 1024
+  if dyn_smem then K:add("  extern __shared__ float cs_[];  // [column]")
+  else K.shared[#K.shared + 1] = string.format("  __shared__ float cs_[%d];", C) end
+  K:add("  const int lane = %s;", L.RPC > 1 and string.format("threadIdx.x %% %d", L.P) or "threadIdx.x")
+  K:add("  float acc_[%d][%d];", L.N, L.V)
+  K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[k][j] = %s;", L.N, L.V, mode.init)
+  K:add("  for (kiln_i64 rb_ = blockIdx.x; rb_ * %d < %s; rb_ += gridDim.x) {", L.RPC, info.rows)
+  local loop_start = #K.lines + 1
+  K:add("  const kiln_i64 row = rb_%s;", L.RPC > 1 and string.format(" * %d + %s", L.RPC, slot) or "")
+  local valid = L.RPC > 1 and "valid" or nil
+  if valid then K:add("  const bool valid = row < %s;", info.rows) end
+  -- sources: constants, scalars, per-row values, vectors, gathers
+  local value, loads, gathers = {}, {}, {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" or t.role == "scalar" then
+      value[uid] = K:scalar(uid)
+    elseif info.access[uid] == "row" then
+      local st = pw.storage(src, t.dtype)
+      local load = pw.fmt(st.load, string.format("%s[%s]", K:ptr(uid), pw.offset_expr(t, info.E, string.format("(row * %dLL)", C))))
+      K:add("  const float q%d = %s;", uid, valid and string.format("valid ? %s : 0.0f", load) or load)
+      value[uid] = "q" .. uid
+    elseif info.access[uid] == "full" or info.access[uid] == "col" then
+      loads[#loads + 1] = uid
+    else
+      gathers[#gathers + 1] = uid
+    end
+  end
+  local xin = a.inputs.input
+  local upd = mode.upd
+  rowgen.pass(K, L, {
+    tag = "1", loads = loads, access = info.access, valid = valid, fused = L.N > 8,
+    body = function(lines)
+      for uid, v in pairs(value) do K.value[uid] = v end
+      for _, uid in ipairs(gathers) do
+        local t = g.by_uid[uid]
+        local st = pw.storage(src, t.dtype)
+        lines[#lines + 1] = string.format("        const float v%d = %s;", uid,
+          pw.fmt(st.load, string.format("%s[%s]", K:ptr(uid), pw.offset_expr(t, info.E, index))))
+        K.value[uid] = "v" .. uid
+      end
+      pw.emit_nodes(prologue, K.value, lines, { g = g, src = src, space = info.E, index = index, indent = "        ",
+                                                read_later = read_later })
+      lines[#lines + 1] = "        " .. subst(upd, { a = "acc_[k][j]", v = K.value[xin] })
+    end,
+  })
+  for i = loop_start, #K.lines do K.lines[i] = "  " .. K.lines[i]:gsub("\n", "\n  ") end
+  K:add("  }")
+  -- the slots combine in a fixed order: within a warp by shuffles (P < 32), then group by
+  -- group into cs_
+  local comb_fn = COMBINE[mode.comb]
+  local groups, group, lead = L.RPC, slot, nil
+  if L.P < 32 and L.RPC > 1 then
+    K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++)\n#pragma unroll\n" ..
+      "      for (int o_ = %d; o_ < 32; o_ <<= 1) { const float b_ = __shfl_xor_sync(0xffffffffu, acc_[k][j], o_); %s }",
+      L.N, L.V, L.P, comb_fn({ "acc_[k][j]" }, { "b_" }))
+    groups, group, lead = L.block // 32, "(threadIdx.x >> 5)", string.format("(threadIdx.x & 31) < %d", L.P)
+  end
+  local comb = comb_fn({ "cs_[c + j]" }, { "acc_[k][j]" })
+  K:add("  for (int s_ = 0; s_ < %d; s_++) {", groups)
+  K:add("    if (%s == s_%s) {", group, lead and (" && " .. lead) or "")
+  K:add("#pragma unroll\n      for (int k = 0; k < %d; k++) {", L.N)
+  K:add("        const int c = (lane + k * %d) * %d;", L.P, L.V)
+  K:add("        if (%s) {", L.even and "true" or string.format("c < %d", C))
+  K:add("#pragma unroll\n          for (int j = 0; j < %d; j++) { if (s_ == 0) cs_[c + j] = acc_[k][j]; else { %s } }", L.V, comb)
+  K:add("        }")
+  K:add("      }")
+  K:add("    }")
+  K:add("    __syncthreads();")
+  K:add("  }")
+  local ws = K:workspace(0)
+  K:add("  for (int i = threadIdx.x; i < %d; i += %d) %s[(kiln_i64)blockIdx.x * %d + i] = cs_[i];", C, L.block, ws, C)
+  local params = K:finish_params()
+  src:add(rowgen.render_fill("colreduce.cuh", {
+    what = string.format("%s over the leading axes of %s%s; %d rows per CTA pass, %d threads per row, %d vector%s of %d per thread",
+      a.attrs.mode, shape.format(info.E), info.full and " then over the last" or "", L.RPC, L.P, L.N, L.N == 1 and "" or "s", L.V),
+    block = L.block, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+  }))
+  local main = {
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = {},
+    block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, 1, 1 },
+    smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+  }
+  local y = a.outputs.Y
+  local n = info.full and string.format("((float)%s * %d.0f)", info.rows, C) or string.format("(float)%s", info.rows)
+  local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
+    C = C, outs = { { uid = y, first = 0, count = C } }, rows = info.rows, dims = info.E,
+    G = { div = info.grid_div, max = info.max_ctas }, comb = mode.comb, init = mode.init, fin = mode.fin, n = n,
+    fold = info.full, what = a.attrs.mode .. (info.full and " of everything" or " per column"),
+  })
+  return { kernels = { main, final },
+           workspace = { rule = { mul = rowgen.with_const(info.row_factors, C * 4), div = 1, max = info.max_ctas * C * 4 },
+                         bytes_max = info.max_ctas * C * 4 } }
+end
+
+return E

@@ -1,0 +1,803 @@
+-- kiln.engines.row: the row-wise memory-bound ops — rmsnorm / layernorm forward and
+-- backward, softmax / log_softmax forward and backward, reductions over the trailing axes —
+-- with the pointwise prologue and epilogue the lowering fused around them
+-- (docs/MEMORY_BOUND.md has the design and the bytes each kernel moves).
+--
+-- A group of P threads owns a row of H (compile-time) elements; the row is loaded once with
+-- 16-byte vectors and stays in registers between the statistics pass and the output pass
+-- (strategy "regs"); rows too large for that are re-read, from L2 (strategy "reread").
+-- Statistics accumulate in fp32 and reduce with warp shuffles plus one shared-memory round
+-- in a fixed order, so every result is deterministic. The backward norms are persistent:
+-- each CTA sums dscale/dbias over its rows in shared memory, writes one partial row to the
+-- workspace, and a second kernel adds the partial rows in a fixed order.
+local render = require "kiln.render"
+local shape = require "kiln.shape"
+local dtypes = require "kiln.dtypes"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local lower = require "kiln.lower"
+
+local E = { id = "row", version = 1 }
+
+local KIND = {
+  rmsnorm = "norm", layernorm = "norm",
+  rmsnorm_backward = "norm_bwd", layernorm_backward = "norm_bwd",
+  softmax = "softmax", log_softmax = "softmax",
+  softmax_backward = "softmax_bwd", log_softmax_backward = "softmax_bwd",
+  reduction = "reduce",
+}
+
+local LOG2E = "1.4426950408889634f"
+local NEG_INF = "__int_as_float(0xff800000)"
+
+-- The lent H200 has 132 SMs; persistent grids are sized for it (any GPU runs them).
+E.SMS = 132
+-- Rows each slot of a persistent CTA takes at least (fewer, fatter CTAs for small T).
+E.MIN_ROWS = 8
+-- Dynamic shared memory a kernel may use on every target (sm_80 allows 163 KB per block).
+E.SMEM_MAX = 160 * 1024
+-- Threads per CTA of the backward norms (several rows per CTA).
+E.BWD_BLOCK = 512
+-- Vectors per thread per pass (N): the row-held passes are fully unrolled, so N trades
+-- loads in flight per thread against code size (NVRTC time); the backward's work per element
+-- and fused pointwise ops get the smaller N (measured on the H200: no bandwidth lost).
+E.MAX_N = 4
+E.MAX_N_FUSED = 2
+
+local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
+
+local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
+
+-- The trailing block of axes a norm normalizes (scale extent not 1), or nil.
+local function norm_suffix(x, scale)
+  local n, pad = #x.dims, #x.dims - #scale.dims
+  local first
+  for i = 1, n do
+    local d = scale.dims[i - pad] or 1
+    if d ~= 1 then first = first or i elseif first then return nil end
+  end
+  return first and (n - first + 1) or nil
+end
+
+-- The reduced axes of a reduction as a trailing block: their count, or nil and why.
+local function reduce_suffix(x, y)
+  local n = #x.dims
+  local first, last_kept
+  for i = 1, n do
+    local reduced = y.dims[i] == 1 and x.dims[i] ~= 1
+    if reduced then first = first or i
+    elseif x.dims[i] ~= 1 then last_kept = i end
+  end
+  if not first then return nil, "reduces no axis" end
+  if not last_kept then return nil, "reduces every axis (a full reduction, not one per row)" end
+  if last_kept > first then return nil, "the reduced axes are not the trailing ones (a column reduction)" end
+  return n - first + 1
+end
+
+-- Everything propose learns about a group, reused by build.
+local function analyze(group, g)
+  local a = group.anchor
+  local kind = a and KIND[a.op]
+  if not kind then
+    return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, group.nodes[1].op)
+  end
+  local spec = lower.ANCHORS[a.op]
+  local info = { kind = kind, anchor = a }
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "virtual" then
+      return fail("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
+    end
+  end
+  if #group.spills > 0 then
+    return fail("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)", g.by_uid[group.spills[1]].name)
+  end
+  local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
+  local ok, why = pw.supported(prologue, g)
+  if ok then ok, why = pw.supported(epilogue, g) end
+  if not ok then return nil, why end
+  local x = g.by_uid[a.inputs[spec.ins[1]]]
+  local Edims = x.dims
+  local nsuffix
+  if kind == "norm" or kind == "norm_bwd" then
+    nsuffix = norm_suffix(x, g.by_uid[a.inputs.scale])
+    if not nsuffix then return fail("the normalized axes of %s are not its trailing axes", shape.format(x.dims)) end
+  elseif kind == "reduce" then
+    local y = g.by_uid[a.outputs.Y]
+    nsuffix, why = reduce_suffix(x, y)
+    if not nsuffix then return nil, why end
+    if not REDUCE[a.attrs.mode] then return fail("reduction mode %s is not supported", a.attrs.mode) end
+  else
+    local axis = a.attrs.axis or -1
+    if axis < 0 then axis = axis + #Edims end
+    if axis ~= #Edims - 1 then return fail("%s over axis %d, not the last axis", a.op, axis) end
+    nsuffix = 1
+  end
+  local H = rowgen.suffix(Edims, nsuffix)
+  if not H then return fail("the row length of %s is not compile-time (specialize it)", shape.format(Edims)) end
+  for _, p in ipairs(spec.ins) do
+    local t = g.by_uid[a.inputs[p]]
+    if not pw.dims_equal(t.dims, Edims) then return fail("%s %s and %s differ in shape", p, shape.format(t.dims), shape.format(Edims)) end
+  end
+  info.E, info.nsuffix, info.H = Edims, nsuffix, H
+  info.rows, info.row_factors = rowgen.rows(Edims, nsuffix)
+  info.stats_dims = {}
+  for i, d in ipairs(Edims) do info.stats_dims[i] = i > #Edims - nsuffix and 1 or d end
+  -- every memory source: how it is read
+  info.access = {}
+  local vec_tensors = {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
+      local b = shape.broadcast(t.dims, Edims)
+      if not b or not pw.dims_equal(b, Edims) then
+        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(Edims))
+      end
+      local how = rowgen.classify(t, Edims, nsuffix)
+      info.access[uid] = how
+      if how == "full" or how == "col" then vec_tensors[#vec_tensors + 1] = t end
+    end
+  end
+  if kind == "norm" or kind == "norm_bwd" then
+    for _, p in ipairs({ "scale", "bias" }) do
+      local uid = a.inputs[p]
+      if uid and info.access[uid] ~= "col" then
+        return fail("%s '%s' %s is not one contiguous row of %s", p, g.by_uid[uid].name, shape.format(g.by_uid[uid].dims), shape.format(Edims))
+      end
+    end
+  end
+  for _, p in ipairs({ "SINK", "mean", "inv_variance" }) do
+    local uid = a.inputs[p]
+    if uid and info.access[uid] ~= "row" then return fail("%s must hold one value per row", p) end
+  end
+  -- outputs: per element (E dims, row-major), per row (statistics), per column (dscale)
+  info.out_kind = {}
+  info.colsum = {}
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    if not pw.STORAGE[t.dtype] then return fail("dtype %s of output '%s' is not supported", t.dtype, t.name) end
+    local kind_of
+    for _, r in ipairs(amax) do if r.outputs.Y == uid then kind_of = "amax" end end
+    if kind == "norm_bwd" and (uid == a.outputs.DSCALE or uid == a.outputs.DBIAS) then
+      if not shape.is_row_major(t.dims, t.strides) then return fail("output '%s' is not row-major", t.name) end
+      kind_of = "colsum"
+      info.colsum[#info.colsum + 1] = uid
+    end
+    if not kind_of then
+      if pw.dims_equal(t.dims, Edims) and shape.is_row_major(t.dims, t.strides) then
+        kind_of = "elem"
+        vec_tensors[#vec_tensors + 1] = t
+      elseif pw.dims_equal(t.dims, info.stats_dims) then
+        kind_of = "row"
+      else
+        return fail("output '%s' %s is neither per element nor per row", t.name, shape.format(t.dims))
+      end
+    end
+    info.out_kind[uid] = kind_of
+  end
+  local V = rowgen.vector_width(H, vec_tensors)
+  -- bytes each thread keeps per vector between passes
+  local hold, held = 0, {}
+  if kind ~= "reduce" then
+    for _, p in ipairs(spec.ins) do
+      local uid = a.inputs[p]
+      if not held[uid] then
+        held[uid] = true
+        hold = hold + V * dtypes.size(g.by_uid[uid].dtype)
+      end
+    end
+    if a.op == "softmax" then hold = hold + 4 * V end
+  end
+  info.held = held
+  local max_n = E.MAX_N
+  if kind == "norm_bwd" or #prologue + #epilogue + #amax > 0 then max_n = E.MAX_N_FUSED end
+  local target = hold > 0 and math.max(1, math.min(max_n, 128 // hold)) or max_n
+  local L = rowgen.layout(H, V, target)
+  if kind == "norm_bwd" and L.block < E.BWD_BLOCK then
+    -- a few large CTAs: fewer partial rows for the second kernel to add
+    L.RPC = math.max(1, E.BWD_BLOCK // L.P)
+    L.block = L.P * L.RPC
+  end
+  -- what a thread may hold: its share of the register file less 40 registers for addresses
+  -- and temporaries (a 1024-thread CTA has 64 registers per thread: 96 bytes)
+  local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
+  info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
+  if kind == "norm_bwd" then
+    -- dscale/dbias sums per slot in shared memory, then a partial row per CTA
+    local smem = #info.colsum * L.RPC * H * 4
+    if smem > E.SMEM_MAX then
+      return fail("the column sums of a %d-wide row need %d KB of shared memory (at most %d KB)", H, smem // 1024, E.SMEM_MAX // 1024)
+    end
+    -- dynamic plus static shared memory above 48 KB needs the opt-in the runtime sets only
+    -- for dynamic sizes above 48 KB: never land just below it
+    if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
+    info.smem = smem
+    -- CTAs per SM: the grid is sized for them and __launch_bounds__ holds the compiler to it
+    local per_sm = math.min(2048 // L.block, 65536 // (L.block * 64))
+    if smem > 0 then per_sm = math.min(per_sm, (227 * 1024) // smem) end
+    info.per_sm = math.max(1, per_sm)
+    info.max_ctas = E.SMS * info.per_sm
+    info.grid_div = L.RPC * E.MIN_ROWS
+  end
+  info.L = L
+  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy)
+  return info
+end
+
+function E.propose(group, g, target)
+  if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
+  local info, why = analyze(group, g)
+  if not info then return nil, why end
+  return { { id = info.id, knobs = { P = info.L.P, N = info.L.N, V = info.L.V, RPC = info.L.RPC, strategy = info.strategy },
+             rank = 1, info = info } }
+end
+
+-- ---------------------------------------------------------------------------------------
+-- build
+
+function E.build(plan, group, g, target, symbol)
+  local info = plan.info
+  local a, L, kind = info.anchor, info.L, info.kind
+  local spec = lower.ANCHORS[a.op]
+  local K = rowgen.kernel(g, symbol)
+  local src = K.src
+  local H = L.H
+  local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
+  local read_later = pw.read_set(group.nodes)
+  local regs = info.strategy == "regs"
+  local persistent = kind == "norm_bwd"
+  local valid = L.RPC > 1 and "valid" or nil
+  local index = string.format("(row * %dLL + c + j)", H)
+  K:note_dyn(info.E)
+  -- parameters in a readable order: inputs by uid, then outputs by uid
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then K:ptr(uid) end
+  end
+  for _, uid in ipairs(group.outputs) do K:ptr(uid, true) end
+
+  K:add("  const int lane = %s;", L.RPC > 1 and string.format("threadIdx.x %% %d", L.P) or "threadIdx.x")
+  local slot = L.RPC > 1 and string.format("threadIdx.x / %d", L.P) or "0"
+  local loop_start
+  if persistent then
+    K:add("  extern __shared__ float acc_[];  // [sum][slot][column]")
+    K:add("  for (int i = threadIdx.x; i < %d; i += %d) acc_[i] = 0.0f;", #info.colsum * L.RPC * H, L.block)
+    K:add("  __syncthreads();")
+    K:add("  for (kiln_i64 rb_ = blockIdx.x; rb_ * %d < %s; rb_ += gridDim.x) {", L.RPC, info.rows)
+    loop_start = #K.lines + 1
+    K:add("  const kiln_i64 row = rb_%s;", L.RPC > 1 and string.format(" * %d + %s", L.RPC, slot) or "")
+  else
+    K:add("  const kiln_i64 row = (kiln_i64)blockIdx.x%s;", L.RPC > 1 and string.format(" * %d + %s", L.RPC, slot) or "")
+  end
+  if valid then K:add("  const bool valid = row < %s;", info.rows) end
+
+  -- sources outside the element loops: constants, runtime scalars, per-row values
+  local base = {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" or t.role == "scalar" then
+      base[uid] = K:scalar(uid)
+    elseif info.access[uid] == "row" then
+      local st = pw.storage(src, t.dtype)
+      local off = (pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides)) and "row"
+        or pw.offset_expr(t, info.E, string.format("(row * %dLL)", H))
+      local load = pw.fmt(st.load, string.format("%s[%s]", K:ptr(uid), off))
+      K:add("  const float q%d = %s;", uid, valid and string.format("valid ? %s : 0.0f", load) or load)
+      base[uid] = "q" .. uid
+    end
+  end
+  local function reset_values()
+    K.value = {}
+    for uid, v in pairs(base) do K.value[uid] = v end
+  end
+  -- element-loop reads of memory sources: vector loads ("full", "col") or gathers
+  local function sources_of(nodes, extra)
+    local list, seen, produced = {}, {}, {}
+    for _, n in ipairs(nodes) do for _, uid in pairs(n.outputs) do produced[uid] = true end end
+    local function want(uid)
+      if uid and not produced[uid] and not seen[uid] and g.producers[uid] == nil and not base[uid] then
+        seen[uid] = true
+        list[#list + 1] = uid
+      end
+    end
+    for _, n in ipairs(nodes) do
+      for _, p in ipairs(n.def.input_ports) do want(n.inputs[p.name]) end
+    end
+    for _, uid in ipairs(extra or {}) do want(uid) end
+    table.sort(list)
+    local loads, gathers = {}, {}
+    for _, uid in ipairs(list) do
+      if info.access[uid] == "full" or info.access[uid] == "col" then loads[#loads + 1] = uid
+      else gathers[#gathers + 1] = uid end
+    end
+    return loads, gathers
+  end
+  local function gather_lines(lines, gathers)
+    for _, uid in ipairs(gathers) do
+      local t = g.by_uid[uid]
+      local st = pw.storage(src, t.dtype)
+      local off = pw.offset_expr(t, info.E, index)
+      lines[#lines + 1] = string.format("        const float v%d = %s;", uid, pw.fmt(st.load, string.format("%s[%s]", K:ptr(uid), off)))
+      K.value[uid] = "v" .. uid
+    end
+  end
+  local function emit(lines, nodes)
+    pw.emit_nodes(nodes, K.value, lines, { g = g, src = src, space = info.E, index = index, indent = "        ",
+                                           read_later = read_later })
+  end
+  -- per-vector output staging and stores of the element outputs among `uids`
+  local function stager(uids, ptag)
+    local outs = {}
+    for _, uid in ipairs(uids) do if info.out_kind[uid] == "elem" then outs[#outs + 1] = uid end end
+    table.sort(outs)
+    local pre = function(lines)
+      for _, uid in ipairs(outs) do
+        local st = pw.storage(src, g.by_uid[uid].dtype)
+        lines[#lines + 1] = string.format("      alignas(16) %s w%s_%d[%d];", st.ctype, ptag, uid, L.V)
+      end
+    end
+    local body = function(lines)
+      for _, uid in ipairs(outs) do
+        local st = pw.STORAGE[g.by_uid[uid].dtype]
+        lines[#lines + 1] = string.format("        w%s_%d[j] = %s;", ptag, uid, pw.fmt(st.store, K.value[uid]))
+      end
+    end
+    local post = function(lines)
+      for _, uid in ipairs(outs) do
+        local t = g.by_uid[uid]
+        local size = dtypes.size(t.dtype)
+        lines[#lines + 1] = pw.vector_copy(string.format("%s + row * %dLL + c", K:ptr(uid, true), H),
+          string.format("w%s_%d", ptag, uid), pw.STORAGE[t.dtype].ctype, L.V, size, "      ")
+        K:need_align(uid, math.min(16, L.V * size))
+      end
+    end
+    return pre, body, post
+  end
+  local function outputs_of(nodes)
+    local list = {}
+    for _, n in ipairs(nodes) do
+      for _, uid in pairs(n.outputs) do if g.by_uid[uid].role == "output" then list[#list + 1] = uid end end
+    end
+    table.sort(list)
+    return list
+  end
+
+  -- The anchor's element-space inputs: memory tensors or prologue values. In "regs" they
+  -- stay in registers: the first pass's load arrays, or h_<uid> for computed ones.
+  local ein = {}
+  for _, p in ipairs(spec.ins) do
+    local uid = a.inputs[p]
+    local dup = false
+    for _, e in ipairs(ein) do if e == uid then dup = true end end
+    if not dup then ein[#ein + 1] = uid end
+  end
+  local p1_fused = info.strategy == "reread" or L.N > 8
+  local p2_fused = info.strategy == "reread" or L.N > 4
+  local unroll = (info.strategy == "reread" and L.N > 4) and "4" or nil
+  local hold_expr = {}
+  if regs then
+    for _, uid in ipairs(ein) do
+      local st = pw.storage(src, g.by_uid[uid].dtype)
+      if g.producers[uid] ~= nil or info.access[uid] ~= "full" or p1_fused then
+        K:add("  alignas(16) %s h_%d[%d][%d];", st.ctype, uid, L.N, L.V)
+        hold_expr[uid] = { arr = "h_" .. uid, st = st, store = true }
+      else
+        hold_expr[uid] = { arr = "r1_" .. uid, st = st }   -- the first pass's load array
+      end
+    end
+  end
+  local pass_no = 0
+  -- The pass that makes the anchor's element inputs: loads (plus `extra_loads`), prologue,
+  -- hold, prologue outputs, and `o.extra` per element.
+  local function input_pass(o)
+    pass_no = pass_no + 1
+    local ptag = tostring(pass_no)
+    reset_values()
+    local want = {}
+    for _, uid in ipairs(ein) do want[#want + 1] = uid end
+    for _, uid in ipairs(o.extra_loads or {}) do want[#want + 1] = uid end
+    local loads, gathers = sources_of(prologue, want)
+    local pre, stage, post = stager(outputs_of(prologue), ptag)
+    rowgen.pass(K, L, {
+      tag = ptag, loads = loads, access = info.access, valid = valid, fused = p1_fused, unroll = unroll,
+      pre = function(lines, kx) pre(lines); if o.pre then o.pre(lines, kx) end end,
+      body = function(lines, kx)
+        gather_lines(lines, gathers)
+        emit(lines, prologue)
+        for _, uid in ipairs(ein) do
+          local h = hold_expr[uid]
+          if h and h.store then lines[#lines + 1] = string.format("        %s[k][j] = %s;", h.arr, pw.fmt(h.st.store, K.value[uid])) end
+        end
+        stage(lines)
+        o.extra(lines, kx)
+      end,
+      post = function(lines, kx) post(lines); if o.post then o.post(lines, kx) end end,
+    })
+  end
+  -- A pass over the held row (regs) or a re-read of it (reread): the anchor's inputs in
+  -- K.value, loads of what `o.nodes` and `o.extra_loads` read, `o.extra` per element, and the
+  -- element outputs among `o.outs` stored.
+  local function held_pass(o)
+    pass_no = pass_no + 1
+    local ptag = tostring(pass_no)
+    reset_values()
+    local loads, gathers = {}, {}
+    if not regs then loads, gathers = sources_of(prologue, ein) end
+    local l2, g2 = sources_of(o.nodes or {}, o.extra_loads)
+    local seen = {}
+    for _, uid in ipairs(loads) do seen[uid] = true end
+    for _, uid in ipairs(gathers) do seen[uid] = true end
+    for _, uid in ipairs(l2) do
+      if not seen[uid] and not (regs and info.held[uid]) then loads[#loads + 1] = uid; seen[uid] = true end
+    end
+    for _, uid in ipairs(g2) do
+      if not seen[uid] and not (regs and info.held[uid]) then gathers[#gathers + 1] = uid; seen[uid] = true end
+    end
+    table.sort(loads)
+    table.sort(gathers)
+    local pre, stage, post = stager(o.outs or {}, ptag)
+    local ptr_of
+    if o.fresh then
+      -- a second read of a tensor the first pass read: through an opaque copy of the pointer,
+      -- so the compiler reloads it instead of holding the first pass's values
+      local fresh = {}
+      for _, uid in ipairs(loads) do
+        local st = pw.STORAGE[g.by_uid[uid].dtype]
+        K:add("  const %s *p%d_%s = %s; asm volatile(\"\" : \"+l\"(p%d_%s));", st.ctype, uid, ptag, K:ptr(uid), uid, ptag)
+        fresh[uid] = string.format("p%d_%s", uid, ptag)
+      end
+      ptr_of = function(uid) return fresh[uid] end
+    end
+    rowgen.pass(K, L, {
+      tag = ptag, loads = loads, access = info.access, valid = valid, fused = p2_fused, unroll = unroll, ptr_of = ptr_of,
+      pre = function(lines, kx) pre(lines); if o.pre then o.pre(lines, kx) end end,
+      body = function(lines, kx)
+        if regs then
+          for _, uid in ipairs(ein) do
+            local h = hold_expr[uid]
+            lines[#lines + 1] = string.format("        const float v%d = %s;", uid, pw.fmt(h.st.load, h.arr .. "[k][j]"))
+            K.value[uid] = "v" .. uid
+          end
+        end
+        gather_lines(lines, gathers)
+        if not regs then emit(lines, prologue) end
+        o.extra(lines, kx, stage)
+      end,
+      post = function(lines, kx) post(lines); if o.post then o.post(lines, kx) end end,
+    })
+  end
+
+  local xin = a.inputs[spec.ins[1]]
+  local function X() return K.value[xin] end
+  local stats_out = {}   -- output uid -> C expression written once per row
+  local amax_acc = {}
+  for i, r in ipairs(amax) do amax_acc[i] = { var = "am" .. (i - 1), input = r.inputs.input, out = r.outputs.Y } end
+  if #amax_acc > 0 then
+    local decl = {}
+    for _, acc in ipairs(amax_acc) do decl[#decl + 1] = acc.var .. " = 0u" end
+    table.insert(K.lines, loop_start and (loop_start - 1) or (#K.lines + 1), "  kiln_u32 " .. table.concat(decl, ", ") .. ";")
+    if loop_start then loop_start = loop_start + 1 end
+  end
+  -- The per-element output pass: the anchor's output value(s) from `anchor_lines`, then the
+  -- epilogue, the amax updates and the stores.
+  local function output_pass(anchor_lines, o)
+    local outs = {}
+    for _, p in ipairs(spec.outs) do
+      local uid = a.outputs[p]
+      if uid and g.by_uid[uid].role == "output" then outs[#outs + 1] = uid end
+    end
+    for _, uid in ipairs(outputs_of(epilogue)) do outs[#outs + 1] = uid end
+    held_pass({ nodes = epilogue, extra_loads = o.extra_loads, outs = outs, pre = o.pre, post = o.post, fresh = o.fresh,
+      extra = function(lines, kx, stage)
+        anchor_lines(lines, kx)
+        for _, p in ipairs(spec.outs) do
+          local uid = a.outputs[p]
+          local t = uid and g.by_uid[uid]
+          if t and t.dtype ~= "fp32" and read_later[uid] then
+            local st = pw.storage(src, t.dtype)
+            lines[#lines + 1] = string.format("        v%d = %s;", uid, pw.fmt(st.load, pw.fmt(st.store, "v" .. uid)))
+          end
+        end
+        emit(lines, epilogue)
+        for _, acc in ipairs(amax_acc) do
+          lines[#lines + 1] = string.format("        %s = max(%s, __float_as_uint(fabsf(%s)));", acc.var, acc.var, K.value[acc.input])
+        end
+        stage(lines)
+      end })
+  end
+  if kind == "norm" then
+    local is_ln = a.op == "layernorm"
+    local eps = a.inputs.epsilon and base[a.inputs.epsilon] or render.float_literal(a.attrs.epsilon)
+    K:add("  float a0 = 0.0f;")
+    input_pass({ extra = function(lines)
+      if is_ln then lines[#lines + 1] = string.format("        a0 += %s;", X())
+      else lines[#lines + 1] = string.format("        a0 = fmaf(%s, %s, a0);", X(), X()) end
+    end })
+    rowgen.allreduce(K, L, { "a0" }, rowgen.combine_add, "red0")
+    if is_ln then
+      K:add("  const float mean = a0 * (1.0f / %d);", H)
+      K:add("  float a1 = 0.0f;")
+      held_pass({ extra = function(lines)
+        lines[#lines + 1] = string.format("        const float d_ = %s - mean;", X())
+        lines[#lines + 1] = "        a1 = fmaf(d_, d_, a1);"
+      end })
+      rowgen.allreduce(K, L, { "a1" }, rowgen.combine_add, "red1")
+      K:add("  const float rstd = rsqrtf(a1 * (1.0f / %d) + %s);", H, eps)
+    else
+      K:add("  const float rstd = rsqrtf(a0 * (1.0f / %d) + %s);", H, eps)
+    end
+    local y, scale, bias = a.outputs.Y, a.inputs.scale, a.inputs.bias
+    output_pass(function(lines)
+      local xhat = is_ln and string.format("(%s - mean) * rstd", X()) or string.format("%s * rstd", X())
+      local expr = bias and string.format("fmaf(%s, %s, %s)", xhat, K.value[scale], K.value[bias])
+        or string.format("%s * %s", xhat, K.value[scale])
+      lines[#lines + 1] = string.format("        float v%d = %s;", y, expr)
+      K.value[y] = "v" .. y
+    end, { extra_loads = { scale, bias } })
+    if a.outputs.MEAN then stats_out[a.outputs.MEAN] = "mean" end
+    if a.outputs.INV_VARIANCE then stats_out[a.outputs.INV_VARIANCE] = "rstd" end
+  elseif kind == "norm_bwd" then
+    local is_ln = a.op == "layernorm_backward"
+    local dy, xv, gam = a.inputs.grad, a.inputs.input, a.inputs.scale
+    local rstd = base[a.inputs.inv_variance]
+    local mean = is_ln and base[a.inputs.mean] or nil
+    local function xhat_line(lines)
+      lines[#lines + 1] = string.format("        const float xh_ = %s * %s;",
+        mean and string.format("(%s - %s)", K.value[xv], mean) or K.value[xv], rstd)
+      lines[#lines + 1] = string.format("        const float gg_ = %s * %s;", K.value[dy], K.value[gam])
+    end
+    K:add("  float a0 = 0.0f, a1 = 0.0f;")
+    input_pass({ extra_loads = { gam }, extra = function(lines)
+      xhat_line(lines)
+      if is_ln then lines[#lines + 1] = "        a0 += gg_;" end
+      lines[#lines + 1] = "        a1 = fmaf(gg_, xh_, a1);"
+    end })
+    rowgen.allreduce(K, L, is_ln and { "a0", "a1" } or { "a1" }, rowgen.combine_add, "red0")
+    K:add("  const float c1_ = a0 * (1.0f / %d), c2_ = a1 * (1.0f / %d);", H, H)
+    if regs then
+      -- the held rows as opaque bits: the output pass converts them again rather than the
+      -- compiler keeping fp32 copies live across the reduction (registers decide occupancy)
+      for _, uid in ipairs(ein) do
+        local h = hold_expr[uid]
+        local bytes = L.N * L.V * dtypes.size(g.by_uid[uid].dtype)
+        if bytes % 4 == 0 then
+          K:add("  { kiln_u32 *w_ = reinterpret_cast<kiln_u32 *>(&%s[0][0]);", h.arr)
+          K:add("#pragma unroll\n    for (int i_ = 0; i_ < %d; i_++) asm volatile(\"\" : \"+r\"(w_[i_])); }", bytes // 4)
+        end
+      end
+    end
+    local dx = a.outputs.DX
+    local sums = {}   -- colsum outputs: expression per element
+    for i, uid in ipairs(info.colsum) do
+      sums[i] = { uid = uid, expr = uid == a.outputs.DSCALE and "xh_ * " .. "%dy" or "%dy" }
+    end
+    output_pass(function(lines)
+      xhat_line(lines)
+      lines[#lines + 1] = string.format("        float v%d = %s * (gg_ - %sxh_ * c2_);", dx, rstd, is_ln and "c1_ - " or "")
+      K.value[dx] = "v" .. dx
+      for i, s in ipairs(sums) do
+        lines[#lines + 1] = string.format("        cs%d_[j] = %s;", i - 1, (s.expr:gsub("%%dy", K.value[dy])))
+      end
+    end, {
+      extra_loads = { gam }, fresh = true,
+      pre = function(lines)
+        for i in ipairs(sums) do lines[#lines + 1] = string.format("      float cs%d_[%d];", i - 1, L.V) end
+      end,
+      post = function(lines)
+        -- this slot's column sums: acc_[sum][slot][column], its own columns, no races
+        for i in ipairs(sums) do
+          local base_off = string.format("%s + c", (i - 1) * L.RPC * H == 0 and (L.RPC > 1 and string.format("(%s) * %d", slot, H) or "0")
+            or string.format("%d + (%s) * %d", (i - 1) * L.RPC * H, slot, H))
+          if L.V % 4 == 0 then
+            lines[#lines + 1] = string.format("      { float4 *q_ = reinterpret_cast<float4 *>(acc_ + %s);", base_off)
+            lines[#lines + 1] = string.format("#pragma unroll\n        for (int c4 = 0; c4 < %d; c4++) { float4 t_ = q_[c4]; t_.x += cs%d_[4 * c4]; " ..
+              "t_.y += cs%d_[4 * c4 + 1]; t_.z += cs%d_[4 * c4 + 2]; t_.w += cs%d_[4 * c4 + 3]; q_[c4] = t_; } }",
+              L.V // 4, i - 1, i - 1, i - 1, i - 1)
+          else
+            lines[#lines + 1] = string.format("#pragma unroll\n      for (int j = 0; j < %d; j++) acc_[%s + j] += cs%d_[j];", L.V, base_off, i - 1)
+          end
+        end
+      end,
+    })
+  elseif kind == "softmax" then
+    -- max over the row, then sum of exp(x - max): two reductions. A sink logit joins the max
+    -- and the sum; a row of -inf (and no sink) gives y = 0, log y = -inf, like the reference.
+    src:need("common/nanmax.cuh")
+    src:need("common/exp2.cuh")
+    local is_log = a.op == "log_softmax"
+    local keep_e = regs and not is_log
+    local sink = a.inputs.SINK and base[a.inputs.SINK]
+    if regs then K:add("  float tm_ = %s;  // this thread's max", NEG_INF)
+    else K:add("  float tm_ = %s, ts_ = 0.0f;  // this thread's max and its sum of exp(x - tm_)", NEG_INF) end
+    if regs then
+      input_pass({ extra = function(lines)
+        lines[#lines + 1] = string.format("        tm_ = kiln_fmax_nan(tm_, %s);", X())
+      end })
+    else
+      -- online: per vector, rescale the running sum once to the vector's new max
+      input_pass({
+        pre = function(lines) lines[#lines + 1] = string.format("      float xs_[%d];", L.V) end,
+        extra = function(lines) lines[#lines + 1] = string.format("        xs_[j] = %s;", X()) end,
+        post = function(lines)
+          lines[#lines + 1] = "      float vm_ = xs_[0];"
+          lines[#lines + 1] = string.format("#pragma unroll\n      for (int j = 1; j < %d; j++) vm_ = kiln_fmax_nan(vm_, xs_[j]);", L.V)
+          lines[#lines + 1] = "      const float mn_ = kiln_fmax_nan(tm_, vm_);"
+          lines[#lines + 1] = string.format("      const float mb_ = mn_ == %s ? 0.0f : mn_;", NEG_INF)
+          lines[#lines + 1] = string.format("      ts_ = tm_ == mn_ ? ts_ : ts_ * kiln_exp2((tm_ - mn_) * %s);", LOG2E)
+          lines[#lines + 1] = string.format("#pragma unroll\n      for (int j = 0; j < %d; j++) ts_ += kiln_exp2((xs_[j] - mb_) * %s);", L.V, LOG2E)
+          lines[#lines + 1] = "      tm_ = mn_;"
+        end,
+      })
+    end
+    K:add("  float M_ = tm_;")
+    rowgen.allreduce(K, L, { "M_" }, COMBINE.max, "red0")
+    if sink then K:add("  M_ = kiln_fmax_nan(M_, %s);", sink) end
+    K:add("  const float mb_ = M_ == %s ? 0.0f : M_;  // exponent base (a -inf row has no terms)", NEG_INF)
+    if regs then
+      if keep_e then K:add("  float e_[%d][%d];", L.N, L.V) end
+      K:add("  float Z_ = 0.0f;")
+      held_pass({ extra = function(lines)
+        lines[#lines + 1] = string.format("        const float e = kiln_exp2((%s - mb_) * %s);", X(), LOG2E)
+        if keep_e then lines[#lines + 1] = "        e_[k][j] = e;" end
+        lines[#lines + 1] = "        Z_ += e;"
+      end })
+    else
+      K:add("  float Z_ = tm_ == M_ ? ts_ : ts_ * kiln_exp2((tm_ - M_) * %s);", LOG2E)
+    end
+    rowgen.allreduce(K, L, { "Z_" }, rowgen.combine_add, "red1")
+    if sink then K:add("  Z_ += kiln_exp2((%s - mb_) * %s);", sink, LOG2E) end
+    local s_out = a.outputs.S
+    if is_log then
+      K:add("  const float lz_ = logf(Z_);")
+      output_pass(function(lines)
+        lines[#lines + 1] = string.format("        float v%d = M_ == %s ? %s : (%s - M_) - lz_;", s_out, NEG_INF, NEG_INF, X())
+        K.value[s_out] = "v" .. s_out
+      end, {})
+    else
+      K:add("  const float iz_ = M_ == %s ? 0.0f : 1.0f / Z_;", NEG_INF)
+      output_pass(function(lines)
+        if keep_e then
+          lines[#lines + 1] = string.format("        float v%d = e_[k][j] * iz_;", s_out)
+        else
+          lines[#lines + 1] = string.format("        float v%d = kiln_exp2((%s - mb_) * %s) * iz_;", s_out, X(), LOG2E)
+        end
+        K.value[s_out] = "v" .. s_out
+      end, {})
+    end
+    local o = a.outputs
+    if o.Stats then
+      stats_out[o.Stats] = a.attrs.stats_use_log2 and string.format("(M_ + logf(Z_)) * %s", LOG2E) or "M_ + logf(Z_)"
+    end
+    if o.Max then stats_out[o.Max] = "M_" end
+    if o.Sum_exp then stats_out[o.Sum_exp] = "Z_" end
+  elseif kind == "softmax_bwd" then
+    local is_log = a.op == "log_softmax_backward"
+    local dy, yv = a.inputs.grad, a.inputs.output
+    if is_log then src:need("common/exp2.cuh") end
+    K:add("  float a0 = 0.0f;")
+    input_pass({ extra = function(lines)
+      if is_log then lines[#lines + 1] = string.format("        a0 += %s;", K.value[dy])
+      else lines[#lines + 1] = string.format("        a0 = fmaf(%s, %s, a0);", K.value[dy], K.value[yv]) end
+    end })
+    rowgen.allreduce(K, L, { "a0" }, rowgen.combine_add, "red0")
+    local dx = a.outputs.DX
+    output_pass(function(lines)
+      if is_log then
+        lines[#lines + 1] = string.format("        float v%d = %s - kiln_exp2(%s * %s) * a0;", dx, K.value[dy], K.value[yv], LOG2E)
+      else
+        lines[#lines + 1] = string.format("        float v%d = %s * (%s - a0);", dx, K.value[yv], K.value[dy])
+      end
+      K.value[dx] = "v" .. dx
+    end, {})
+  else -- reduce
+    src:need("common/nanmax.cuh")
+    local mode = REDUCE[a.attrs.mode]
+    K:add("  float a0 = %s;", mode.init)
+    input_pass({ extra = function(lines)
+      lines[#lines + 1] = "        " .. subst(mode.upd, { a = "a0", v = X() })
+    end })
+    rowgen.allreduce(K, L, { "a0" }, COMBINE[mode.comb], "red0")
+    stats_out[a.outputs.Y] = mode.fin and subst(mode.fin, { a = "a0", n = render.float_literal(H) }) or "a0"
+  end
+
+  -- per-row results, written by the row's first thread
+  local w = {}
+  local uids = {}
+  for uid in pairs(stats_out) do if g.by_uid[uid].role == "output" then uids[#uids + 1] = uid end end
+  table.sort(uids)
+  for _, uid in ipairs(uids) do
+    local t = g.by_uid[uid]
+    local st = pw.storage(src, t.dtype)
+    local off = shape.is_row_major(t.dims, t.strides) and "row" or pw.offset_expr(t, info.E, string.format("(row * %dLL)", H))
+    w[#w + 1] = string.format("%s[%s] = %s;", K:ptr(uid, true), off, pw.fmt(st.store, stats_out[uid]))
+  end
+  if #w > 0 then K:add("  if (%slane == 0) { %s }", valid and "valid && " or "", table.concat(w, " ")) end
+
+  local kernels = {}
+  local workspace
+  if persistent then
+    -- the shared reduction arrays are rewritten by the next row
+    if L.P > 32 then K:add("  __syncthreads();") end
+    for i = loop_start, #K.lines do K.lines[i] = "  " .. K.lines[i]:gsub("\n", "\n  ") end
+    K:add("  }")
+    local ncols = #info.colsum * H
+    if ncols > 0 then
+      -- this CTA's partial row: the slots' sums added in slot order
+      local ws = K:workspace(0)
+      K:add("  __syncthreads();")
+      K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", ncols, L.block)
+      if L.RPC > 1 then
+        K:add("    const int s_ = i / %d, col = i - s_ * %d;", H, H)
+        K:add("    float t_ = acc_[s_ * %d + col];", L.RPC * H)
+        K:add("    for (int sl = 1; sl < %d; sl++) t_ += acc_[(s_ * %d + sl) * %d + col];", L.RPC, L.RPC, H)
+        K:add("    %s[(kiln_i64)blockIdx.x * %d + i] = t_;", ws, ncols)
+      else
+        K:add("    %s[(kiln_i64)blockIdx.x * %d + i] = acc_[i];", ws, ncols)
+      end
+      K:add("  }")
+      local outs = {}
+      for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * H, count = H } end
+      kernels.final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
+        C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
+        G = { div = info.grid_div, max = info.max_ctas }, comb = "add", init = "0.0f",
+      })
+      workspace = { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = info.max_ctas * ncols * 4 },
+                    bytes_max = info.max_ctas * ncols * 4 }
+    end
+  end
+
+  -- amax outputs: max over the CTA, then one atomic per CTA (zeroed by the init kernel)
+  if #amax_acc > 0 then
+    src:need("common/amax.cuh")
+    local init = rowgen.kernel(g, symbol .. "_init")
+    local stores = {}
+    for _, acc in ipairs(amax_acc) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
+    init:add("    %s", table.concat(stores, " "))
+    init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
+      body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
+    kernels[#kernels + 1] = {
+      symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = {},
+      block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
+    }
+    for i, acc in ipairs(amax_acc) do
+      K.shared[#K.shared + 1] = string.format("  __shared__ kiln_u32 amr%d_[%d];", i - 1, L.block // 32)
+      K:add("  %s = kiln_warp_max_u32(%s);", acc.var, acc.var)
+      K:add("  if ((threadIdx.x & 31) == 0) amr%d_[threadIdx.x >> 5] = %s;", i - 1, acc.var)
+    end
+    K:add("  __syncthreads();")
+    K:add("  if (threadIdx.x == 0) {")
+    for i, acc in ipairs(amax_acc) do
+      K:add("    kiln_u32 m%d_ = amr%d_[0];", i - 1, i - 1)
+      K:add("    for (int w_ = 1; w_ < %d; w_++) m%d_ = max(m%d_, amr%d_[w_]);", L.block // 32, i - 1, i - 1, i - 1)
+      K:add("    kiln_amax_publish(%s, m%d_);", K:ptr(acc.out, true), i - 1)
+    end
+    K:add("  }")
+  end
+
+  local params = K:finish_params()
+  local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA%s, %d vector%s of %d per thread, %s", a.op,
+    L.P, L.P == 1 and "" or "s", H, L.RPC, L.RPC == 1 and "" or "s", persistent and " (persistent)" or "",
+    L.N, L.N == 1 and "" or "s", L.V,
+    ({ regs = "row held in registers", reread = "row re-read (L2)", stream = "one pass" })[info.strategy])
+  src:add(render.fill(render.template("row.cuh"), {
+    what = what, block = L.block, symbol = symbol, params = params,
+    min_blocks = persistent and string.format(", %d", info.per_sm) or "",
+    shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+  }, "row.cuh"))
+  local grid = persistent and { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }
+    or { mul = info.row_factors, div = L.RPC, max = 0 }
+  kernels[#kernels + 1] = {
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = {},
+    block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = persistent and info.smem or 0, cluster = { 1, 1, 1 },
+    params = K.mparams, align = K.align,
+  }
+  if kernels.final then
+    kernels[#kernels + 1] = kernels.final
+    kernels.final = nil
+  end
+  if #kernels == 1 and not workspace then return kernels[1] end
+  return { kernels = kernels, workspace = workspace }
+end
+
+return E

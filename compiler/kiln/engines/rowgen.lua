@@ -1,0 +1,347 @@
+-- kiln.engines.rowgen: code generation shared by the row-wise engines (norms, softmax,
+-- reductions). A row is the trailing `H` elements of the element space E (the anchor's
+-- input dims); a group of P threads (a power of two) owns a row, RPC rows per CTA, and each
+-- thread moves N vectors of V elements: vector k of lane l starts at column (l + k*P)*V,
+-- so a warp's accesses are consecutive 16-byte chunks.
+local render = require "kiln.render"
+local shape = require "kiln.shape"
+local dtypes = require "kiln.dtypes"
+local pw = require "kiln.engines.pwexpr"
+
+local M = {}
+
+local fmt, cdim = pw.fmt, pw.cdim
+
+-- Whether the last `n` axes of dims are compile-time, and their product.
+function M.suffix(dims, n)
+  local H = 1
+  for i = #dims - n + 1, #dims do
+    if type(dims[i]) ~= "number" then return nil end
+    H = H * dims[i]
+  end
+  return H
+end
+
+-- The number of rows as a C expression and as a launch factor list ({"T", 4}).
+function M.rows(dims, nsuffix)
+  local names, const = shape.product(dims, 1, #dims - nsuffix)
+  local factors = {}
+  for _, n in ipairs(names) do factors[#factors + 1] = n end
+  if const ~= 1 or #factors == 0 then factors[#factors + 1] = const end
+  return cdim(shape.product_value(names, const)), factors
+end
+
+-- How tensor t is read per element of the row space E (last nsuffix axes form the row):
+--   "full"  same dims, row-major: vector at row*H + c
+--   "col"   1 on every row axis, row-major over the row: vector at c (a scale, a bias)
+--   "row"   1 on every row axis... of the suffix: one value per row (a [T, 1] tensor)
+--   "gather" anything else: one offset computation per element
+function M.classify(t, E, nsuffix)
+  if pw.dims_equal(t.dims, E) and shape.is_row_major(t.dims, t.strides) then return "full" end
+  local R, pad = #E, #E - #t.dims
+  local const_row, const_col = true, true
+  for k = 1, R do
+    local d = t.dims[k - pad]
+    local bcast = d == nil or (d == 1 and E[k] ~= 1)
+    if k <= R - nsuffix then
+      if not bcast then const_row = false end
+    elseif not bcast then
+      const_col = false
+    end
+  end
+  if const_col then return "row" end
+  if const_row then
+    -- the suffix must be the tensor's own trailing axes, row-major among themselves
+    local sub_d, sub_s = {}, {}
+    for k = R - nsuffix + 1, R do
+      local d = t.dims[k - pad]
+      if d == nil or d ~= E[k] then return "gather" end
+      sub_d[#sub_d + 1] = d
+      sub_s[#sub_s + 1] = t.strides[k - pad]
+    end
+    if shape.is_row_major(sub_d, sub_s) then return "col" end
+  end
+  return "gather"
+end
+
+-- Threads per row P, vectors per thread N, rows per CTA: about `target` vectors per thread
+-- (loads in flight), at most 1024 threads per row and 128 threads per CTA at least.
+function M.layout(H, V, target)
+  local NV = H // V
+  local P = 1
+  while P < 1024 and P * target < NV do P = P * 2 end
+  local N = (NV + P - 1) // P
+  local RPC = P >= 128 and 1 or 128 // P
+  return { H = H, V = V, NV = NV, P = P, N = N, RPC = RPC, block = P * RPC, even = NV % P == 0 }
+end
+
+-- The widest vector (elements, at most 8 and 16 bytes of the narrowest dtype) dividing H.
+function M.vector_width(H, tensors)
+  local min_size = 16
+  for _, t in ipairs(tensors) do min_size = math.min(min_size, dtypes.size(t.dtype)) end
+  local V = math.min(16 // min_size, 8)
+  while V > 1 and H % V ~= 0 do V = V // 2 end
+  return V
+end
+
+-- A kernel under construction: parameters (with the manifest's view of them), alignment
+-- needs, dynamic dims used, the helper snippets, and the body lines.
+function M.kernel(g, symbol)
+  local K = { g = g, symbol = symbol, src = render.source(), params = {}, mparams = {}, align = {}, dyn = {},
+              lines = {}, shared = {}, seen = {}, value = {} }
+  K.src:need("common/prelude.cuh")
+  function K:note_dyn(list)
+    for _, d in ipairs(list) do
+      if type(d) == "string" then for n in d:gmatch("[%a_][%w_]*") do self.dyn[n] = true end end
+    end
+  end
+  -- the pointer parameter of a memory tensor (inputs const)
+  function K:ptr(uid, writable)
+    local name = "p" .. uid
+    if not self.seen[name] then
+      self.seen[name] = true
+      local t = self.g.by_uid[uid]
+      local st = pw.storage(self.src, t.dtype)
+      self:note_dyn(t.dims); self:note_dyn(t.strides)
+      self.params[#self.params + 1] = string.format("%s%s *__restrict__ %s", writable and "" or "const ", st.ctype, name)
+      self.mparams[#self.mparams + 1] = { kind = "tensor", uid = uid }
+      self.align[uid] = math.max(self.align[uid] or 1, dtypes.size(t.dtype))
+    end
+    return name
+  end
+  function K:need_align(uid, bytes) self.align[uid] = math.max(self.align[uid] or 1, bytes) end
+  -- a source tensor's value outside the element loops: constant literal or runtime scalar
+  function K:scalar(uid)
+    local t = self.g.by_uid[uid]
+    if t.role == "constant" then return render.float_literal(t.value) end
+    local name = "s" .. uid
+    if not self.seen[name] then
+      self.seen[name] = true
+      self.params[#self.params + 1] = "float " .. name
+      self.mparams[#self.mparams + 1] = { kind = "scalar", uid = uid }
+    end
+    return name
+  end
+  function K:workspace(offset)
+    self.params[#self.params + 1] = "float *__restrict__ ws"
+    self.mparams[#self.mparams + 1] = { kind = "workspace", offset = offset }
+    return "ws"
+  end
+  function K:add(fmt_, ...) self.lines[#self.lines + 1] = select("#", ...) > 0 and string.format(fmt_, ...) or fmt_ end
+  -- dynamic dims become the last parameters, sorted by name
+  function K:finish_params()
+    local names = {}
+    for n in pairs(self.dyn) do names[#names + 1] = n end
+    table.sort(names)
+    for _, n in ipairs(names) do
+      self.params[#self.params + 1] = "kiln_i64 dim_" .. n
+      self.mparams[#self.mparams + 1] = { kind = "dim", name = n }
+    end
+    return table.concat(self.params, ", ")
+  end
+  return K
+end
+
+-- Statements reducing the float variables `vars` over each row's P threads (all threads of
+-- the group end with the result). combine(a, b) -> statement list text over names a_i / b_i
+-- given as arrays. Warp shuffles, then (P > 32) one shared-memory round in a fixed order:
+-- the result is deterministic. `tag` names the shared array; every thread must get here.
+function M.allreduce(K, L, vars, combine, tag, indent)
+  indent = indent or "  "
+  local P = L.P
+  local bs = {}
+  for i, v in ipairs(vars) do bs[i] = v .. "_o" end
+  local function shuffle_round(offset)
+    local lines = {}
+    for i, v in ipairs(vars) do
+      lines[#lines + 1] = string.format("const float %s = __shfl_xor_sync(0xffffffffu, %s, o_);", bs[i], v)
+    end
+    lines[#lines + 1] = combine(vars, bs)
+    return string.format("%s#pragma unroll\n%sfor (int o_ = %s; o_ > 0; o_ >>= 1) { %s }", indent, indent, offset,
+      table.concat(lines, " "))
+  end
+  if P > 1 then K:add(shuffle_round(tostring(math.min(P, 32) // 2))) end
+  if P > 32 then
+    local W = P // 32
+    local arr = {}
+    for i, v in ipairs(vars) do
+      arr[i] = string.format("%s_%d", tag, i - 1)
+      K.shared[#K.shared + 1] = string.format("  __shared__ float %s[%d];", arr[i], L.block // 32)
+    end
+    local st = {}
+    for i, v in ipairs(vars) do st[#st + 1] = string.format("%s[threadIdx.x >> 5] = %s;", arr[i], v) end
+    K:add("%sif ((threadIdx.x & 31) == 0) { %s }", indent, table.concat(st, " "))
+    K:add("%s__syncthreads();", indent)
+    local ld, ld2 = {}, {}
+    for i, v in ipairs(vars) do
+      ld[#ld + 1] = string.format("%s = %s[w0_];", v, arr[i])
+      ld2[#ld2 + 1] = string.format("const float %s = %s[w0_ + w_];", bs[i], arr[i])
+    end
+    K:add("%s{ const int w0_ = (threadIdx.x / %d) * %d; %s", indent, P, W, table.concat(ld, " "))
+    K:add("%s#pragma unroll\n%s  for (int w_ = 1; w_ < %d; w_++) { %s %s } }", indent, indent, W, table.concat(ld2, " "),
+      combine(vars, bs))
+  end
+end
+
+function M.combine_add(a, b)
+  local t = {}
+  for i = 1, #a do t[i] = string.format("%s += %s;", a[i], b[i]) end
+  return table.concat(t, " ")
+end
+
+-- One pass over a row: loads of `loads` (uids read as vectors, "full" or "col"), then per
+-- element `body(lines, kx)`; `pre(lines, kx)` / `post(lines, kx)` run per vector before and
+-- after the element loop (output staging and stores). With `fused` the loads sit in the same
+-- loop as the compute (large N); otherwise all loads of all N vectors are issued first, into
+-- arrays r<tag>_<uid>[N][V] that stay alive after the pass (the register-held row).
+-- Values of loaded elements are available to body as value[uid] (set here).
+function M.pass(K, L, opts)
+  local g = K.g
+  local tag = opts.tag
+  local guard = {}
+  if opts.valid then guard[#guard + 1] = opts.valid end
+  if not L.even then guard[#guard + 1] = string.format("c < %d", L.H) end
+  local open = #guard > 0 and string.format("if (%s) ", table.concat(guard, " && ")) or ""
+  local function head(lines)
+    lines[#lines + 1] = string.format("#pragma unroll%s", opts.unroll and (" " .. opts.unroll) or "")
+    lines[#lines + 1] = string.format("  for (int k = 0; k < %d; k++) {", L.N)
+    lines[#lines + 1] = string.format("    const int c = (lane + k * %d) * %d;", L.P, L.V)
+    lines[#lines + 1] = string.format("    %s{", open)
+  end
+  local function tail(lines) lines[#lines + 1] = "    }"; lines[#lines + 1] = "  }" end
+  local kx = opts.fused and "" or "[k]"
+  local function load_lines(lines)
+    for _, uid in ipairs(opts.loads) do
+      local t = g.by_uid[uid]
+      local st = pw.storage(K.src, t.dtype)
+      local size = dtypes.size(t.dtype)
+      local how = opts.access[uid]
+      local off = how == "full" and string.format("row * %dLL + c", L.H) or "c"
+      local arr = string.format("r%s_%d", tag, uid)
+      if opts.fused then lines[#lines + 1] = string.format("      alignas(16) %s %s[%d];", st.ctype, arr, L.V) end
+      local ptr = opts.ptr_of and opts.ptr_of(uid) or K:ptr(uid)
+      lines[#lines + 1] = pw.vector_copy(arr .. kx, string.format("%s + %s", ptr, off), st.ctype, L.V, size, "      ")
+      K:need_align(uid, math.min(16, L.V * size))
+    end
+  end
+  local lines = K.lines
+  if not opts.fused then
+    for _, uid in ipairs(opts.loads) do
+      local st = pw.storage(K.src, g.by_uid[uid].dtype)
+      lines[#lines + 1] = string.format("  alignas(16) %s r%s_%d[%d][%d];", st.ctype, tag, uid, L.N, L.V)
+    end
+    if #opts.loads > 0 then
+      head(lines)
+      load_lines(lines)
+      tail(lines)
+    end
+  end
+  head(lines)
+  if opts.fused then load_lines(lines) end
+  if opts.pre then opts.pre(lines, kx) end
+  lines[#lines + 1] = "#pragma unroll"
+  lines[#lines + 1] = string.format("      for (int j = 0; j < %d; j++) {", L.V)
+  for _, uid in ipairs(opts.loads) do
+    local st = pw.STORAGE[g.by_uid[uid].dtype]
+    K.value[uid] = "v" .. uid
+    lines[#lines + 1] = string.format("        const float v%d = %s;", uid, fmt(st.load, string.format("r%s_%d%s[j]", tag, uid, kx)))
+  end
+  opts.body(lines, kx)
+  lines[#lines + 1] = "      }"
+  if opts.post then opts.post(lines, kx) end
+  tail(lines)
+end
+
+-- Reduction modes: initial value, per element update (%a accumulator, %v value), how two
+-- partials combine, and the final map (%n the element count).
+M.REDUCE = {
+  add          = { init = "0.0f", upd = "%a += %v;",                         comb = "add" },
+  avg          = { init = "0.0f", upd = "%a += %v;",                         comb = "add", fin = "%a * (1.0f / %n)" },
+  norm1        = { init = "0.0f", upd = "%a += fabsf(%v);",                  comb = "add" },
+  norm2        = { init = "0.0f", upd = "%a = fmaf(%v, %v, %a);",            comb = "add", fin = "sqrtf(%a)" },
+  mul          = { init = "1.0f", upd = "%a *= %v;",                         comb = "mul" },
+  mul_no_zeros = { init = "1.0f", upd = "%a *= (%v != 0.0f ? %v : 1.0f);",   comb = "mul" },
+  min          = { init = "__int_as_float(0x7f800000)", upd = "%a = kiln_fmin_nan(%a, %v);", comb = "min" },
+  max          = { init = "__int_as_float(0xff800000)", upd = "%a = kiln_fmax_nan(%a, %v);", comb = "max" },
+  amax         = { init = "0.0f", upd = "%a = kiln_fmax_nan(%a, fabsf(%v));", comb = "max" },
+}
+
+local function each(fmt_)
+  return function(a, b)
+    local t = {}
+    for i = 1, #a do t[i] = string.format(fmt_, a[i], a[i], b[i]) end
+    return table.concat(t, " ")
+  end
+end
+-- combine(a_names, b_names) -> statements folding b into a
+M.COMBINE = {
+  add = M.combine_add,
+  mul = each("%s = %s * %s;"),
+  max = each("%s = kiln_fmax_nan(%s, %s);"),
+  min = each("%s = kiln_fmin_nan(%s, %s);"),
+}
+
+function M.subst(pattern, vars)
+  return (pattern:gsub("%%(%a)", function(k) return vars[k] end))
+end
+
+-- A launch-rule factor list with a constant factor multiplied in.
+function M.with_const(factors, k)
+  local out, const = {}, k
+  for _, f in ipairs(factors) do
+    if type(f) == "number" then const = const * f else out[#out + 1] = f end
+  end
+  out[#out + 1] = const
+  return out
+end
+
+-- The kernel that adds the per-CTA partial rows ws[G][C] in a fixed order (each column:
+-- 8 strided slices, then the slices in order) and writes each output's columns; with
+-- `fold` the C columns fold into one value, in column order. opts: C, outs = {{uid, first,
+-- count}}, rows (C expression of the row count), dims (to find dynamic dims), G = {div,
+-- max} (the main kernel's grid rule), comb, init, fin (final map over %a and %n), n.
+function M.finalize(g, symbol, plan_id, engine_id, opts)
+  local K = M.kernel(g, symbol)
+  local src = K.src
+  if opts.comb == "max" or opts.comb == "min" then src:need("common/nanmax.cuh") end
+  K:note_dyn(opts.dims)
+  local ws = "ws"
+  K.params[#K.params + 1] = "const float *__restrict__ ws"
+  K.mparams[#K.mparams + 1] = { kind = "workspace", offset = 0 }
+  local comb = M.COMBINE[opts.comb]({ "a" }, { "b" })
+  local fin = opts.fin and M.subst(opts.fin, { a = "a", n = opts.n }) or "a"
+  local store = {}
+  for _, o in ipairs(opts.outs) do
+    local t = g.by_uid[o.uid]
+    local st = pw.storage(src, t.dtype)
+    local p = K:ptr(o.uid, true)
+    if opts.fold then
+      store[#store + 1] = string.format("    %s[0] = %s;", p, pw.fmt(st.store, fin))
+    elseif o.first == 0 and o.count == opts.C then
+      store[#store + 1] = string.format("    %s[col] = %s;", p, pw.fmt(st.store, fin))
+    else
+      store[#store + 1] = string.format("    if (col >= %d && col < %d) %s[col - %d] = %s;", o.first, o.first + o.count, p,
+        o.first, pw.fmt(st.store, fin))
+    end
+  end
+  local tail, after = table.concat(store, "\n"), ""
+  if opts.fold then
+    tail = "    part_[0][lane] = a;"
+    after = string.format("  __syncthreads();\n  if (threadIdx.x == 0) {\n    a = part_[0][0];\n" ..
+      "    for (int c = 1; c < %d; c++) { const float b = part_[0][c]; %s }\n%s\n  }", opts.C, comb, table.concat(store, "\n"))
+  end
+  local params = K:finish_params()
+  src:add(M.render_fill("partials.cuh", {
+    symbol = symbol, params = params, C = opts.C, rows = opts.rows, div = opts.G.div, max = opts.G.max,
+    init = opts.init, comb = comb, tail = tail, after = after, what = opts.what or "column sums",
+  }))
+  return {
+    symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = {},
+    block = { 256, 1, 1 }, grid = { (opts.C + 31) // 32, 1, 1 }, smem = 0, cluster = { 1, 1, 1 },
+    params = K.mparams, align = K.align,
+  }
+end
+
+function M.render_fill(name, vars) return render.fill(render.template(name), vars, name) end
+
+return M

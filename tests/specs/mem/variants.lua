@@ -1,0 +1,53 @@
+-- Variants the memory-bound engines must get right: statistics outputs, sinks, biases,
+-- backward with dbias, fp32 and fp16 tensors, an fp32 prologue value held across passes.
+local k = require "kiln"
+local dims = { T = k.dynamic, H = { 1024 } }
+return {
+  k.graph "softmax_stats_sink" {
+    dims = dims, dtype = "bf16",
+    inputs = { x = { "T", "H" }, sink = { "T", 1, dtype = "fp32" } },
+    body = function(g, x, sink)
+      local y, lse, mx, se = g:softmax(x, sink, { generate_stats = true, generate_max = true, generate_sum_exp = true })
+      return { y = y, lse = lse, mx = mx, se = se }
+    end,
+  },
+  k.graph "log_softmax_log2" {
+    dims = dims, dtype = "fp16",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x)
+      local y, lse = g:log_softmax(x, { generate_stats = true, stats_use_log2 = true })
+      return { y = y, lse2 = lse }
+    end,
+  },
+  k.graph "rmsnorm_bias_fp32" {
+    dims = dims, dtype = "fp32",
+    inputs = { x = { "T", "H" }, w = { "H" }, b = { "H" }, eps = { scalar = true } },
+    body = function(g, x, w, b, eps)
+      local y, r = g:rmsnorm(x, w, b, eps, { phase = "training" })
+      return { y = y, r = r }
+    end,
+  },
+  k.graph "rmsnorm_bwd_dbias" {
+    dims = dims, dtype = "bf16",
+    inputs = { dy = { "T", "H" }, x = { "T", "H" }, w = { "H", dtype = "fp32" }, rstd = { "T", 1, dtype = "fp32" } },
+    body = function(g, dy, x, w, rstd)
+      local dx, dw, db = g:rmsnorm_backward(dy, x, w, rstd, { has_dbias = true })
+      return { dx = dx, dw = dw, db = db }
+    end,
+  },
+  k.graph "layernorm_fp32_gelu" {
+    dims = dims, dtype = "bf16",
+    inputs = { x = { "T", "H", dtype = "fp32" }, w = { "H" }, b = { "H" }, r = { "T", "H" } },
+    body = function(g, x, w, b, r)
+      local y = g:layernorm(x * 2.0 + r, w, b, { epsilon = 1e-5 })
+      return { y = g:gelu(y) }
+    end,
+  },
+  k.graph "softmax_bwd_residual" {
+    dims = dims, dtype = "bf16",
+    inputs = { dy = { "T", "H" }, y = { "T", "H" }, g2 = { "T", "H" } },
+    body = function(g, dy, y, g2)
+      return { dx = g:softmax_backward(dy, y) + g2 }
+    end,
+  },
+}
