@@ -9,7 +9,6 @@
 #include "internal.h"
 
 #define RT(plan) ((plan)->pack->rt)
-#define SMEM_DEFAULT_LIMIT (48 * 1024) /* above it a kernel must opt in */
 #define PORTABLE_CLUSTER 8
 
 kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, unsigned (*grids)[3]) {
@@ -143,7 +142,9 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
       st = cuda_fail(plan, r, "cuModuleGetFunction('%s' in the %s image)", kn->symbol, im->arch);
       break;
     }
-    if (kn->smem > SMEM_DEFAULT_LIMIT &&
+    /* Opt in whenever there is dynamic smem: static + dynamic above 48 KB needs it even
+     * when the dynamic part alone is below, and the attribute is cheap (set once per load). */
+    if (kn->smem > 0 &&
         (r = kiln__cu.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)kn->smem)) != CUDA_SUCCESS) {
       st = cuda_fail(plan, r, "kernel '%s': cuFuncSetAttribute(dynamic smem %u bytes)", kn->symbol,
