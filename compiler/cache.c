@@ -1,5 +1,6 @@
 /* kiln compiler: content-addressed disk cache of cubins (layout in cache.h). */
 #include "cache.h"
+#include "files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -37,22 +38,6 @@ struct kiln_cache {
 static const char *env_nonempty(const char *name) {
   const char *v = getenv(name);
   return v && *v ? v : NULL;
-}
-
-static int mkdir_p(const char *path) {
-  char buf[PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-  return 0;
 }
 
 static int write_all(int fd, const void *buf, size_t len) {
@@ -227,7 +212,7 @@ int kiln_cache_open(const char *root, kiln_cache **out, kiln_err *e) {
                         "K, M or G suffix (got '%s')", max);
 
   char v1[PATH_MAX];
-  if (snprintf(v1, sizeof v1, "%s/" CACHE_SUBDIR, dir) >= (int)sizeof v1 || mkdir_p(v1) != 0)
+  if (snprintf(v1, sizeof v1, "%s/" CACHE_SUBDIR, dir) >= (int)sizeof v1 || kiln_mkdir_p(v1) != 0)
     return kiln_err_set(e, "E_CACHE", "creating cache directory %s: %s", v1, strerror(errno));
   kiln_cache *c = calloc(1, sizeof *c);
   if (!c) return kiln_err_set(e, "E_CACHE", "out of memory opening the cache");
@@ -434,7 +419,7 @@ int kiln_cache_put(kiln_cache *c, const char *key, const kiln_cache_keyparts *kp
   if (shard_dir(c, key, dir, sizeof dir, e) != 0) return -1;
   if (snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%s.XXXXXX", dir, key) >= (int)sizeof tmp)
     return kiln_err_set(e, "E_CACHE", "cache path too long");
-  if (mkdir_p(dir) != 0)
+  if (kiln_mkdir_p(dir) != 0)
     return kiln_err_set(e, "E_CACHE", "creating %s: %s", dir, strerror(errno));
   char *manifest = manifest_text(key, kp);
   if (!manifest) return kiln_err_set(e, "E_CACHE", "out of memory writing cache entry %s", key);
@@ -492,7 +477,7 @@ int kiln_cache_lock(kiln_cache *c, const char *key, int *fd, kiln_err *e) {
   char path[PATH_MAX], dir[PATH_MAX];
   if (key_path(c, key, ".lock", path, sizeof path, e) != 0) return -1;
   if (shard_dir(c, key, dir, sizeof dir, e) != 0) return -1;
-  if (mkdir_p(dir) != 0)
+  if (kiln_mkdir_p(dir) != 0)
     return kiln_err_set(e, "E_CACHE", "creating %s: %s", dir, strerror(errno));
   int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (f < 0) return kiln_err_set(e, "E_CACHE", "opening lock %s: %s", path, strerror(errno));

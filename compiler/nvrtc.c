@@ -1,5 +1,6 @@
 /* kiln compiler: NVRTC through dlopen; CUDA source to CUBIN, with logs and dumps. */
 #include "nvrtc.h"
+#include "files.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -300,29 +301,13 @@ static void safe_name(const char *name, char *out, size_t n) {
   if (!i) snprintf(out, n, "kernel");
 }
 
-static int mkdir_p(const char *path) {
-  char buf[PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-  return 0;
-}
-
 /* Writes dir/file through a temporary and a rename, so a reader never sees half. */
 static int dump_file(const char *dir, const char *file, const char *text, kiln_err *e) {
   char path[PATH_MAX], tmp[PATH_MAX];
   if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path ||
       snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, file) >= (int)sizeof tmp)
     return kiln_err_set(e, "E_IO", "KILN_DUMP_DIR path too long: %s", dir);
-  if (mkdir_p(dir) != 0)
+  if (kiln_mkdir_p(dir) != 0)
     return kiln_err_set(e, "E_IO", "creating KILN_DUMP_DIR %s: %s", dir, strerror(errno));
   int fd = mkstemp(tmp);
   if (fd < 0) return kiln_err_set(e, "E_IO", "creating %s: %s", tmp, strerror(errno));

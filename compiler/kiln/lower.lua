@@ -316,4 +316,19 @@ function M.in_group(grp, node)
   return false
 end
 
+-- Why a group cannot be built yet when a virtual tensor crosses its boundary (kernel
+-- groups do not exchange data through workspace buffers yet); nil when none does.
+function M.workspace_reason(group, g)
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "virtual" then
+      return string.format("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
+    end
+  end
+  if #group.spills > 0 then
+    return string.format("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)",
+      g.by_uid[group.spills[1]].name)
+  end
+end
+
 return M

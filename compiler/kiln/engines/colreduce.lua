@@ -6,6 +6,7 @@
 -- through shared memory, and the CTA writes one partial row to the workspace. Kernel 2 adds
 -- the G partial rows per column in a fixed order (rowgen.finalize). A full reduction views
 -- the input as [numel / W, W] (W up to 4 vectors) and folds the W columns at the end.
+local lower = require "kiln.lower"
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
@@ -27,15 +28,8 @@ local function analyze(group, g)
   if not a or a.op ~= "reduction" then
     return fail("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
   end
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if t.role == "virtual" then
-      return fail("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
-    end
-  end
-  if #group.spills > 0 then
-    return fail("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)", g.by_uid[group.spills[1]].name)
-  end
+  local why_not = lower.workspace_reason(group, g)
+  if why_not then return fail("%s", why_not) end
   if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return fail("no epilogue after a column reduction") end
   local ok, why = pw.supported(group.prologue or {}, g)
   if not ok then return nil, why end

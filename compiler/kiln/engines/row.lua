@@ -83,15 +83,8 @@ local function analyze(group, g)
   end
   local spec = lower.ANCHORS[a.op]
   local info = { kind = kind, anchor = a }
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if t.role == "virtual" then
-      return fail("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
-    end
-  end
-  if #group.spills > 0 then
-    return fail("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)", g.by_uid[group.spills[1]].name)
-  end
+  local why_not = lower.workspace_reason(group, g)
+  if why_not then return fail("%s", why_not) end
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
   local ok, why = pw.supported(prologue, g)
   if ok then ok, why = pw.supported(epilogue, g) end
