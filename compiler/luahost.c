@@ -168,7 +168,9 @@ static int embedded_searcher(lua_State *L) {
     if (kiln_host_read_embedded(name, &src, &size) != 0) continue;
     char chunk[620];
     snprintf(chunk, sizeof chunk, "=%s", name + 4);
-    int rc = luaL_loadbufferx(L, src, size, chunk, "t");
+    /* embedded modules are precompiled bytecode (trusted, built with kiln); overrides
+     * from KILN_LUA_PATH are source text */
+    int rc = luaL_loadbufferx(L, src, size, chunk, "bt");
     free(src);
     if (rc != LUA_OK) return lua_error(L);
     lua_pushstring(L, name);

@@ -1,7 +1,10 @@
-/* kiln build tool: turns the Lua modules and CUDA templates into a C table so the
- * kiln executable carries them. Usage: embed OUT.c DEPFILE PREFIX=DIR... */
+/* kiln build tool: turns the Lua modules (precompiled to Lua bytecode, so a start-up
+ * does not parse them) and the CUDA templates into a C table the kiln executable carries.
+ * Usage: embed OUT.c DEPFILE PREFIX=DIR... */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <lauxlib.h>
+#include <lua.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +48,46 @@ static int walk(const char *prefix, const char *dir) {
   return 0;
 }
 
+typedef struct { unsigned char *data; size_t size, cap; } buffer;
+
+static int buffer_writer(lua_State *L, const void *p, size_t n, void *ud) {
+  (void)L;
+  buffer *b = ud;
+  if (b->size + n > b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 4096;
+    while (cap < b->size + n) cap *= 2;
+    unsigned char *d = realloc(b->data, cap);
+    if (!d) return 1;
+    b->data = d, b->cap = cap;
+  }
+  memcpy(b->data + b->size, p, n);
+  b->size += n;
+  return 0;
+}
+
+/* Reads a whole file; for a Lua module, its bytecode (debug info kept for tracebacks). */
+static int load_entry(const entry *en, buffer *out) {
+  FILE *f = fopen(en->path, "rb");
+  if (!f) { fprintf(stderr, "embed: cannot read %s\n", en->path); return -1; }
+  buffer text = {0};
+  unsigned char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    if (buffer_writer(NULL, chunk, n, &text) != 0) { fclose(f); return -1; }
+  fclose(f);
+  if (!has_suffix(en->name, ".lua")) { *out = text; return 0; }
+  lua_State *L = luaL_newstate();
+  char chunkname[4200];
+  /* the name a traceback shows: "=kiln/graph.lua" (the "lua/" prefix is the table's) */
+  snprintf(chunkname, sizeof chunkname, "=%s", strncmp(en->name, "lua/", 4) == 0 ? en->name + 4 : en->name);
+  int rc = !L || luaL_loadbufferx(L, (const char *)text.data, text.size, chunkname, "t") != LUA_OK;
+  if (rc) fprintf(stderr, "embed: %s\n", L ? lua_tostring(L, -1) : "no Lua state");
+  else rc = lua_dump(L, buffer_writer, out, 0) != 0;
+  if (L) lua_close(L);
+  free(text.data);
+  return rc ? -1 : 0;
+}
+
 static int by_name(const void *a, const void *b) {
   return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
 }
@@ -64,16 +107,13 @@ int main(int argc, char **argv) {
   fprintf(dep, "%s:", argv[1]);
   for (int i = 0; i < ndirs; i++) fprintf(dep, " %s", dirs[i]);
   for (int i = 0; i < nentries; i++) {
-    FILE *f = fopen(entries[i].path, "rb");
-    if (!f) { fprintf(stderr, "embed: cannot read %s\n", entries[i].path); return 1; }
+    buffer b = {0};
+    if (load_entry(&entries[i], &b) != 0) return 1;
     fprintf(dep, " %s", entries[i].path);
     fprintf(out, "static const char file_%d[] = {", i);
-    int c, col = 0;
-    while ((c = fgetc(f)) != EOF) {
-      fprintf(out, "%s%d,", col++ % 24 ? "" : "\n", c);
-    }
+    for (size_t k = 0; k < b.size; k++) fprintf(out, "%s%d,", k % 24 ? "" : "\n", (signed char)b.data[k]);
     fprintf(out, "0};\n");
-    fclose(f);
+    free(b.data);
   }
   fprintf(dep, "\n");
   fprintf(out, "\nconst kiln_embedded_file kiln_embedded_files[] = {\n");
