@@ -509,3 +509,41 @@ def _stream_handle(stream, device):
         if hasattr(stream, attr):
             return ctypes.c_void_p(getattr(stream, attr))
     return ctypes.c_void_p(int(stream))
+
+
+def _kiln_executable():
+    env = os.environ.get("KILN")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for p in (os.path.join(here, "..", "..", "build", "kiln"), os.path.join(here, "..", "build", "kiln")):
+        if os.path.exists(p):
+            return p
+    import shutil
+    return shutil.which("kiln") or "kiln"
+
+
+def build(*specs, sm=None, set=None, out=None):
+    """JIT at load time: compiles specs through the kiln cache (only what the cache lacks)
+    for `sm` (default: the current torch device's, else 90a) and returns the opened Pack.
+    `set` fixes dims ({"H": 4096}); `out` keeps the pack file (default: a temporary)."""
+    import subprocess
+    import tempfile
+    if sm is None:
+        sm = "90a"
+        if _torch_loaded():
+            import torch
+            if torch.cuda.is_available():
+                major, minor = torch.cuda.get_device_capability()
+                sm = "%d%d%s" % (major, minor, "a" if major in (9, 10) else "")
+    sms = [sm] if isinstance(sm, str) else list(sm)
+    path = out or os.path.join(tempfile.mkdtemp(prefix="kiln-"), "jit.kpack")
+    cmd = [_kiln_executable(), "build", *specs, "-o", path]
+    for s in sms:
+        cmd += ["--sm", str(s)]
+    for k, v in (set or {}).items():
+        cmd += ["--set", "%s=%d" % (k, v)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise KilnError(KILN_ERR_INVALID_ARG, (r.stderr or r.stdout).strip())
+    return Pack(path)
