@@ -15,8 +15,9 @@ commands:
   explain SPEC [--sm SM]   per kernel group and engine: accepted (plans) or declined, and why
   build SPEC... --sm SM [--sm SM ...] [-o PACK] [--emit-c DIR] [-v] [-j N]
                            compile every kernel through the cache (and write a pack)
-  run SPEC --check [--bench] [--set DIM=N]
-                           run on the GPU against the reference executor
+  run SPEC --check [--bench] [--set DIM=N] [--instance K=V,...]
+                           run on the GPU against the reference executor (only the
+                           instances whose key has every K=V given, with --instance)
   pack inspect|verify PACK list or check what a pack holds
   cache path|stat|verify|clear|gc
                            look after the kernel cache
@@ -38,7 +39,7 @@ local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) en
 local OPTIONS = {
   ["--json"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
   ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "value",
-  ["-j"] = "value", ["--iters"] = "value", ["--csv"] = "value", ["--pack"] = "value",
+  ["-j"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value",
 }
 
 local function parse(argv)

@@ -1,6 +1,6 @@
 -- kiln.lower: splits a graph instance into kernel groups. Pointwise nodes fuse into the
 -- group of their latest pointwise producer; every other node is a group of its own. Then
--- each anchor (a norm, softmax or reduction node) absorbs the pointwise groups around it:
+-- each anchor (a norm, softmax, reduction or matmul node) absorbs the pointwise groups around it:
 --   prologue  elementwise ops that compute the anchor's element-space inputs from graph
 --             inputs (h = x + r before rmsnorm; h may also be a graph output)
 --   epilogue  elementwise ops that consume the anchor's element-space output (SiLU gate,
@@ -13,8 +13,10 @@ local shape = require "kiln.shape"
 local M = {}
 
 -- Per anchor op: `ins` are the input ports read per element of the anchor's element space,
--- `outs` the outputs written per element (an epilogue reads these).
+-- `outs` the outputs written per element (an epilogue reads these). `no_prologue`: the
+-- inputs are not read per output element (matmul's A and B), so nothing fuses before them.
 M.ANCHORS = {
+  matmul = { ins = { "A", "B" }, outs = { "C" }, no_prologue = true },
   rmsnorm = { ins = { "input" }, outs = { "Y" } },
   layernorm = { ins = { "input" }, outs = { "Y" } },
   rmsnorm_backward = { ins = { "grad", "input" }, outs = { "DX" } },
@@ -141,7 +143,7 @@ local function fuse(g, groups)
       for _, p in ipairs(spec.ins) do eports[p] = true end
       local space = a.inputs[spec.ins[1]] and g.by_uid[a.inputs[spec.ins[1]]].dims
       -- prologue: pointwise groups computing element-space inputs from graph inputs
-      for _, port in ipairs(spec.ins) do
+      for _, port in ipairs(spec.no_prologue and {} or spec.ins) do
         local uid = a.inputs[port]
         local P = uid and producer_group(uid)
         if P and P ~= A and P.family == "pointwise" and only_sources(P) and nodes_have_dims(P, space)
@@ -160,7 +162,7 @@ local function fuse(g, groups)
       local out_dims = #spec.outs > 0 and a.outputs[spec.outs[1]] and g.by_uid[a.outputs[spec.outs[1]]].dims
       local readable = {}
       for _, p in ipairs(spec.outs) do if a.outputs[p] then readable[a.outputs[p]] = true end end
-      for _, p in ipairs(spec.ins) do if a.inputs[p] then readable[a.inputs[p]] = true end end
+      for _, p in ipairs(spec.no_prologue and {} or spec.ins) do if a.inputs[p] then readable[a.inputs[p]] = true end end
       local changed = out_dims ~= nil
       while changed do
         changed = false

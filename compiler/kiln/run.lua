@@ -9,6 +9,15 @@ local M = {}
 -- Dynamic dims not given with --set: an odd size, so tails and predication are exercised.
 local DEFAULT_DYNAMIC = 1031
 
+-- Does instance key "Bt=4,K=1056,N=1032" have every pair of the filter "K=1056,N=1032"?
+function M.matches(key, filter)
+  if not filter or filter == "" then return true end
+  local have = {}
+  for pair in key:gmatch("[^,]+") do have[pair] = true end
+  for pair in filter:gmatch("[^,]+") do if not have[pair] then return false end end
+  return true
+end
+
 function M.run(args)
   if #args.positional == 0 then errors.raise_at(nil, nil, "E_USAGE", "run needs a SPEC") end
   if not args.check and not args.bench then args.check = true end
@@ -18,6 +27,7 @@ function M.run(args)
   for _, path in ipairs(args.positional) do
     local graphs = require("kiln.spec").load(path, { set = args.set, graph = args.graph, keep_dynamic = true })
     for _, g in ipairs(graphs) do
+      if M.matches(g:instance_key(), args.instance) then
       local dims = {}
       for _, name in ipairs(g:dynamic_dims()) do dims[name] = args.set[name] or DEFAULT_DYNAMIC end
       local m = plan.manifest(g, target)
@@ -36,8 +46,10 @@ function M.run(args)
                         seed = math.tointeger(tonumber(c.getenv("KILN_SEED") or "0")) or 0 }
       mismatches = mismatches + r.mismatched_outputs
       runs = runs + 1
+      end
     end
   end
+  if runs == 0 then errors.raise_at(nil, nil, "E_USAGE", "no instance matches --instance %s", tostring(args.instance)) end
   io.write(string.format("%d instance%s run on %s (%s)%s\n", runs, runs == 1 and "" or "s", device, target.arch,
     args.check and (mismatches == 0 and ", all outputs match the reference" or "") or ""))
   if mismatches > 0 then

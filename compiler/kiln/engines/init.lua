@@ -9,6 +9,7 @@ M.list = {
   (require "kiln.engines.pointwise"),
   (require "kiln.engines.row"),        -- rms/layer norm fwd+bwd, softmax fwd+bwd, row reductions
   (require "kiln.engines.colreduce"),  -- reductions over the leading axes or over everything
+  (require "kiln.engines.gemm"),       -- matmul with a fused epilogue (wgmma on sm_90a, mma.sync elsewhere)
 }
 
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""kiln GEMMs side by side with cuBLAS (through torch) in one process on the same tensors.
+
+Cases: bf16 C = A·B at 8192³, 4096³ and 16384×4096×4096 against torch.matmul; a linear layer
+with bias and GELU at 8192³ against F.linear + F.gelu; fp8 e4m3 (per-tensor descales, bf16
+out) at 8192³ against torch._scaled_mm. Times are bench.bench.time_ms medians; TFLOP/s count
+2·M·N·K. Every result (kiln's and torch's) is checked against the same math in fp32 in torch:
+rel L2 error at most 1e-2. Usage (after `kiln build specs/gemm*.lua --sm 90a -o PACK`):
+
+    python3 bench/bench_gemm.py --pack PACK --out DIR [--only NAME]
+"""
+import argparse
+import csv
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# bench/ itself off the path, so that `bench` is the folder (bench.bench), not bench.py
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import kiln  # noqa: E402
+from bench.bench import time_ms  # noqa: E402
+
+TOL = 1e-2  # rel L2 for bf16/fp8 operands with fp32 accumulation
+
+
+def rel_l2(x, ref):
+    x, ref = x.float(), ref.float()
+    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def bf16(*shape, scale=1.0):
+    return (torch.randn(*shape, device="cuda") * scale).to(torch.bfloat16)
+
+
+def cases(pack):
+    for M, N, K in ((8192, 8192, 8192), (4096, 4096, 4096), (16384, 4096, 4096)):
+        a, b = bf16(M, K), bf16(K, N)
+        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        yield dict(name="gemm_bf16", M=M, N=N, K=K, plan=pack.plan("gemm", "K=%d,N=%d" % (K, N)),
+                   kiln=dict(a=a, b=b, c=c), out=c, peer=lambda a=a, b=b: torch.matmul(a, b), peer_name="torch.matmul",
+                   ref=lambda a=a, b=b: a.float() @ b.float())
+    M = N = K = 8192
+    x, w, bias = bf16(M, K), bf16(N, K, scale=K ** -0.5), bf16(N)
+    y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    yield dict(name="gemm_bias_gelu", M=M, N=N, K=K, plan=pack.plan("gemm_bias_gelu", "K=%d,N=%d" % (K, N)),
+               kiln=dict(x=x, w=w.t(), b=bias, y=y), out=y, peer=lambda: F.gelu(F.linear(x, w, bias)),
+               peer_name="F.linear+F.gelu", ref=lambda: F.gelu(x.float() @ w.float().t() + bias.float()))
+    e4m3 = torch.float8_e4m3fn
+    a8 = torch.randn(M, K, device="cuda").clamp(-8, 8).to(e4m3)
+    w8 = torch.randn(N, K, device="cuda").clamp(-8, 8).to(e4m3)
+    da, db = torch.full((1,), 0.5, device="cuda"), torch.full((1,), 0.25, device="cuda")
+    y8 = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    amax = torch.empty(1, 1, device="cuda")
+    yield dict(name="gemm_fp8", M=M, N=N, K=K, plan=pack.plan("gemm_fp8", "K=%d,N=%d" % (K, N)),
+               kiln=dict(a=a8, b=w8.t(), descale_a=da, descale_b=db, y=y8, amax=amax), out=y8,
+               peer=lambda: torch._scaled_mm(a8, w8.t(), scale_a=da[0], scale_b=db[0], out_dtype=torch.bfloat16),
+               peer_name="torch._scaled_mm", ref=lambda: (a8.float() @ w8.float().t()) * (da * db),
+               extra=lambda: ("amax", amax.item(), y8.float().abs().max().item()))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pack", required=True)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--only", default=None)
+    args = ap.parse_args()
+    torch.manual_seed(int(time.time()))
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 references are fp32
+    pack = kiln.Pack(args.pack)
+    dev = torch.cuda.get_device_name()
+    print("device %s" % dev)
+    rows = []
+    for c in cases(pack):
+        if args.only and c["name"] != args.only:
+            continue
+        plan, kw = c["plan"], c["kiln"]
+        run_kiln = lambda plan=plan, kw=kw: plan(**kw)  # noqa: E731
+        run_kiln()
+        peer_out = c["peer"]()
+        torch.cuda.synchronize()
+        ref = c["ref"]()
+        err, peer_err = rel_l2(c["out"], ref), rel_l2(peer_out, ref)
+        del ref, peer_out
+        note = ""
+        ok = err <= TOL
+        if "extra" in c:
+            what, got, want = c["extra"]()
+            ok = ok and got == want
+            note = " %s %s (max |y| %s)" % (what, got, want)
+        t_kiln, t_peer = time_ms(run_kiln), time_ms(c["peer"])
+        flops = 2.0 * c["M"] * c["N"] * c["K"]
+        tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
+        plan_ids = ",".join(k.plan_id for k in plan.kernels if not k.plan_id.endswith(":init"))
+        row = dict(case=c["name"], shape="%dx%dx%d" % (c["M"], c["N"], c["K"]), kiln_ms=t_kiln, peer=c["peer_name"],
+                   peer_ms=t_peer, kiln_tflops=tf(t_kiln), peer_tflops=tf(t_peer), vs_peer=t_peer / t_kiln,
+                   rel_l2=err, peer_rel_l2=peer_err, agrees=ok, plan=plan_ids)
+        rows.append(row)
+        print("%-15s %-16s kiln %.3f ms %6.1f TFLOP/s | %s %.3f ms %6.1f TFLOP/s | x%.2f | rel L2 %.2e (peer %.2e)%s %s [%s]"
+              % (row["case"], row["shape"], t_kiln, row["kiln_tflops"], c["peer_name"], t_peer, row["peer_tflops"],
+                 row["vs_peer"], err, peer_err, note, "ok" if ok else "WRONG", plan_ids), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    if not rows:
+        return 1
+    with open(os.path.join(args.out, "bench_gemm.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()) + ["device"])
+        w.writeheader()
+        for r in rows:
+            w.writerow(dict(r, device=dev))
+    return 0 if all(r["agrees"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

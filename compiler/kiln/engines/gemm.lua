@@ -1,0 +1,482 @@
+-- kiln.engines.gemm: matmul groups, C[b] = A[b] · B[b] with fp32 accumulation and the fused
+-- pointwise epilogue the lowering attached (bias, scale, activation, residual, cast, amax),
+-- applied to the accumulator in registers (docs/GEMM.md has the design).
+--
+-- Two template families share one operand layout in shared memory (lines of 128 bytes along
+-- the operand's contiguous axis, 16-byte chunks swizzled by line % 8, which is wgmma's
+-- 128-byte swizzle) and one epilogue:
+--   sm90  (sm_90a) warp-specialized and persistent: a producer warpgroup fills a ring of
+--         stages with cp.async; two consumer warpgroups run wgmma (HGMMA; QGMMA for fp8) on a
+--         128 x BN tile, then the epilogue straight from the accumulators.
+--   mma   (sm_80 and later: the fallback for sm_80, sm_100a and shapes sm90 does not take)
+--         mma.sync m16n8k16 with ldmatrix over a cp.async multistage ring; fp8 operands and
+--         layouts without 16-byte alignment are loaded element by element (converted to fp16).
+-- Dims: N and K compile-time; M and the batch (rank 3, broadcast allowed) may be dynamic.
+local render = require "kiln.render"
+local shape = require "kiln.shape"
+local dtypes = require "kiln.dtypes"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local c = require "kiln.c"
+
+local E = { id = "gemm", version = 1 }
+
+-- Persistent grids are sized for the H200's 132 SMs (any GPU runs them: the CTAs loop).
+E.SMS = 132
+-- Consumer / producer registers after setmaxnreg (3 warpgroups: 2*128*224 + 128*56 <= 64K;
+-- the cp.async producer keeps a few 64-bit addresses per line group).
+E.REG_CONSUMER, E.REG_PRODUCER = 224, 56
+-- Tiles of the sm90 path: BN, stages (each stage (128 + BN) * 128 bytes). Their shared memory
+-- stays within sm_80's 163 KB per block: the mma kernel built for other SMs launches the same.
+E.SM90_TILES = { { bn = 256, stages = 3 }, { bn = 192, stages = 4 }, { bn = 128, stages = 5 } }
+E.SMEM_MAX = 166912
+-- fp8 on sm_90a: the tensor cores keep about 13 mantissa bits when they add into the
+-- accumulator, so each k-block (128 deep) is summed into fresh registers and added to the fp32
+-- accumulator by the consumer (twice the accumulator registers: BN at most 192).
+E.FP8_BN_MAX = 192
+-- The mma path: 128 x 192 tiles (12 warps of 64 x 32), stages of 40 KB.
+E.MMA_BN, E.MMA_STAGES = 192, 3
+-- ptxas reports registers, shared memory and spills into the NVRTC log (kept by KILN_DUMP_DIR).
+E.OPTIONS = { "--std=c++17", "--ptxas-options=-v" }
+
+local fmt, cdim = pw.fmt, pw.cdim
+
+local function fail(f, ...) return nil, string.format(f, ...) end
+
+local SIXTEEN = { bf16 = "bf16", fp16 = "f16" }
+
+-- Operand layout from strides: the matrix axes (r, c) = (M, K) for A, (K, N) for B.
+-- Returns { kmajor =, ld = stride of the other axis (elements), sr =, sc =, bs = batch stride }.
+local function operand(t, which)
+  local R = #t.dims
+  local sr, sc = t.strides[R - 1], t.strides[R]
+  local dr, dc = t.dims[R - 1], t.dims[R]
+  local o = { t = t, sr = sr, sc = sc, rank = R }
+  if R == 3 and t.dims[1] ~= 1 then o.bs = t.strides[1] end
+  -- contiguous axis: c (row-major) or r (column-major)
+  local contig = sc == 1 and "c" or (sr == 1 and "r" or nil)
+  if not contig then return nil end
+  -- K-major: A row-major (c = K), B column-major (r = K)
+  o.kmajor = (which == "A") == (contig == "c")
+  o.contig = contig
+  o.ld = contig == "c" and sr or sc
+  o.ext = contig == "c" and dc or dr     -- extent of the contiguous axis
+  return o
+end
+
+-- Whether 16-byte chunks of operand o are aligned and never straddle its edge.
+local function chunks_aligned(o, esz)
+  local per = 16 // esz
+  if type(o.ext) ~= "number" or o.ext % per ~= 0 then return false end
+  if pw.const_factor(o.ld) * esz % 16 ~= 0 then return false end
+  if o.bs and pw.const_factor(o.bs) * esz % 16 ~= 0 then return false end
+  return true
+end
+
+-- How an epilogue input is read per output element of C's element space Ed:
+-- "full" (same dims, row-major: pairs at i0), "col" (one row vector [N]: pairs at col),
+-- "row" (one value per row of C: [M, 1]), "once" (one value), "gather" (anything else).
+local function classify(t, Ed)
+  if pw.dims_equal(t.dims, Ed) and shape.is_row_major(t.dims, t.strides) then return "full" end
+  local R, pad = #Ed, #Ed - #t.dims
+  local vary = {}
+  local nv = 0
+  for k = 1, R do
+    local d = t.dims[k - pad]
+    if d ~= nil and not (d == 1 and Ed[k] ~= 1) and Ed[k] ~= 1 then vary[k] = true; nv = nv + 1 end
+  end
+  if nv == 0 then return "once" end
+  if nv == 1 and vary[R] and t.strides[#t.dims] == 1 then return "col" end
+  if nv == 1 and vary[R - 1] then return "row" end
+  return "gather"
+end
+
+-- Everything propose learns about a group, reused by build.
+local function analyze(group, g, target)
+  local a = group.anchor
+  if not a or a.op ~= "matmul" then
+    return fail("group is a %s op (%s), not a matmul", group.family, group.nodes[1].op)
+  end
+  for _, p in ipairs({ "M_override", "N_override", "K_override" }) do
+    if a.inputs[p] then return fail("%s is not supported (per-batch sizes)", p) end
+  end
+  if #group.spills > 0 then
+    return fail("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)",
+      g.by_uid[group.spills[1]].name)
+  end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "virtual" then
+      return fail("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
+    end
+  end
+  local epilogue, amax = group.epilogue or {}, group.amax or {}
+  local ok, why = pw.supported(epilogue, g)
+  if not ok then return nil, why end
+  local A, B, C = g.by_uid[a.inputs.A], g.by_uid[a.inputs.B], g.by_uid[a.outputs.C]
+  local info = { anchor = a, A = A, B = B, C = C }
+  local fp8 = dtypes.info[A.dtype].fp8
+  if fp8 then
+    if not (A.dtype == "fp8_e4m3" or A.dtype == "fp8_e5m2") or not (B.dtype == "fp8_e4m3" or B.dtype == "fp8_e5m2") then
+      return fail("fp8 operands must be e4m3 or e5m2 (A %s, B %s)", A.dtype, B.dtype)
+    end
+  elseif not SIXTEEN[A.dtype] or A.dtype ~= B.dtype then
+    return fail("operands %s x %s: the tensor-core paths take bf16 x bf16, fp16 x fp16 or fp8 x fp8", A.dtype, B.dtype)
+  end
+  info.fp8, info.esz = fp8, dtypes.size(A.dtype)
+  local Rc = #C.dims
+  if #A.dims > 3 or #B.dims > 3 or Rc > 3 then return fail("rank %d: at most one batch dim (rank 3)", math.max(#A.dims, #B.dims, Rc)) end
+  local N, Kd = C.dims[Rc], A.dims[#A.dims]
+  if type(N) ~= "number" then return fail("N (%s) must be specialized (compile-time)", tostring(N)) end
+  if type(Kd) ~= "number" then return fail("K (%s) must be specialized (compile-time)", tostring(Kd)) end
+  if N % 2 ~= 0 then return fail("N = %d must be even (the epilogue writes column pairs)", N) end
+  info.N, info.K, info.Md = N, Kd, C.dims[Rc - 1]
+  info.batch = Rc == 3 and C.dims[1] or 1
+  info.oa, info.ob = operand(A, "A"), operand(B, "B")
+  if not info.oa then return fail("A %s strides %s: neither row- nor column-major", shape.format(A.dims), shape.format(A.strides)) end
+  if not info.ob then return fail("B %s strides %s: neither row- nor column-major", shape.format(B.dims), shape.format(B.strides)) end
+  info.aligned = chunks_aligned(info.oa, info.esz) and chunks_aligned(info.ob, info.esz)
+  -- epilogue tensors
+  local Ed = C.dims
+  info.Ed = Ed
+  info.access = {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if uid ~= A.uid and uid ~= B.uid and t.role ~= "constant" and t.role ~= "scalar" then
+      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
+      local b = shape.broadcast(t.dims, Ed)
+      if not b or not pw.dims_equal(b, Ed) then
+        return fail("epilogue input '%s' %s does not broadcast to C %s", t.name, shape.format(t.dims), shape.format(Ed))
+      end
+      info.access[uid] = classify(t, Ed)
+    end
+  end
+  info.amax_of = {}
+  for _, r in ipairs(amax) do info.amax_of[r.outputs.Y] = r end
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    if not info.amax_of[uid] then
+      if not pw.STORAGE[t.dtype] then return fail("dtype %s of output '%s' is not supported", t.dtype, t.name) end
+      if not pw.dims_equal(t.dims, Ed) or not shape.is_row_major(t.dims, t.strides) then
+        return fail("output '%s' %s is not a row-major tensor of C's shape %s", t.name, shape.format(t.dims), shape.format(Ed))
+      end
+    end
+  end
+  return info
+end
+
+-- The sm90 tiles for N, best first: the one that wastes the least of N (ties: the wider one).
+-- KILN_GEMM_TILE=BN (e.g. 192) puts that tile first, for measuring.
+local function sm90_order(N, fp8)
+  local best = {}
+  for _, t in ipairs(E.SM90_TILES) do
+    if not (fp8 and t.bn > E.FP8_BN_MAX) then
+    local nt = (N + t.bn - 1) // t.bn
+    best[#best + 1] = { tile = t, eff = N / (nt * t.bn) }
+    end
+  end
+  local want = tonumber(c.getenv("KILN_GEMM_TILE") or "")
+  table.sort(best, function(x, y)
+    if want and (x.tile.bn == want) ~= (y.tile.bn == want) then return x.tile.bn == want end
+    if math.abs(x.eff - y.eff) > 0.05 then return x.eff > y.eff end
+    return x.tile.bn > y.tile.bn
+  end)
+  return best
+end
+
+-- Why the group cannot take the sm90 path (on any SM), or nil.
+local function sm90_blocker(info)
+  if not info.aligned then return "operand rows are not provably 16-byte aligned (the wgmma path copies 16-byte chunks)" end
+  if info.fp8 and not (info.oa.kmajor and info.ob.kmajor) then return "fp8 wgmma needs K-major A and B" end
+  if info.N < 64 then return "N < 64" end
+end
+
+-- A pack plan has one launch (threads, grid, shared memory) for all SMs, so the kernels for
+-- every SM launch like the sm90 plan the group would get on sm_90a (or, when it takes none,
+-- like the mma kernel alone): 384 threads, a persistent grid, the same shared memory.
+local function launch(info, tile)
+  local l = { block = { 384, 1, 1 } }
+  local bn
+  if tile then
+    bn = tile.bn
+    l.smem = tile.stages * (128 + bn) * 128 + 16 * tile.stages + 1024
+  else
+    bn = E.MMA_BN
+    l.smem = E.MMA_STAGES * (128 + bn) * 128
+  end
+  local f, const = {}, (info.N + bn - 1) // bn
+  for _, d in ipairs({ info.Md, info.batch }) do
+    if type(d) == "string" then f[#f + 1] = d else const = const * d end
+  end
+  f[#f + 1] = const
+  l.grid = { { mul = f, div = 128, max = E.SMS }, 1, 1 }
+  assert(l.smem <= E.SMEM_MAX, "kiln.engines.gemm: a tile needs more shared memory than sm_80 gives a block")
+  return l
+end
+
+function E.propose(group, g, target)
+  if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
+  local info, why = analyze(group, g, target)
+  if not info then return nil, why end
+  local plans = {}
+  local blocker = sm90_blocker(info)
+  local order = not blocker and sm90_order(info.N, info.fp8) or nil
+  if order and target.sm == 90 and target.arch_specific then
+    for i, b in ipairs(order) do
+      local t = b.tile
+      plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d", E.version, t.bn, 128 // info.esz, t.stages),
+                            knobs = { path = "sm90", bn = t.bn, stages = t.stages, promote = info.fp8 }, rank = 100 - i, info = info,
+                            launch = launch(info, t) }
+    end
+  end
+  local loader = (info.aligned and not info.fp8) and "async" or "elem"
+  plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s", E.version, E.MMA_BN, E.MMA_STAGES, loader),
+                        knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES }, rank = 10, info = info,
+                        launch = launch(info, order and order[1].tile) }
+  return plans
+end
+
+-- ---------------------------------------------------------------------------------------
+-- build
+
+-- The wgmma calls for one m64 x BN x k tile: d += A * B (kiln_wgmma_tile) and d = A * B
+-- (kiln_wgmma_tile_first), d being BN/2 fp32 registers per thread.
+local function wgmma_fn(bn, atype, btype, ta, tb)
+  local k = (atype == "e4m3" or atype == "e5m2") and 32 or 16
+  local n = bn // 2
+  local regs, outs = {}, {}
+  for i = 0, n - 1 do regs[#regs + 1] = "%" .. i; outs[#outs + 1] = string.format("\"+f\"(d[%d])", i) end
+  local trans = k == 16 and string.format(", %d, %d", ta, tb) or ""
+  local out = {}
+  for _, v in ipairs({ { "tile", 1, "d += A * B" }, { "tile_first", 0, "d = A * B" } }) do
+    out[#out + 1] = string.format([[
+// %s: one wgmma.mma_async m64n%dk%d (%s x %s -> f32) on shared-memory descriptors.
+__device__ __forceinline__ void kiln_wgmma_%s(float (&d)[%d], kiln_u64 da, kiln_u64 db) {
+  asm volatile(
+    "{ .reg .pred p; setp.ne.b32 p, %d, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1%s; }"
+    : %s
+    : "l"(da), "l"(db) : "memory");
+}]], v[3], bn, k, atype, btype, v[1], n, v[2], bn, k, atype, btype, table.concat(regs, ", "), n, n + 1, trans,
+      table.concat(outs, ", "))
+  end
+  return table.concat(out, "\n")
+end
+
+local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2" }
+
+-- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row),
+-- plus what the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
+local function epilogue(K, info, group, g)
+  local src, C, Ed = K.src, info.C, info.Ed
+  local R = #Ed
+  local setup, body, pre, post = {}, {}, {}, {}
+  local value = {}
+  local read_later = pw.read_set(group.nodes)
+  -- inputs
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if uid ~= info.A.uid and uid ~= info.B.uid then
+      if t.role == "constant" or t.role == "scalar" then
+        value[uid] = K:scalar(uid)
+      else
+        local st = pw.storage(src, t.dtype)
+        local size = dtypes.size(t.dtype)
+        local p = K:ptr(uid)
+        local how = info.access[uid]
+        if how == "once" then
+          setup[#setup + 1] = string.format("  const float q%d = %s;", uid, fmt(st.load, p .. "[0]"))
+          value[uid] = "q" .. uid
+        elseif how == "full" or how == "col" then
+          pre[#pre + 1] = string.format("    alignas(%d) %s r%d[2];", 2 * size, st.ctype, uid)
+          pre[#pre + 1] = pw.vector_copy("r" .. uid, string.format("%s + %s", p, how == "full" and "i0" or "col"), st.ctype, 2, size, "    ")
+          body[#body + 1] = string.format("      const float v%d = %s;", uid, fmt(st.load, string.format("r%d[j]", uid)))
+          K:need_align(uid, 2 * size)
+          value[uid] = "v" .. uid
+        elseif how == "row" then
+          local off = pw.offset_expr(t, Ed, "(i0 - col)")
+          pre[#pre + 1] = string.format("    const float v%d = %s;", uid, fmt(st.load, string.format("%s[%s]", p, off)))
+          value[uid] = "v" .. uid
+        else
+          local off = pw.offset_expr(t, Ed, "(i0 + j)")
+          body[#body + 1] = string.format("      const float v%d = %s;", uid, fmt(st.load, string.format("%s[%s]", p, off)))
+          value[uid] = "v" .. uid
+        end
+      end
+    end
+  end
+  -- the accumulator (C, rounded to its dtype first if it is stored narrower and read again)
+  body[#body + 1] = string.format("      float v%d = j ? c1 : c0;", C.uid)
+  if C.dtype ~= "fp32" and C.role == "output" and read_later[C.uid] then
+    local st = pw.storage(src, C.dtype)
+    body[#body + 1] = string.format("      v%d = %s;", C.uid, fmt(st.load, fmt(st.store, "v" .. C.uid)))
+  end
+  value[C.uid] = "v" .. C.uid
+  pw.emit_nodes(group.epilogue or {}, value, body, { g = g, src = src, space = Ed, index = "(i0 + j)", indent = "      ",
+                                                     read_later = read_later })
+  -- outputs: element outputs as pairs, amax outputs as a running max of |value| bits
+  local amax = {}
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    local r = info.amax_of[uid]
+    if r then
+      local var = "am" .. #amax
+      amax[#amax + 1] = { var = var, out = uid }
+      body[#body + 1] = string.format("      %s = max(%s, __float_as_uint(fabsf(%s)));", var, var, value[r.inputs.input])
+    else
+      local st = pw.storage(src, t.dtype)
+      local size = dtypes.size(t.dtype)
+      local p = K:ptr(uid, true)
+      pre[#pre + 1] = string.format("    alignas(%d) %s w%d[2];", 2 * size, st.ctype, uid)
+      body[#body + 1] = string.format("      w%d[j] = %s;", uid, fmt(st.store, value[uid]))
+      post[#post + 1] = pw.vector_copy(string.format("%s + i0", p), "w" .. uid, st.ctype, 2, size, "    ")
+      K:need_align(uid, 2 * size)
+    end
+  end
+  local lines = {}
+  lines[#lines + 1] = "  // the fused epilogue of columns col, col + 1 of one row of C (fp32 accumulators c0, c1)"
+  lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col) {"
+  lines[#lines + 1] = string.format("    const kiln_i64 i0 = (bt * M + row) * %dLL + col;  // flat index in C", info.N)
+  for _, l in ipairs(pre) do lines[#lines + 1] = l end
+  lines[#lines + 1] = "#pragma unroll"
+  lines[#lines + 1] = "    for (int j = 0; j < 2; j++) {"
+  for _, l in ipairs(body) do lines[#lines + 1] = l end
+  lines[#lines + 1] = "    }"
+  for _, l in ipairs(post) do lines[#lines + 1] = l end
+  lines[#lines + 1] = "  };"
+  return { setup = setup, lambda = table.concat(lines, "\n"), amax = amax }
+end
+
+-- Runtime sizes and operand addressing (bytes), as kernel-body lines.
+local function setup_lines(K, info)
+  local A, B = info.A, info.B
+  local oa, ob = info.oa, info.ob
+  local esz = info.esz
+  K:note_dyn(info.C.dims); K:note_dyn(A.dims); K:note_dyn(B.dims); K:note_dyn(A.strides); K:note_dyn(B.strides)
+  local pa, pb = K:ptr(A.uid), K:ptr(B.uid)
+  local l = {}
+  l[#l + 1] = string.format("  const kiln_i64 M = %s;", cdim(info.Md))
+  l[#l + 1] = string.format("  const kiln_i64 batches = %s;", cdim(info.batch))
+  l[#l + 1] = string.format("  const kiln_u8 *__restrict__ gA = reinterpret_cast<const kiln_u8 *>(%s);", pa)
+  l[#l + 1] = string.format("  const kiln_u8 *__restrict__ gB = reinterpret_cast<const kiln_u8 *>(%s);", pb)
+  l[#l + 1] = string.format("  const kiln_i64 a_bs = %s, b_bs = %s;  // batch strides (bytes)",
+    oa.bs and string.format("%s * %d", cdim(oa.bs), esz) or "0", ob.bs and string.format("%s * %d", cdim(ob.bs), esz) or "0")
+  l[#l + 1] = string.format("  const kiln_i64 lda = %s * %d, ldb = %s * %d;  // operand line strides (bytes)", cdim(oa.ld), esz,
+    cdim(ob.ld), esz)
+  -- element strides (mn, k) for the element loader
+  l[#l + 1] = string.format("  const kiln_i64 a_smn = %s, a_sk = %s, b_smn = %s, b_sk = %s;  // element strides",
+    cdim(oa.sr), cdim(oa.sc), cdim(ob.sc), cdim(ob.sr))
+  l[#l + 1] = "  (void)lda; (void)ldb; (void)a_smn; (void)a_sk; (void)b_smn; (void)b_sk;"
+  return l
+end
+
+-- The element loader's element read: one element of A or B converted to the 16-bit smem type.
+local function elem_fns(src, info, smem_t)
+  local out = {}
+  for _, which in ipairs({ "a", "b" }) do
+    local t = which == "a" and info.A or info.B
+    local st = pw.storage(src, t.dtype)
+    local expr
+    if dtypes.size(t.dtype) == 2 then
+      expr = string.format("reinterpret_cast<const kiln_u16 *>(p)[0]")
+    else
+      src:need("common/fp16.cuh")
+      expr = string.format("kiln_f32_to_fp16(%s)", fmt(st.load, "p[0]"))
+    end
+    out[#out + 1] = string.format("__device__ __forceinline__ kiln_u16 kiln_gemm_elem_%s(const kiln_u8 *p) { return %s; }", which, expr)
+  end
+  return table.concat(out, "\n")
+end
+
+function E.build(plan, group, g, target, symbol)
+  local info = plan.info
+  local knobs = plan.knobs
+  local K = rowgen.kernel(g, symbol)
+  local src = K.src
+  src:need("common/cp_async.cuh")
+  src:need("common/gemm_tile.cuh")
+  -- parameters in a readable order: inputs by uid, then outputs by uid
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then K:ptr(uid) end
+  end
+  for _, uid in ipairs(group.outputs) do
+    if not info.amax_of[uid] then K:ptr(uid, true) end
+  end
+  local setup = setup_lines(K, info)
+  local epi = epilogue(K, info, group, g)
+  for _, l in ipairs(epi.setup) do setup[#setup + 1] = l end
+  local amax_decl = #epi.amax > 0 and ("  kiln_u32 " .. (function()
+    local t = {}
+    for _, acc in ipairs(epi.amax) do t[#t + 1] = acc.var .. " = 0u" end
+    return table.concat(t, ", ")
+  end)() .. ";") or ""
+  local amax_publish = {}
+  if #epi.amax > 0 then
+    src:need("common/amax.cuh")
+    for _, acc in ipairs(epi.amax) do
+      amax_publish[#amax_publish + 1] = string.format("  %s = kiln_warp_max_u32(%s);", acc.var, acc.var)
+      amax_publish[#amax_publish + 1] = string.format("  if ((threadIdx.x & 31) == 0) kiln_amax_publish(%s, %s);",
+        K:ptr(acc.out, true), acc.var)
+    end
+  end
+  local C = info.C
+  local what = string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
+    info.B.dtype, C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
+    #(group.epilogue or {}) > 0 and string.format(", epilogue of %d op%s", #group.epilogue, #group.epilogue == 1 and "" or "s") or "")
+  local kernel
+  if knobs.path == "sm90" then
+    src:need("common/mbarrier.cuh")
+    src:need("common/wgmma.cuh")
+    local bn, stages = knobs.bn, knobs.stages
+    src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
+    local params = K:finish_params()
+    src:add(render.fill(render.template("gemm_sm90.cuh"), {
+      what = what, symbol = symbol, params = params, BN = bn, STAGES = stages, ESZ = info.esz,
+      N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
+      REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, PROMOTE = knobs.promote and "true" or "false",
+      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
+      amax_publish = table.concat(amax_publish, "\n"),
+    }, "gemm_sm90.cuh"))
+    kernel = { source = src:text() }
+  else
+    src:need("common/mma_sm80.cuh")
+    local smem_t = info.fp8 and "f16" or SIXTEEN[info.A.dtype]
+    src:add(elem_fns(src, info, smem_t))
+    local params = K:finish_params()
+    -- the element loader stores both operands K-major (its reads need no alignment anyway)
+    local elem = knobs.loader == "elem"
+    src:add(render.fill(render.template("gemm_sm80.cuh"), {
+      A_KMAJOR = (elem or info.oa.kmajor) and "true" or "false", B_KMAJOR = (elem or info.ob.kmajor) and "true" or "false",
+      what = what, symbol = symbol, params = params, STAGES = knobs.stages, ESZ = info.esz,
+      N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
+      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
+      amax_publish = table.concat(amax_publish, "\n"),
+    }, "gemm_sm80.cuh"))
+    kernel = { source = src:text() }
+  end
+  -- 16-byte aligned operands whenever some SM's plan copies 16-byte chunks (one pack, all SMs)
+  if info.aligned then
+    K:need_align(info.A.uid, 16)
+    K:need_align(info.B.uid, 16)
+  end
+  local l = plan.launch
+  kernel.symbol, kernel.engine, kernel.plan_id, kernel.options = symbol, E.id, plan.id, E.OPTIONS
+  kernel.block, kernel.grid, kernel.smem, kernel.cluster = l.block, l.grid, l.smem, { 1, 1, 1 }
+  kernel.params, kernel.align = K.mparams, K.align
+  if #epi.amax == 0 then return kernel end
+  -- amax outputs are raised with atomicMax: a one-thread kernel zeroes them first
+  local init = rowgen.kernel(g, symbol .. "_init")
+  local stores = {}
+  for _, acc in ipairs(epi.amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
+  init:add("    %s", table.concat(stores, " "))
+  init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
+    body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
+  return { kernels = {
+    { symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = {},
+      block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align },
+    kernel,
+  } }
+end
+
+return E

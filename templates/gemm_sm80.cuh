@@ -1,0 +1,139 @@
+// kiln gemm engine, portable path (sm_80 and later): ${what}.
+// Persistent: each CTA takes 128 x 192 tiles of C[b] = A[b] B[b] round-robin (groups of 8 m
+// tiles per column of n tiles, so neighbouring CTAs share operands in L2) and computes them in
+// fp32 over a ${STAGES}-stage ring of k-blocks 64 deep: 12 warps of 64 x 32 (mma.sync m16n8k16,
+// ldmatrix). Its launch (384 threads, grid, shared memory) is the sm_90a plan's, so one pack
+// plan serves every SM. Threads 0-255 copy operands with cp.async (ASYNC) or element by
+// element, converted to the mma type (no 16-byte alignment, fp8), into the gemm_tile layout.
+
+// One k-block of an operand tile, element by element, stored K-major (line L = row mn0 + L).
+template <int LINES, int THREADS, int ESZ, bool IS_A>
+__device__ __forceinline__ void kiln_gemm_load_elems(kiln_u32 dst, const kiln_u8 *src, kiln_i64 smn, kiln_i64 sk,
+                                                     kiln_i64 mn0, kiln_i64 mn_ext, kiln_i64 k0, kiln_i64 k_ext, int t) {
+  const int c = t & 7, r = t >> 3;
+  const kiln_u32 d0 = dst + (kiln_u32)r * 128u + (kiln_u32)((c ^ (r & 7)) << 4);
+  const kiln_i64 k = k0 + c * 8;
+#pragma unroll 1
+  for (int j = 0; j < LINES / (THREADS / 8); j++) {
+    const kiln_i64 mn = mn0 + r + (THREADS / 8) * j;
+    kiln_u32 w[4];
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      kiln_u32 lo = 0, hi = 0;
+      if (mn < mn_ext && k + e < k_ext) {
+        const kiln_u8 *p = src + (mn * smn + (k + e) * sk) * ESZ;
+        lo = IS_A ? kiln_gemm_elem_a(p) : kiln_gemm_elem_b(p);
+      }
+      if (mn < mn_ext && k + e + 1 < k_ext) {
+        const kiln_u8 *p = src + (mn * smn + (k + e + 1) * sk) * ESZ;
+        hi = IS_A ? kiln_gemm_elem_a(p) : kiln_gemm_elem_b(p);
+      }
+      w[e / 2] = lo | (hi << 16);
+    }
+    kiln_st_shared_v4(d0 + (kiln_u32)((THREADS / 8) * j * 128), w[0], w[1], w[2], w[3]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
+  constexpr int BM = 128, BN = 192, STAGES = ${STAGES}, ESZ = ${ESZ};
+  constexpr int BK = 64;                       // k per block (smem elements are 16-bit)
+  constexpr kiln_i64 N = ${N}, K = ${K};
+  constexpr int KB = (int)((K + BK - 1) / BK);
+  constexpr int NT = (int)((N + BN - 1) / BN);
+  constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
+  constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, ASYNC = ${ASYNC};
+  extern __shared__ __align__(128) kiln_u8 kiln_smem[];
+  const kiln_u32 sbase = kiln_smem_u32(kiln_smem);
+${setup}
+${amax_decl}
+${epilogue}
+  const kiln_i64 tiles_m = (M + BM - 1) / BM, per_batch = tiles_m * NT, tiles = per_batch * batches;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wm = warp / 6, wn = warp % 6;
+  // byte offset of 16-byte chunk c of line L in a tile
+  auto chunk = [](int L, int c) { return (kiln_u32)(L * 128 + ((c ^ (L & 7)) << 4)); };
+#pragma unroll 1
+  for (kiln_i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const kiln_i64 bt = tile / per_batch, r = tile - bt * per_batch, grp = r / (8 * NT), first = grp * 8;
+    const kiln_i64 gsz = tiles_m - first < 8 ? tiles_m - first : 8, rem = r - grp * 8 * NT;
+    const kiln_i64 m0 = (first + rem % gsz) * BM, n0 = (rem / gsz) * BN;
+    const kiln_u8 *a = gA + bt * a_bs, *b = gB + bt * b_bs;
+    auto load_stage = [&](int s, int kb) {
+      if (t >= 256) return;
+      const kiln_u32 sa = sbase + (kiln_u32)s * STAGE, sb = sa + A_BYTES;
+      const kiln_i64 k0 = (kiln_i64)kb * BK;
+      if (ASYNC) {
+        kiln_gemm_load_async<A_KMAJOR, BM, 256, ESZ>(sa, a, lda, m0, M, k0, K, t);
+        kiln_gemm_load_async<B_KMAJOR, BN, 256, ESZ>(sb, b, ldb, n0, N, k0, K, t);
+      } else {
+        kiln_gemm_load_elems<BM, 256, ESZ, true>(sa, a, a_smn, a_sk, m0, M, k0, K, t);
+        kiln_gemm_load_elems<BN, 256, ESZ, false>(sb, b, b_smn, b_sk, n0, N, k0, K, t);
+      }
+    };
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) acc[i][n][v] = 0.0f;
+    __syncthreads();  // the previous tile's last stages are no longer read
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+      if (s < KB) load_stage(s, s);
+      kiln_cp_async_commit();
+    }
+#pragma unroll 1
+    for (int kb = 0; kb < KB; kb++) {
+      kiln_cp_async_wait<STAGES - 2>();
+      __syncthreads();  // stage kb landed for everyone; stage kb - 1 is no longer read
+      if (kb + STAGES - 1 < KB) load_stage((kb + STAGES - 1) % STAGES, kb + STAGES - 1);
+      kiln_cp_async_commit();
+      const kiln_u32 sa = sbase + (kiln_u32)(kb % STAGES) * STAGE, sb = sa + A_BYTES;
+#pragma unroll
+      for (int ks = 0; ks < BK / 16; ks++) {
+        kiln_u32 af[4][4], bf[4][2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int m = wm * 64 + i * 16;
+          if (A_KMAJOR) {  // 8x8 tiles (m 0-7 | 8-15) x (k 0-7 | 8-15), rows = m
+            const int L = m + (lane & 7) + ((lane >> 3) & 1) * 8;
+            kiln_ldmatrix_x4(af[i], sa + chunk(L, ks * 2 + (lane >> 4)));
+          } else {         // stored k-rows of m: transposed tiles, rows = k
+            const int mm = m + ((lane >> 3) & 1) * 8, k = ks * 16 + (lane >> 4) * 8 + (lane & 7);
+            kiln_ldmatrix_x4_trans(af[i], sa + chunk((mm / 64) * 64 + k, (mm % 64) / 8));
+          }
+        }
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+          const int n = wn * 32 + p * 16;
+          kiln_u32 q[4];
+          if (B_KMAJOR) {  // rows = n: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+            const int L = n + (lane >> 4) * 8 + (lane & 7);
+            kiln_ldmatrix_x4(q, sb + chunk(L, ks * 2 + ((lane >> 3) & 1)));
+          } else {         // rows = k: the same four tiles, transposed
+            const int nn = n + (lane >> 4) * 8, k = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+            kiln_ldmatrix_x4_trans(q, sb + chunk((nn / 64) * 64 + k, (nn % 64) / 8));
+          }
+          bf[2 * p][0] = q[0]; bf[2 * p][1] = q[1]; bf[2 * p + 1][0] = q[2]; bf[2 * p + 1][1] = q[3];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int n = 0; n < 4; n++) kiln_mma_${MMA_T}(acc[i][n], af[i], bf[n][0], bf[n][1]);
+      }
+    }
+    kiln_cp_async_wait<0>();
+    // epilogue from the accumulators: c0, c1 at (row g, cols 2q, 2q+1), c2, c3 at row g + 8
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const kiln_i64 row = m0 + wm * 64 + i * 16 + (lane >> 2) + h * 8;
+          const kiln_i64 col = n0 + wn * 32 + n * 8 + (lane & 3) * 2;
+          if (row < M && col < N) kiln_epilogue(acc[i][n][2 * h], acc[i][n][2 * h + 1], bt, row, col);
+        }
+  }
+${amax_publish}
+}

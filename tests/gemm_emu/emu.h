@@ -1,0 +1,259 @@
+// kiln GEMM emulator: runs the CUDA source the gemm engine generates on the CPU, one OS thread
+// per CUDA thread, so the index math, the shared-memory layouts, the pipeline protocol and the
+// epilogue are checked without a GPU. The device helpers of templates/common are replaced by
+// models written from the PTX ISA (independently of the kernel's own encoders):
+//   cp.async        a synchronous 16-byte copy (or zero fill); wait_group is a no-op
+//   ldmatrix        8x8 b16 tiles from the 32 lanes' row addresses (x4, optionally .trans)
+//   mma.sync        m16n8k16 with the documented A/B/C fragment layouts
+//   wgmma           m64nNk16 / k32 from two shared-memory descriptors, decoded from the
+//                   "Matrix Descriptor Format" and the canonical 128-byte-swizzle layouts
+//                   (K-major ((8,m),(T,2k)):((8T,SBO),(1,T)); MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)),
+//                   Swizzle<3,4,3> on the shared-memory address)
+//   mbarrier        count, pending arrivals and phase; a parity wait blocks until the phase
+//                   with that parity completed (a fresh barrier's phase "-1" counts as done)
+// Every shared-memory access is bounds-checked against the plan's dynamic shared memory and
+// every cp.async source against the tensors' allocations (AddressSanitizer covers the rest).
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+typedef unsigned char kiln_u8;
+typedef unsigned short kiln_u16;
+typedef unsigned int kiln_u32;
+typedef unsigned long long kiln_u64;
+typedef long long kiln_i64;
+
+#define __device__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __global__
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
+
+struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
+struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
+
+[[noreturn]] void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// ---- one CTA's state
+struct emu_mbar { kiln_u32 count = 0, pending = 0, phase = 0; bool live = false; };
+struct emu_warp {
+  std::barrier<> bar{32};
+  kiln_u32 addr[32];
+  kiln_u32 a[32][4], b[32][2];
+};
+struct emu_cta {
+  kiln_u8 *smem;             // the shared window: kiln_smem starts at smem + EMU_SMEM_OFFSET
+  kiln_u32 limit;            // bytes the kernel may touch (offset + the plan's dynamic smem)
+  std::barrier<> *sync;
+  emu_warp warps[12];
+  std::barrier<> *wgbar[3];  // per warpgroup: wgmma completion is collective
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<kiln_u32, emu_mbar> bars;
+};
+constexpr kiln_u32 EMU_SMEM_OFFSET = 16;  // deliberately not 1024-aligned
+
+extern thread_local emu_dim3 threadIdx, blockIdx;
+extern emu_dim3 gridDim, blockDim;
+extern thread_local emu_cta *emu_self;
+
+void emu_check_global(const void *p, size_t n);
+
+inline kiln_u8 *emu_sh(kiln_u32 addr, kiln_u32 n) {
+  if (addr + n > emu_self->limit || addr < EMU_SMEM_OFFSET)
+    emu_fail("shared access [%u, %u) outside the kernel's dynamic shared memory [%u, %u)", addr, addr + n,
+             EMU_SMEM_OFFSET, emu_self->limit);
+  return emu_self->smem + addr;
+}
+
+inline void __syncthreads() { emu_self->sync->arrive_and_wait(); }
+inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+
+// ---- numeric helpers (bf16.cuh, fp16.cuh, nanmax.cuh, exp2.cuh, amax.cuh)
+inline float kiln_bf16_to_f32(kiln_u16 h) { return __uint_as_float(((kiln_u32)h) << 16); }
+inline kiln_u16 kiln_f32_to_bf16(float f) {
+  kiln_u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (kiln_u16)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1);
+  return (kiln_u16)(u >> 16);
+}
+inline float kiln_fp16_to_f32(kiln_u16 h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+inline kiln_u16 kiln_f32_to_fp16(float f) { _Float16 x = (_Float16)f; kiln_u16 h; memcpy(&h, &x, 2); return h; }
+inline float kiln_fmax_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a > b ? a : b); }
+inline float kiln_fmin_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a < b ? a : b); }
+inline float kiln_exp2(float x) { return exp2f(x); }
+
+inline emu_warp &emu_my_warp() { return emu_self->warps[threadIdx.x / 32]; }
+inline kiln_u32 kiln_warp_max_u32(kiln_u32 v) {
+  emu_warp &w = emu_my_warp();
+  w.addr[threadIdx.x % 32] = v;
+  w.bar.arrive_and_wait();
+  kiln_u32 m = 0;
+  for (int i = 0; i < 32; i++) m = w.addr[i] > m ? w.addr[i] : m;
+  w.bar.arrive_and_wait();
+  return m;
+}
+inline void kiln_amax_publish(float *p, kiln_u32 bits) {
+  emu_check_global(p, 4);
+  std::atomic_ref<kiln_u32> r(*reinterpret_cast<kiln_u32 *>(p));
+  kiln_u32 cur = r.load();
+  while (bits > cur && !r.compare_exchange_weak(cur, bits)) {}
+}
+
+// ---- cp_async.cuh
+inline kiln_u32 kiln_smem_u32(const void *p) { return (kiln_u32)((const kiln_u8 *)p - emu_self->smem); }
+inline void kiln_cp_async16(kiln_u32 dst, const void *src, kiln_u32 src_bytes) {
+  kiln_u8 *d = emu_sh(dst, 16);
+  if (dst % 16) emu_fail("cp.async destination %u not 16-byte aligned", dst);
+  if (src_bytes == 16) {
+    if ((uintptr_t)src % 16) emu_fail("cp.async source %p not 16-byte aligned", src);
+    emu_check_global(src, 16);
+    memcpy(d, src, 16);
+  } else if (src_bytes == 0) {
+    memset(d, 0, 16);
+  } else {
+    emu_fail("cp.async src_bytes %u", src_bytes);
+  }
+}
+inline void kiln_cp_async_commit() {}
+template <int N> inline void kiln_cp_async_wait() {}
+inline const kiln_u8 *kiln_opaque(const kiln_u8 *p) { return p; }
+inline void kiln_st_shared_v4(kiln_u32 dst, kiln_u32 a, kiln_u32 b, kiln_u32 c, kiln_u32 d) {
+  if (dst % 16) emu_fail("st.shared.v4 at %u", dst);
+  kiln_u32 v[4] = {a, b, c, d};
+  memcpy(emu_sh(dst, 16), v, 16);
+}
+
+// ---- mma_sm80.cuh
+inline kiln_u16 emu_ld16(kiln_u32 addr) { kiln_u16 v; memcpy(&v, emu_sh(addr, 2), 2); return v; }
+inline void emu_ldmatrix(kiln_u32 (&r)[4], kiln_u32 addr, bool trans) {
+  emu_warp &w = emu_my_warp();
+  const int l = threadIdx.x % 32;
+  if (addr % 16) emu_fail("ldmatrix row address %u not 16-byte aligned", addr);
+  w.addr[l] = addr;
+  w.bar.arrive_and_wait();
+  for (int m = 0; m < 4; m++) {
+    const kiln_u32 *rows = &w.addr[8 * m];
+    kiln_u32 lo, hi;
+    if (!trans) {  // lane l: row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1
+      lo = emu_ld16(rows[l / 4] + 4 * (l % 4));
+      hi = emu_ld16(rows[l / 4] + 4 * (l % 4) + 2);
+    } else {       // lane l: column l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1
+      lo = emu_ld16(rows[2 * (l % 4)] + 2 * (l / 4));
+      hi = emu_ld16(rows[2 * (l % 4) + 1] + 2 * (l / 4));
+    }
+    r[m] = lo | (hi << 16);
+  }
+  w.bar.arrive_and_wait();
+}
+inline void kiln_ldmatrix_x4(kiln_u32 (&r)[4], kiln_u32 addr) { emu_ldmatrix(r, addr, false); }
+inline void kiln_ldmatrix_x4_trans(kiln_u32 (&r)[4], kiln_u32 addr) { emu_ldmatrix(r, addr, true); }
+inline void emu_mma(float (&d)[4], const kiln_u32 (&a)[4], kiln_u32 b0, kiln_u32 b1, bool bf16) {
+  emu_warp &w = emu_my_warp();
+  const int l = threadIdx.x % 32;
+  for (int i = 0; i < 4; i++) w.a[l][i] = a[i];
+  w.b[l][0] = b0, w.b[l][1] = b1;
+  w.bar.arrive_and_wait();
+  auto cv = [bf16](kiln_u32 reg, int half) {
+    kiln_u16 h = (kiln_u16)(reg >> (16 * half));
+    return bf16 ? kiln_bf16_to_f32(h) : kiln_fp16_to_f32(h);
+  };
+  auto A = [&](int r, int k) { return cv(w.a[(r % 8) * 4 + (k % 8) / 2][(r / 8) + 2 * (k / 8)], k % 2); };
+  auto B = [&](int k, int n) { return cv(w.b[n * 4 + (k % 8) / 2][k / 8], k % 2); };
+  const int g = l / 4, q = l % 4;
+  for (int v = 0; v < 4; v++) {
+    const int r = g + 8 * (v / 2), c = 2 * q + (v % 2);
+    double s = 0;
+    for (int k = 0; k < 16; k++) s += (double)A(r, k) * B(k, c);
+    d[v] += (float)s;
+  }
+  w.bar.arrive_and_wait();
+}
+inline void kiln_mma_bf16(float (&d)[4], const kiln_u32 (&a)[4], kiln_u32 b0, kiln_u32 b1) { emu_mma(d, a, b0, b1, true); }
+inline void kiln_mma_f16(float (&d)[4], const kiln_u32 (&a)[4], kiln_u32 b0, kiln_u32 b1) { emu_mma(d, a, b0, b1, false); }
+
+// ---- mbarrier.cuh
+inline void kiln_mbar_init(kiln_u32 bar, kiln_u32 count) {
+  emu_sh(bar, 8);
+  if (bar % 8) emu_fail("mbarrier at %u not 8-byte aligned", bar);
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  emu_self->bars[bar] = emu_mbar{count, count, 0, true};
+}
+inline emu_mbar &emu_bar(kiln_u32 bar) {
+  auto it = emu_self->bars.find(bar);
+  if (it == emu_self->bars.end() || !it->second.live) emu_fail("mbarrier %u used before init", bar);
+  return it->second;
+}
+inline void kiln_mbar_arrive(kiln_u32 bar) {
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  emu_mbar &m = emu_bar(bar);
+  if (m.pending == 0) emu_fail("mbarrier %u: arrival with none pending", bar);
+  if (--m.pending == 0) {
+    m.phase++;
+    m.pending = m.count;
+    emu_self->cv.notify_all();
+  }
+}
+inline void kiln_mbar_wait(kiln_u32 bar, kiln_u32 parity) {
+  std::unique_lock<std::mutex> g(emu_self->mu);
+  if (!emu_self->cv.wait_for(g, std::chrono::seconds(60), [&] { return (emu_bar(bar).phase & 1) != (parity & 1); }))
+    emu_fail("mbarrier %u: thread %u waited 60 s for parity %u (phase %u): deadlock", bar, threadIdx.x, parity,
+             emu_bar(bar).phase);
+}
+
+// ---- wgmma.cuh (kiln_wgmma_desc is the kernel's own, kept from the source)
+// wgmma reads shared memory for the whole warpgroup; here each thread reads its own share at
+// issue, so completion (wait_group) waits for all 128 threads' reads
+inline void kiln_wgmma_fence() {}
+inline void kiln_wgmma_commit() {}
+template <int N> inline void kiln_wgmma_wait() { emu_self->wgbar[threadIdx.x / 128]->arrive_and_wait(); }
+inline void kiln_fence_proxy_async() {}
+template <int R> inline void kiln_setmaxnreg_inc() {}
+template <int R> inline void kiln_setmaxnreg_dec() {}
+
+float emu_decode(int type, const kiln_u8 *p);  // 0 bf16, 1 f16, 2 e4m3, 3 e5m2
+inline int emu_type(const char *t) {
+  return !strcmp(t, "bf16") ? 0 : !strcmp(t, "f16") ? 1 : !strcmp(t, "e4m3") ? 2 : 3;
+}
+// One element (mn, k) of a wgmma operand in shared memory, through its descriptor.
+inline float emu_desc_elem(kiln_u64 desc, bool mn_major, int type, int mn, int k) {
+  const kiln_u32 start = (kiln_u32)(desc & 0x3FFF) << 4, lbo = (kiln_u32)((desc >> 16) & 0x3FFF) << 4,
+                 sbo = (kiln_u32)((desc >> 32) & 0x3FFF) << 4;
+  if (((desc >> 49) & 7) != 0) emu_fail("descriptor base offset %llu", (desc >> 49) & 7);
+  if ((desc >> 62) != 1) emu_fail("descriptor swizzle mode %llu, want 1 (128B)", desc >> 62);
+  const int esz = type < 2 ? 2 : 1, T = 16 / esz;
+  kiln_u32 a;
+  if (!mn_major) a = start + (mn / 8) * sbo + (mn % 8) * 128 + (k / T) * 16 + (k % T) * esz;
+  else a = start + (mn % T) * esz + ((mn / T) % 8) * 16 + (mn / (8 * T)) * lbo + (k % 8) * 128 + (k / 8) * sbo;
+  a ^= ((a >> 7) & 7) << 4;
+  return emu_decode(type, emu_sh(a, esz));
+}
+template <int NN>
+inline void emu_wgmma(float (&d)[NN], kiln_u64 da, kiln_u64 db, int atype, int btype, int ki, bool ta, bool tb) {
+  const int t = threadIdx.x % 128;
+  for (int i = 0; i < NN; i++) {
+    const int row = (t / 32) * 16 + (t % 32) / 4 + 8 * ((i >> 1) & 1);
+    const int col = (i >> 2) * 8 + 2 * (t % 4) + (i & 1);
+    double s = 0;
+    for (int k = 0; k < ki; k++)
+      s += (double)emu_desc_elem(da, ta, atype, row, k) * emu_desc_elem(db, tb, btype, col, k);
+    d[i] += (float)s;
+  }
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Emulates one GEMM kernel on the CPU and checks it against the reference executor:
+#   tests/gemm_emu/run.sh SPEC GRAPH ARCH GRID DIM=V... [-- ENV=V...]
+# builds the graph's kernel for ARCH (KILN_GEMM_TILE picks an sm_90a tile), turns its source
+# into C++ (transform.py), compiles it with the harness under AddressSanitizer and runs it on
+# GRID persistent CTAs. Needs g++ (C++20), python3, jansson and the objects `ninja` built.
+set -euo pipefail
+spec=$1 graph=$2 arch=$3 grid=$4; shift 4
+root=$(cd "$(dirname "$0")/../.." && pwd)
+KILN=${KILN:-$root/build/kiln}
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-emu.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+dims=() sets=()
+for a in "$@"; do
+  case $a in M=*|T=*) dims+=("$a") ;; *) sets+=(--set "$a") ;; esac
+done
+KILN_DUMP_DIR=$work/dump KILN_CACHE_DIR=$work/cache "$KILN" build "$spec" --graph "$graph" "${sets[@]}" --sm "$arch" >/dev/null
+"$KILN" check "$spec" --graph "$graph" "${sets[@]}" --json > "$work/graph.json"
+cu=$(ls "$work"/dump/*.cu | grep -v '_init_' | head -1)
+plan=$(grep -m1 -o 'kiln gemm engine, [a-z_0-9 ]* path' "$cu" || true)
+# the dynamic shared memory the plan requests (same rule as engines/gemm.lua)
+read -r bn stages <<<"$(sed -n 's/.*constexpr int BM = 128, BN = \([0-9]*\), STAGES = \([0-9]*\).*/\1 \2/p' "$cu" | head -1)"
+if grep -q kiln_wgmma_tile "$cu"; then smem=$((stages * (128 + bn) * 128 + 16 * stages + 1024)); else smem=$((stages * (128 + bn) * 128)); fi
+python3 "$root/tests/gemm_emu/transform.py" "$cu" "${KILN_TEMPLATE_PATH:-$root/templates}" "$work/kernel.cc"
+objs=("$root"/build/obj/ref.o "$root"/build/obj/ref_*.o "$root"/build/obj/numeric.o "$root"/build/obj/err.o)
+g++ -std=c++20 -O1 -g -fsanitize=address -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu" \
+  "$root/tests/gemm_emu/harness.cc" "$work/kernel.cc" "${objs[@]}" -o "$work/emu" -ljansson -lm
+echo "# $graph $arch ($plan, BN $bn, $stages stages, $smem B smem) grid $grid ${dims[*]}"
+ASAN_OPTIONS=detect_leaks=0 "$work/emu" "$work/graph.json" "$grid" "$smem" "${dims[@]}"
