@@ -33,6 +33,8 @@ struct kiln_nvrtc {
   nvrtc_result (*get_log)(nvrtc_program, char *);
   nvrtc_result (*get_cubin_size)(nvrtc_program, size_t *);
   nvrtc_result (*get_cubin)(nvrtc_program, char *);
+  nvrtc_result (*get_ptx_size)(nvrtc_program, size_t *);
+  nvrtc_result (*get_ptx)(nvrtc_program, char *);
   nvrtc_result (*num_supported_archs)(int *);   /* optional */
   nvrtc_result (*supported_archs)(int *);       /* optional */
 };
@@ -112,6 +114,8 @@ static int load_symbols(kiln_nvrtc *nv, const char **missing) {
       {&nv->get_log, "nvrtcGetProgramLog", 1},
       {&nv->get_cubin_size, "nvrtcGetCUBINSize", 1},
       {&nv->get_cubin, "nvrtcGetCUBIN", 1},
+      {&nv->get_ptx_size, "nvrtcGetPTXSize", 1},
+      {&nv->get_ptx, "nvrtcGetPTX", 1},
       {&nv->num_supported_archs, "nvrtcGetNumSupportedArchs", 0},
       {&nv->supported_archs, "nvrtcGetSupportedArchs", 0},
   };
@@ -279,8 +283,11 @@ int kiln_nvrtc_probe(char *path, size_t pathsz, char *version, size_t versionsz,
 }
 
 int kiln_nvrtc_arch_valid(const char *arch) {
-  if (!arch || strncmp(arch, "sm_", 3) != 0) return 0;
-  const char *p = arch + 3;
+  if (!arch) return 0;
+  const char *p;
+  if (strncmp(arch, "sm_", 3) == 0) p = arch + 3;
+  else if (strncmp(arch, "compute_", 8) == 0) p = arch + 8; /* PTX, JIT-compiled by the driver */
+  else return 0;
   int digits = 0;
   while (p[digits] >= '0' && p[digits] <= '9') digits++;
   if (digits < 2 || digits > 3 || p[0] == '0') return 0;
@@ -365,7 +372,7 @@ int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, con
   safe_name(name, base, sizeof base);
   if (!source) return kiln_err_set(e, "E_NVRTC", "%s: no source", base);
   if (!kiln_nvrtc_arch_valid(arch))
-    return kiln_err_set(e, "E_NVRTC", "%s: bad architecture '%s' (want sm_NN or sm_NNa)", base,
+    return kiln_err_set(e, "E_NVRTC", "%s: bad architecture '%s' (want sm_NN[a] or compute_NN[a])", base,
                         arch ? arch : "(null)");
   if (nopts < 0 || (nopts > 0 && !opts))
     return kiln_err_set(e, "E_NVRTC", "%s: bad option list", base);
@@ -423,7 +430,16 @@ int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, con
                           arch, nv->error_string(crc), head, kept);
   }
 
-  if (status == 0) {
+  if (status == 0 && strncmp(arch, "compute_", 8) == 0) {
+    /* a PTX target: the image is the NUL-terminated PTX text */
+    if ((rc = nv->get_ptx_size(prog, size)) != 0 || *size == 0) {
+      status = kiln_err_set(e, "E_NVRTC", "%s: nvrtcGetPTXSize: %s", base, rc ? nv->error_string(rc) : "empty PTX");
+    } else if (!(*cubin = malloc(*size))) {
+      status = kiln_err_set(e, "E_NVRTC", "%s: out of memory for the PTX", base);
+    } else if ((rc = nv->get_ptx(prog, *cubin)) != 0) {
+      status = kiln_err_set(e, "E_NVRTC", "%s: nvrtcGetPTX: %s", base, nv->error_string(rc));
+    }
+  } else if (status == 0) {
     if ((rc = nv->get_cubin_size(prog, size)) != 0 || *size == 0) {
       status = kiln_err_set(e, "E_NVRTC", "%s: nvrtcGetCUBINSize: %s", base,
                             rc ? nv->error_string(rc) : "empty CUBIN");

@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
 specs=(specs/*.lua)
-plan $(( ${#specs[@]} * 4 + 5 ))
+plan $(( ${#specs[@]} * 4 + 8 ))
 for s in "${specs[@]}"; do
   run_kiln build "$s" --sm 80 --sm 90a --sm 100a -v
   expect_rc 0 "build $s for sm_80 sm_90a sm_100a"
@@ -18,6 +18,13 @@ done
 KILN_CACHE_DIR=$TMP/empty KILN_JIT=strict run_kiln build specs/bias_gelu.lua --sm 90a
 expect_rc 1 "strict build on an empty cache fails"
 expect_err "E_CACHE_MISS" "strict miss is a typed E_CACHE_MISS"
+# PTX beside cubins: the runtime's fallback for an SM the pack has no cubin for
+run_kiln build specs/bias_gelu.lua --sm 90a --sm compute_80 -o "$TMP/ptx.kpack"
+expect_rc 0 "build with a PTX target (compute_80)"
+run_kiln pack inspect "$TMP/ptx.kpack"
+expect_out "sm_90a [0-9]+ bytes, compute_80 [0-9]+ bytes" "the pack holds the cubin and the PTX"
+run_kiln build specs/bias_gelu.lua --sm compute_8x
+expect_rc 2 "a malformed PTX target is a usage error"
 KILN_JIT=bogus run_kiln build specs/bias_gelu.lua --sm 90a
 expect_rc 2 "a bad KILN_JIT value is a usage error"
 # cold compile time per pointwise kernel, one kernel at a time (target 60 ms on this machine)

@@ -80,9 +80,13 @@ local function parse(argv)
   args.set = sets
   local archs = {}
   for _, s in ipairs(args.sm) do
-    local n = s:gsub("^sm_", "")
-    if not n:match("^%d%d%d?a?$") then usage("bad --sm '%s' (want e.g. 80, 90a, 100a)", s) end
-    archs[#archs + 1] = "sm_" .. n
+    if s:match("^compute_%d%d%d?a?$") then
+      archs[#archs + 1] = s  -- PTX, the runtime's fallback for SMs without a cubin
+    else
+      local n = s:gsub("^sm_", "")
+      if not n:match("^%d%d%d?a?$") then usage("bad --sm '%s' (want e.g. 80, 90a, 100a, or compute_90 for PTX)", s) end
+      archs[#archs + 1] = "sm_" .. n
+    end
   end
   args.sm = archs
   return args

@@ -10,9 +10,11 @@ local M = {}
 
 -- target: { arch = "sm_90a", sm = 90 }
 function M.target(arch)
-  local num, suffix = arch:match("^sm_(%d+)(a?)$")
-  if not num then errors.raise("E_USAGE", "bad SM '%s' (want e.g. 80, 90a, 100a)", arch) end
-  return { arch = arch, sm = tonumber(num), arch_specific = suffix == "a" }
+  local kind, num, suffix = arch:match("^(%a+)_(%d+)(a?)$")
+  if not num or (kind ~= "sm" and kind ~= "compute") then
+    errors.raise("E_USAGE", "bad SM '%s' (want e.g. 80, 90a, 100a, compute_90)", arch)
+  end
+  return { arch = arch, sm = tonumber(num), arch_specific = suffix == "a", ptx = kind == "compute" }
 end
 
 -- Routes every group; returns groups annotated with .plan and .report.
