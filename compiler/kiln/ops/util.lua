@@ -1,5 +1,7 @@
 -- kiln.ops.util: helpers shared by the op families (dims, axes, ports, dtypes, math).
 -- Pure Lua: no io/os, deterministic. Messages never repeat the op name: ctx:fail adds it.
+local shape = require "kiln.shape"
+
 local M = {}
 
 local FLOAT = { fp32 = true, fp16 = true, bf16 = true, fp8_e4m3 = true, fp8_e5m2 = true, fp8_e8m0 = true }
@@ -16,18 +18,9 @@ function M.is_float(dt) return FLOAT[dt] == true end
 function M.is_fp8(dt) return FP8[dt] == true end
 function M.is_int(dt) return INT[dt] == true end
 
--- "[T, 4096]"
-function M.fmt(dims)
-  local t = {}
-  for i, d in ipairs(dims or {}) do t[i] = tostring(d) end
-  return "[" .. table.concat(t, ", ") .. "]"
-end
-
-function M.copy(dims)
-  local t = {}
-  for i, d in ipairs(dims) do t[i] = d end
-  return t
-end
+-- "[T, 4096]" and a dims copy: the graph's own helpers
+M.fmt = shape.format
+M.copy = shape.copy
 
 -- A dim is an integer >= 1 or a dynamic dim's name.
 function M.is_dim(d)
