@@ -68,6 +68,14 @@ static void test_direct(kiln_nvrtc *nv) {
     free(cubin);
   }
 
+  /* a compute_NN target gives PTX text (the runtime's JIT fallback) */
+  int prc = kiln_nvrtc_compile(nv, EMPTY, "kiln_empty", "compute_80", NULL, 0, &cubin, &size, NULL, &e);
+  OK(prc == 0 && size > 0 && ((char *)cubin)[size - 1] == '\0' && strstr(cubin, ".entry kiln_empty") &&
+         strstr(cubin, ".target sm_80"),
+     "compute_80: NUL-terminated PTX with the kernel's entry");
+  free(cubin);
+  cubin = NULL;
+
   char *log = NULL;
   OK(kiln_nvrtc_compile(nv, EMPTY, "x", "sm_9", NULL, 0, &cubin, &size, &log, &e) == -1 &&
          !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "sm_9") && !cubin,
@@ -219,7 +227,7 @@ int main(void) {
     return 0;
   }
   double open_ms = now_ms() - t0;
-  TAP_PLAN(20);
+  TAP_PLAN(21);
   int major, minor;
   kiln_nvrtc_version(nv, &major, &minor);
   DIAG("NVRTC %d.%d from %s, loaded in %.1f ms", major, minor, kiln_nvrtc_path(nv), open_ms);
@@ -229,7 +237,8 @@ int main(void) {
      "probe finds NVRTC %s on disk without loading it (%s)", probed, path);
   OK(kiln_nvrtc_arch_valid("sm_80") && kiln_nvrtc_arch_valid("sm_90a") &&
          kiln_nvrtc_arch_valid("sm_100a") && kiln_nvrtc_arch_valid("sm_120") &&
-         !kiln_nvrtc_arch_valid("sm_9") && !kiln_nvrtc_arch_valid("compute_90") &&
+         kiln_nvrtc_arch_valid("compute_90") && kiln_nvrtc_arch_valid("compute_90a") &&
+         !kiln_nvrtc_arch_valid("sm_9") && !kiln_nvrtc_arch_valid("compute_9x") &&
          !kiln_nvrtc_arch_valid("sm_90b") && !kiln_nvrtc_arch_valid("sm_1000"),
      "arch validation");
   test_direct(nv);
