@@ -66,13 +66,21 @@ int kiln_compile_nvrtc_version(char *version, size_t n, int may_load, kiln_err *
   return 0;
 }
 
+static kiln_compile_progress_fn progress_fn;
+static void *progress_ctx;
+
+void kiln_compile_set_progress(kiln_compile_progress_fn fn, void *ctx) {
+  progress_fn = fn;
+  progress_ctx = ctx;
+}
+
 /* The work shared by the compile threads. */
 typedef struct {
   kiln_cache *cache;
   kiln_nvrtc *nv;
   char nvrtc_version[32]; /* as loaded: the version the stored keys carry */
   kiln_compile_job *jobs;
-  int *todo, ntodo, next;
+  int *todo, ntodo, next, done;
   pthread_mutex_t mu;
 } batch;
 
@@ -112,6 +120,11 @@ static void *compile_worker(void *arg) {
     pthread_mutex_unlock(&b->mu);
     if (i < 0) return NULL;
     compile_one(b, &b->jobs[i]);
+    if (progress_fn) {
+      pthread_mutex_lock(&b->mu);
+      progress_fn(progress_ctx, ++b->done, b->ntodo, &b->jobs[i]);
+      pthread_mutex_unlock(&b->mu);
+    }
   }
 }
 

@@ -42,6 +42,11 @@ typedef struct {
  * under each key's lock with a re-check, and stores the results. NVRTC is loaded once,
  * and only when something must be compiled. Returns 0 when every job succeeded, else -1
  * with e describing the first failed job (each job keeps its own err). */
+/* Called after each compiled (missed) kernel with how many of the batch's misses are done;
+ * NULL turns it off. Calls are serialized. The CLI uses it to show progress of long builds. */
+typedef void (*kiln_compile_progress_fn)(void *ctx, int done, int total, const kiln_compile_job *job);
+void kiln_compile_set_progress(kiln_compile_progress_fn fn, void *ctx);
+
 int kiln_compile_jobs(kiln_cache *c, kiln_compile_job *jobs, int njobs, kiln_jit_policy policy,
                       int threads, kiln_err *e);
 

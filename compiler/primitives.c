@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache.h"
 #include "compile.h"
@@ -25,6 +26,23 @@ static const char *field_string(lua_State *L, int idx, const char *key, int requ
   lua_pop(L, 1); /* the string stays alive: it is referenced by the jobs table */
   if (!s && required) kiln_host_raise(L, "E_INTERNAL", "compile job without '%s'", key);
   return s;
+}
+
+/* Progress of long builds on a terminal: after a second, one updating line on stderr. */
+typedef struct {
+  double start_ms;
+  int shown;
+} progress_state;
+
+static void show_progress(void *ctx, int done, int total, const kiln_compile_job *job) {
+  progress_state *p = ctx;
+  double t = kiln_now_ms() - p->start_ms;
+  if (t < 1000 && !p->shown) return;
+  p->shown = 1;
+  fprintf(stderr, "\rkiln: compiled %d/%d kernels in %.1f s (%s %s)\033[K", done, total, t / 1e3, job->arch,
+          job->symbol);
+  if (done == total) fprintf(stderr, "\n");
+  fflush(stderr);
 }
 
 /* kiln.c.compile({ {name=, symbol=, source=, arch=, options={...}}, ... } [, threads])
@@ -70,7 +88,11 @@ static int l_compile(lua_State *L) {
   }
   kiln_cache *cache = NULL;
   if (kiln_cache_open(NULL, &cache, &e) != 0) return raise_err(L, &e);
+  progress_state progress = {kiln_now_ms(), 0};
+  kiln_compile_set_progress(isatty(fileno(stderr)) ? show_progress : NULL, &progress);
   int rc = kiln_compile_jobs(cache, jobs, n, policy, threads, &e);
+  kiln_compile_set_progress(NULL, NULL);
+  if (progress.shown && rc != 0) fprintf(stderr, "\n");
   kiln_cache_close(cache);
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
