@@ -151,6 +151,15 @@ int kiln_host_read_embedded(const char *name, char **data, size_t *size) {
   return -1;
 }
 
+/* Whether KILN_LUA_PATH provides this module (then it is loaded as source text only). */
+static int from_override(const char *name) {
+  const char *dir = getenv("KILN_LUA_PATH");
+  if (!dir || !*dir) return 0;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name + 4);
+  return access(path, R_OK) == 0;
+}
+
 /* package.searchers entry: "kiln.x.y" -> lua/kiln/x/y.lua or lua/kiln/x/y/init.lua
  * (embedded, or under KILN_LUA_PATH). Nothing else is searched: kiln loads only itself. */
 static int embedded_searcher(lua_State *L) {
@@ -168,9 +177,9 @@ static int embedded_searcher(lua_State *L) {
     if (kiln_host_read_embedded(name, &src, &size) != 0) continue;
     char chunk[620];
     snprintf(chunk, sizeof chunk, "=%s", name + 4);
-    /* embedded modules are precompiled bytecode (trusted, built with kiln); overrides
-     * from KILN_LUA_PATH are source text */
-    int rc = luaL_loadbufferx(L, src, size, chunk, "bt");
+    /* embedded modules are precompiled bytecode (built with kiln); an override from
+     * KILN_LUA_PATH is loaded as source text only */
+    int rc = luaL_loadbufferx(L, src, size, chunk, from_override(name) ? "t" : "b");
     free(src);
     if (rc != LUA_OK) return lua_error(L);
     lua_pushstring(L, name);
