@@ -1,5 +1,5 @@
 /* kiln reference executor: evaluates a graph JSON (docs/INTERNALS.md) on the CPU in fp64.
- * It is the oracle every GPU kernel is checked against; the math is ../shared/OPS.md.
+ * It is the oracle every GPU kernel is checked against; the math is docs/OPS.md.
  * Ops: the 50 pointwise modes + atan2 (and the aliases bias, scale, leaky_relu,
  * leaky_relu_backward), reduction, layernorm, rmsnorm, adalayernorm, instancenorm,
  * batchnorm, batchnorm_inference and their *_backward, softmax, log_softmax and their

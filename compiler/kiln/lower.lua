@@ -214,6 +214,23 @@ local function fuse(g, groups)
       end
     end
   end
+  -- siblings: pointwise groups over the same element space merge into one kernel when no
+  -- group lies between them (independent chains reading the same inputs read them once)
+  for ai, A in ipairs(groups) do
+    if not A.dead and A.family == "pointwise" and not A.anchor then
+      local space = g.by_uid[select(2, next(A.nodes[1].outputs))].dims
+      for bi = ai + 1, #groups do
+        local B = groups[bi]
+        if not B.dead and B.family == "pointwise" and not B.anchor and nodes_have_dims(A, space)
+          and nodes_have_dims(B, space) and legal({ A, B }) then
+          for _, n in ipairs(B.nodes) do A.nodes[#A.nodes + 1] = n end
+          table.sort(A.nodes, function(a, b) return order[a] < order[b] end)
+          B.dead = true
+          refresh()
+        end
+      end
+    end
+  end
 end
 
 -- Groups in dependency order; among ready groups the one whose first node comes first.
