@@ -61,10 +61,33 @@ function M.plans(args)
   return plans, jobs
 end
 
+-- Compiles every job through the cache; fills each plan's images. Returns the results.
+function M.compile(plans, jobs, threads)
+  local results = c.compile(jobs, threads or 0)
+  for i, job in ipairs(jobs) do
+    for _, u in ipairs(job.users) do
+      u.plan.images[u.arch_index] = u.plan.images[u.arch_index] or {}
+      u.plan.images[u.arch_index][u.kernel] = results[i].cubin
+    end
+  end
+  return results
+end
+
+-- The pack holding every plan, for the SMs in archs.
+function M.pack_bytes(plans, archs)
+  local list = {}
+  for _, p in ipairs(plans) do
+    local m = p.manifests[1]
+    for _, k in ipairs(m.kernels) do k.source = nil end
+    list[#list + 1] = { manifest = c.json_encode(m), archs = archs, images = p.images }
+  end
+  return c.pack_build(list)
+end
+
 function M.run(args)
   local t0 = c.clock_ms()
   local plans, jobs = M.plans(args)
-  local results = c.compile(jobs, tonumber(args.j or "0") or 0)
+  local results = M.compile(plans, jobs, tonumber(args.j or "0") or 0)
   local compiled, cached = 0, 0
   for i, job in ipairs(jobs) do
     local r = results[i]
@@ -73,20 +96,9 @@ function M.run(args)
       io.write(string.format("  %-8s %-40s %s\n", job.arch, job.name,
         r.cache_hit and "cached" or string.format("compiled in %.1f ms", r.compile_ms)))
     end
-    for _, u in ipairs(job.users) do
-      u.plan.images[u.arch_index] = u.plan.images[u.arch_index] or {}
-      u.plan.images[u.arch_index][u.kernel] = r.cubin
-    end
   end
-  local pack_bytes
   if args.o or args.emit_c then
-    local list = {}
-    for _, p in ipairs(plans) do
-      local m = p.manifests[1]
-      for _, k in ipairs(m.kernels) do k.source = nil end
-      list[#list + 1] = { manifest = c.json_encode(m), archs = args.sm, images = p.images }
-    end
-    pack_bytes = c.pack_build(list)
+    local pack_bytes = M.pack_bytes(plans, args.sm)
     if args.o then c.write_file(args.o, pack_bytes) end
     if args.emit_c then
       local name = args.o and args.o:match("([^/]+)$"):gsub("%..*$", ""):gsub("[^%w_]", "_") or "kiln_pack"
