@@ -7,17 +7,9 @@ local plan = require "kiln.plan"
 local M = {}
 
 local function load_all(args)
-  local out = {}
+  local spec, out = require "kiln.spec", {}
   for _, path in ipairs(args.positional) do
-    local graphs
-    if path:match("%.json$") then
-      local text, err = c.read_file(path)
-      if not text then errors.raise_at(nil, nil, "E_IO", "cannot read %s", err) end
-      graphs = { require("kiln.graphjson").parse(text, path) }
-    else
-      graphs = require("kiln.spec").load(path, { set = args.set, graph = args.graph })
-    end
-    for _, g in ipairs(graphs) do out[#out + 1] = g end
+    for _, g in ipairs(spec.load_graphs(path, { set = args.set, graph = args.graph })) do out[#out + 1] = g end
   end
   return out
 end

@@ -93,13 +93,7 @@ local function parse(argv)
 end
 
 local function load_graphs(path, args)
-  if path:match("%.json$") then
-    local text, err = c.read_file(path)
-    if not text then errors.raise_at(nil, nil, "E_IO", "cannot read %s", err) end
-    local g = require("kiln.graphjson").parse(text, path)
-    return { g }
-  end
-  return require("kiln.spec").load(path, { set = args.set, graph = args.graph })
+  return require("kiln.spec").load_graphs(path, { set = args.set, graph = args.graph })
 end
 
 local function need_specs(args, cmd)

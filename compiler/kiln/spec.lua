@@ -257,4 +257,14 @@ function M.load(path, opts)
   return result
 end
 
+-- Any graph file: graph JSON (.json, one instance) or a spec (.lua, its instances).
+function M.load_graphs(path, opts)
+  if path:match("%.json$") then
+    local text, err = c.read_file(path)
+    if not text then errors.raise_at(nil, nil, "E_IO", "cannot read %s", err) end
+    return { require("kiln.graphjson").parse(text, path) }
+  end
+  return M.load(path, opts)
+end
+
 return M
