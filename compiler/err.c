@@ -39,3 +39,13 @@ void kiln_err_clear(kiln_err *e) {
   e->code = NULL;
   e->msg[0] = '\0';
 }
+
+const char *kiln_err_code(const char *code) {
+  static const char *const codes[] = {
+      "E_USAGE", "E_IO",    "E_SYNTAX",       "E_SPEC", "E_SANDBOX",  "E_LIMIT",  "E_UNKNOWN_OP", "E_PORT",
+      "E_ATTR",  "E_SHAPE", "E_DTYPE",        "E_JSON", "E_JSON_VERSION", "E_UID", "E_DANGLING", "E_CYCLE",
+      "E_NO_ENGINE", "E_NVRTC", "E_CACHE_MISS", "E_CACHE", "E_CUDA", "E_PACK", "E_NUMERIC", "E_INTERNAL"};
+  for (size_t i = 0; code && i < sizeof codes / sizeof codes[0]; i++)
+    if (strcmp(codes[i], code) == 0) return codes[i];
+  return "E_INTERNAL";
+}

@@ -20,4 +20,8 @@ int kiln_err_wrap(kiln_err *e, const char *fmt, ...) __attribute__((format(print
 
 void kiln_err_clear(kiln_err *e);
 
+/* The static string of a typed error code (docs/INTERNALS.md), "E_INTERNAL" for an unknown
+ * one: for codes that come from a Lua state that is about to be closed. */
+const char *kiln_err_code(const char *code);
+
 #endif

@@ -261,6 +261,13 @@ static const luaL_Reg host_fns[] = {
     {"write_file", l_write_file}, {"mkdir", l_mkdir},     {"clock_ms", l_clock_ms},
     {"getenv", l_getenv},       {NULL, NULL}};
 
+int kiln_host_on_error(lua_State *L) {
+  if (lua_istable(L, 1)) return 1;
+  const char *msg = lua_tostring(L, 1);
+  luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+  return 1;
+}
+
 void kiln_host_register(lua_State *L, const luaL_Reg *fns) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   lua_getfield(L, -1, "kiln.c");

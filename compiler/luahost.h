@@ -22,6 +22,10 @@ int kiln_host_read_embedded(const char *name, char **data, size_t *size);
 int kiln_host_raise(lua_State *L, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Message handler for lua_pcall: keeps typed error tables as they are, adds a traceback to
+ * any other error. */
+int kiln_host_on_error(lua_State *L);
+
 /* Registers further C primitives into the kiln.c table (used by modules that add them). */
 void kiln_host_register(lua_State *L, const luaL_Reg *fns);
 

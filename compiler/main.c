@@ -9,14 +9,6 @@
 #include "primitives.h"
 #include "run.h"
 
-/* Message handler: keeps typed error tables as they are, adds a traceback to the rest. */
-static int on_error(lua_State *L) {
-  if (lua_istable(L, 1)) return 1;
-  const char *msg = lua_tostring(L, 1);
-  luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
-  return 1;
-}
-
 static int report(lua_State *L) {
   if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "code");
@@ -42,7 +34,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   kiln_primitives_register(L);
-  lua_pushcfunction(L, on_error);
+  lua_pushcfunction(L, kiln_host_on_error);
   lua_getglobal(L, "require");
   lua_pushstring(L, "kiln.cli");
   int status = 0;
