@@ -591,6 +591,44 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
   return 0;
 }
 
+/* {"kind": "tmap", "uid": U, "dims": [{"axis": A, "box": B}, ...], "swizzle": S}: a tensor
+ * map of a tensor in memory, map dim 0 innermost (the runtime checks strides per launch). */
+static int write_tmap(manifest *m, buf *b, json_t *pa, int index, const char *what) {
+  json_t *uid = json_object_get(pa, "uid"), *dims = json_object_get(pa, "dims");
+  int t = json_is_integer(uid) ? tensor_index(m, json_integer_value(uid)) : -1;
+  if (t < 0) return fail(m, "E_PACK", "%s: param %d: no tensor with that uid", what, index);
+  json_t *tj = json_array_get(m->tensors, (size_t)t);
+  int role = role_of(tj);
+  if (role != KILN_ROLE_INPUT && role != KILN_ROLE_OUTPUT)
+    return fail(m, "E_PACK", "%s: param %d: tensor map of a %s tensor", what, index,
+                role_names[role]);
+  size_t ndim = json_array_size(json_object_get(tj, "dims"));
+  if (!json_is_array(dims) || json_array_size(dims) < 1 ||
+      json_array_size(dims) > KILN_PACK_MAX_TMAP_RANK || json_array_size(dims) > ndim)
+    return fail(m, "E_PACK", "%s: param %d: tensor map \"dims\" must list 1 to %d of the tensor's %zu axes",
+                what, index, KILN_PACK_MAX_TMAP_RANK, ndim);
+  int64_t swizzle;
+  if (get_int(m, pa, "swizzle", 0, 0, 0, 3, &swizzle, what) != 0) return -1;
+  put_u8(b, KILN__PARAM_TMAP);
+  put_i64(b, t);
+  put_u8(b, (uint8_t)json_array_size(dims));
+  unsigned used = 0;
+  for (size_t i = 0; i < json_array_size(dims); i++) {
+    int64_t axis, box;
+    json_t *d = json_array_get(dims, i);
+    if (!json_is_object(d) || get_int(m, d, "axis", 0, 1, 0, (int64_t)ndim - 1, &axis, what) != 0 ||
+        get_int(m, d, "box", 0, 1, 1, 256, &box, what) != 0)
+      return json_is_object(d) ? -1 : fail(m, "E_PACK", "%s: param %d: tensor map dim %zu is not an object", what, index, i);
+    if (used >> axis & 1u)
+      return fail(m, "E_PACK", "%s: param %d: tensor map lists axis %" PRId64 " twice", what, index, axis);
+    used |= 1u << axis;
+    put_u8(b, (uint8_t)axis);
+    put_u32(b, (uint32_t)box);
+  }
+  put_u8(b, (uint8_t)swizzle);
+  return 0;
+}
+
 static int write_param(manifest *m, buf *b, json_t *pa, int index, const char *what) {
   const char *kind = json_string_value(json_object_get(pa, "kind"));
   if (!json_is_object(pa) || !kind)
@@ -621,6 +659,7 @@ static int write_param(manifest *m, buf *b, json_t *pa, int index, const char *w
     put_i64(b, off);
     return 0;
   }
+  if (strcmp(kind, "tmap") == 0) return write_tmap(m, b, pa, index, what);
   int tensor = strcmp(kind, "tensor") == 0;
   if (!tensor && strcmp(kind, "scalar") != 0)
     return fail(m, "E_PACK", "%s: param %d has unknown kind '%s'", what, index, kind);
@@ -674,12 +713,38 @@ static int write_kernel(manifest *m, buf *b, json_t *k, int index, const char *c
     return -1;
   if ((uint64_t)block[0] * block[1] * block[2] > 1024)
     return fail(m, "E_PACK", "%s: block has more than 1024 threads", what);
+  /* Per image: "by_arch" {arch: {"smem": bytes, "cluster": [x, y, z]}} overrides the kernel's;
+   * the kernel keeps the largest smem and, per axis, the largest cluster (which all divide). */
+  json_t *by_arch = json_object_get(k, "by_arch");
+  if (by_arch && !json_is_object(by_arch))
+    return fail(m, "E_PACK", "%s: \"by_arch\" must be an object", what);
+  int64_t image_smem[KILN_PACK_MAX_IMAGES], max_smem = 0;
+  uint32_t image_cluster[KILN_PACK_MAX_IMAGES][3];
+  uint32_t max_cluster[3] = {1, 1, 1};
+  for (int a = 0; a < narch; a++) {
+    json_t *o = by_arch ? json_object_get(by_arch, archs[a]) : NULL;
+    image_smem[a] = smem;
+    memcpy(image_cluster[a], cluster, sizeof cluster);
+    if (o && (!json_is_object(o) || get_int(m, o, "smem", smem, 0, 0, UINT32_MAX, &image_smem[a], what) != 0 ||
+              (json_object_get(o, "cluster") && dim3(m, o, "cluster", 16, image_cluster[a], what) != 0)))
+      return json_is_object(o) ? -1 : fail(m, "E_PACK", "%s: \"by_arch\" entry %s is not an object", what, archs[a]);
+    if (!images[index * narch + a].data || !images[index * narch + a].size) continue;
+    if (image_smem[a] > max_smem) max_smem = image_smem[a];
+    for (int i = 0; i < 3; i++)
+      if (image_cluster[a][i] > max_cluster[i]) max_cluster[i] = image_cluster[a][i];
+  }
+  for (int a = 0; a < narch; a++)
+    for (int i = 0; i < 3; i++)
+      if (images[index * narch + a].data && images[index * narch + a].size &&
+          max_cluster[i] % image_cluster[a][i])
+        return fail(m, "E_PACK", "%s: the %s image's cluster does not divide the others'", what,
+                    archs[a]);
   put_u32(b, intern(m->w, symbol));
   put_u32(b, intern(m->w, engine));
   put_u32(b, intern(m->w, plan_id));
   for (int i = 0; i < 3; i++) put_u32(b, block[i]);
-  put_u32(b, (uint32_t)smem);
-  for (int i = 0; i < 3; i++) put_u32(b, cluster[i]);
+  put_u32(b, (uint32_t)max_smem);
+  for (int i = 0; i < 3; i++) put_u32(b, max_cluster[i]);
   json_t *grid = json_object_get(k, "grid");
   if (!json_is_array(grid) || json_array_size(grid) < 1 || json_array_size(grid) > 3)
     return fail(m, "E_PACK", "%s: \"grid\" must be an array of 1 to 3 entries", what);
@@ -718,6 +783,8 @@ static int write_kernel(manifest *m, buf *b, json_t *k, int index, const char *c
     put_u32(b, intern(m->w, archs[a]));
     put_u64(b, off);
     put_u64(b, size);
+    put_u32(b, (uint32_t)image_smem[a]);
+    for (int i = 0; i < 3; i++) put_u32(b, image_cluster[a][i]);
   }
   return 0;
 }
@@ -819,7 +886,8 @@ static int add_plan_json(manifest *m, json_t *root, const char *const *archs, in
 int kiln_pack_writer_add_plan(kiln_pack_writer *w, const char *manifest_json,
                               const char *const *archs, int narch, const kiln_blob *images,
                               kiln_err *e) {
-  if (!w || !manifest_json || narch < 0 || (narch && (!archs || !images)))
+  if (!w || !manifest_json || narch < 0 || narch > KILN_PACK_MAX_IMAGES ||
+      (narch && (!archs || !images)))
     return kiln_err_set(e, "E_PACK", "kiln_pack_writer_add_plan: bad arguments");
   if (w->oom) return kiln_err_set(e, "E_PACK", "pack writer is out of memory");
   for (int a = 0; a < narch; a++) {

@@ -17,6 +17,8 @@ typedef struct kiln__image {
   uint64_t size;
   int major, minor, ptx;
   char suffix;
+  unsigned smem;       /* dynamic shared memory this image's kernel launches with */
+  unsigned cluster[3]; /* and its cluster dims */
 } kiln__image;
 
 /* A product of factors: literals (>= 0) and dynamic dim refs -(d+1). */
@@ -31,9 +33,17 @@ typedef struct kiln__grid {
   int64_t div, max;
 } kiln__grid;
 
+/* A tensor map over a plan tensor: map dim i is tensor axis axis[i] (dim 0 innermost). */
+typedef struct kiln__tmap {
+  int rank, swizzle;
+  int axis[KILN_PACK_MAX_TMAP_RANK];
+  uint32_t box[KILN_PACK_MAX_TMAP_RANK];
+} kiln__tmap;
+
 typedef struct kiln__param {
   int kind; /* enum kiln__param_kind */
   int64_t arg;
+  const kiln__tmap *tmap; /* KILN__PARAM_TMAP only */
 } kiln__param;
 
 typedef struct kiln__kernel {
@@ -66,6 +76,8 @@ typedef struct kiln__ctx_slot {
   void *ctx;                 /* CUcontext */
   void **modules;            /* CUmodule per kernel; NULL where shared with an earlier one */
   void **functions;          /* CUfunction per kernel */
+  unsigned *smem;            /* dynamic shared memory per kernel (of the chosen image) */
+  unsigned (*cluster)[3];    /* cluster dims per kernel (of the chosen image) */
 } kiln__ctx_slot;
 
 struct kiln_plan {

@@ -99,12 +99,15 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
       return no_cubin(plan, &plan->kernels[k], major, minor);
 
   size_t nk = (size_t)plan->nkernels;
-  kiln__ctx_slot *s = calloc(1, sizeof *s + 2 * (nk ? nk : 1) * sizeof(void *));
+  kiln__ctx_slot *s =
+      calloc(1, sizeof *s + 2 * (nk ? nk : 1) * sizeof(void *) + (nk ? nk : 1) * 4 * sizeof(unsigned));
   if (!s) return kiln__fail(RT(plan), KILN_ERR_NOMEM, "out of memory");
   s->ctx_id = ctx_id;
   s->ctx = ctx;
   s->modules = (void **)(s + 1);
   s->functions = s->modules + nk;
+  s->smem = (unsigned *)(s->functions + nk);
+  s->cluster = (unsigned(*)[3])(s->smem + nk);
   kiln_status st = KILN_OK;
   int k = 0;
   for (; k < plan->nkernels && st == KILN_OK; k++) {
@@ -144,14 +147,16 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
     }
     /* Opt in whenever there is dynamic smem: static + dynamic above 48 KB needs it even
      * when the dynamic part alone is below, and the attribute is cheap (set once per load). */
-    if (kn->smem > 0 &&
+    s->smem[k] = im->smem;
+    memcpy(s->cluster[k], im->cluster, sizeof s->cluster[k]);
+    if (im->smem > 0 &&
         (r = kiln__cu.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       (int)kn->smem)) != CUDA_SUCCESS) {
-      st = cuda_fail(plan, r, "kernel '%s': cuFuncSetAttribute(dynamic smem %u bytes)", kn->symbol,
-                     kn->smem);
+                                       (int)im->smem)) != CUDA_SUCCESS) {
+      st = cuda_fail(plan, r, "kernel '%s': cuFuncSetAttribute(dynamic smem %u bytes, %s image)",
+                     kn->symbol, im->smem, im->arch);
       break;
     }
-    if (kn->cluster[0] * kn->cluster[1] * kn->cluster[2] > PORTABLE_CLUSTER &&
+    if (im->cluster[0] * im->cluster[1] * im->cluster[2] > PORTABLE_CLUSTER &&
         (r = kiln__cu.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                                        1)) != CUDA_SUCCESS) {
       st = cuda_fail(plan, r, "kernel '%s': cuFuncSetAttribute(non-portable cluster)", kn->symbol);
@@ -189,6 +194,57 @@ kiln_status kiln_plan_load(kiln_plan *plan) {
   return get_slot(plan, id, &s);
 }
 
+static CUtensorMapDataType tmap_dtype(kiln_dtype d) {
+  switch (d) {
+  case KILN_DTYPE_FP32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  case KILN_DTYPE_FP16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  case KILN_DTYPE_BF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  case KILN_DTYPE_INT32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
+  case KILN_DTYPE_INT64: return CU_TENSOR_MAP_DATA_TYPE_INT64;
+  default: return CU_TENSOR_MAP_DATA_TYPE_UINT8; /* fp8 and bool: bytes */
+  }
+}
+
+/* Encodes the tensor map of a KILN__PARAM_TMAP param for the bound pointer and resolved dims.
+ * Zero-filled out of bounds: tiles past the tensor's edges read zeros. */
+static kiln_status encode_tmap(kiln_plan *plan, const kiln__kernel *kn, const kiln__param *pa,
+                               kiln_devptr ptr, const int64_t *dyn, CUtensorMap *map) {
+  const kiln__tensor *t = &plan->tensors[pa->arg];
+  const kiln__tmap *m = pa->tmap;
+  const uint64_t esz = kiln_dtype_size(t->dtype);
+  cuuint64_t dims[KILN_PACK_MAX_TMAP_RANK], strides[KILN_PACK_MAX_TMAP_RANK];
+  cuuint32_t box[KILN_PACK_MAX_TMAP_RANK], ones[KILN_PACK_MAX_TMAP_RANK];
+  for (int i = 0; i < m->rank; i++) {
+    const int a = m->axis[i];
+    const int64_t ref = t->dim[a], d = ref >= 0 ? ref : dyn[-(ref + 1)];
+    int64_t stride;
+    if (kiln__product_eval(&t->stride[a], dyn, &stride) != 0 || d < 1 || d > (1ll << 32) ||
+        (i == 0 && stride != 1) || (i > 0 && (stride < 0 || (uint64_t)stride * esz % 16 ||
+                                              (uint64_t)stride * esz >= (1ull << 40))))
+      return kiln__fail(RT(plan), i > 0 && stride > 0 ? KILN_ERR_ALIGN : KILN_ERR_SHAPE,
+                        "kernel '%s': tensor '%s' axis %d (extent %lld, stride %lld elements) "
+                        "cannot be a tensor-map dim %d (extent 1..2^32; the innermost contiguous, "
+                        "the others 16-byte multiples)",
+                        kn->symbol, t->name, a, (long long)d, (long long)stride, i);
+    dims[i] = (cuuint64_t)d;
+    if (i > 0) strides[i - 1] = (cuuint64_t)stride * esz;
+    box[i] = m->box[i];
+    ones[i] = 1;
+  }
+  if (ptr % 16)
+    return kiln__fail(RT(plan), KILN_ERR_ALIGN,
+                      "kernel '%s': tensor '%s' at 0x%llx is not 16-byte aligned (tensor map)",
+                      kn->symbol, t->name, (unsigned long long)ptr);
+  CUresult r = kiln__cu.TensorMapEncodeTiled(
+      map, tmap_dtype(t->dtype), (cuuint32_t)m->rank, (void *)(uintptr_t)ptr, dims, strides, box,
+      ones, CU_TENSOR_MAP_INTERLEAVE_NONE, (CUtensorMapSwizzle)m->swizzle,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return cuda_fail(plan, r, "kernel '%s': cuTensorMapEncodeTiled(tensor '%s')", kn->symbol,
+                     t->name);
+  return KILN_OK;
+}
+
 static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUstream stream,
                                   const kiln_devptr *ptrs, const double *scalars,
                                   const int64_t *dyn, kiln_devptr workspace) {
@@ -197,10 +253,12 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
   if (st != KILN_OK) return st;
   uint64_t values[KILN_PACK_MAX_PARAMS];
   void *args[KILN_PACK_MAX_PARAMS];
+  CUtensorMap maps[KILN_PACK_MAX_TMAPS]; /* 64-byte aligned by its type */
   for (int k = 0; k < plan->nkernels; k++) {
     const kiln__kernel *kn = &plan->kernels[k];
     const unsigned *g = grids[k];
     if (!g[0] || !g[1] || !g[2]) continue; /* empty tensors: nothing to do */
+    int nmaps = 0;
     for (int p = 0; p < kn->nparams; p++) {
       int64_t arg = kn->params[p].arg;
       float f;
@@ -211,6 +269,11 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       case KILN__PARAM_DIM: values[p] = (uint64_t)dyn[arg]; break;
       case KILN__PARAM_I64: values[p] = (uint64_t)arg; break;
       case KILN__PARAM_WORKSPACE: values[p] = workspace + (uint64_t)arg; break;
+      case KILN__PARAM_TMAP:
+        st = encode_tmap(plan, kn, &kn->params[p], ptrs[arg], dyn, &maps[nmaps]);
+        if (st != KILN_OK) return st;
+        args[p] = &maps[nmaps++];
+        continue;
       case KILN__PARAM_SCALAR:
         f = (float)scalars[arg];
         memcpy(&values[p], &f, sizeof f);
@@ -225,16 +288,17 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
     }
     CUfunction fn = (CUfunction)s->functions[k];
     CUresult r;
-    if (kn->cluster[0] * kn->cluster[1] * kn->cluster[2] == 1) {
+    const unsigned *cl = s->cluster[k];
+    if (cl[0] * cl[1] * cl[2] == 1) {
       r = kiln__cu.LaunchKernel(fn, g[0], g[1], g[2], kn->block[0], kn->block[1], kn->block[2],
-                                kn->smem, stream, args, NULL);
+                                s->smem[k], stream, args, NULL);
     } else {
       CUlaunchAttribute attr;
       memset(&attr, 0, sizeof attr);
       attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attr.value.clusterDim.x = kn->cluster[0];
-      attr.value.clusterDim.y = kn->cluster[1];
-      attr.value.clusterDim.z = kn->cluster[2];
+      attr.value.clusterDim.x = cl[0];
+      attr.value.clusterDim.y = cl[1];
+      attr.value.clusterDim.z = cl[2];
       CUlaunchConfig cfg;
       memset(&cfg, 0, sizeof cfg);
       cfg.gridDimX = g[0];
@@ -243,7 +307,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       cfg.blockDimX = kn->block[0];
       cfg.blockDimY = kn->block[1];
       cfg.blockDimZ = kn->block[2];
-      cfg.sharedMemBytes = kn->smem;
+      cfg.sharedMemBytes = s->smem[k];
       cfg.hStream = stream;
       cfg.attrs = &attr;
       cfg.numAttrs = 1;
@@ -254,7 +318,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
                        "launching kernel %d of %d ('%s', grid [%u, %u, %u], block "
                        "[%u, %u, %u], smem %u)%s",
                        k + 1, plan->nkernels, kn->symbol, g[0], g[1], g[2], kn->block[0],
-                       kn->block[1], kn->block[2], kn->smem,
+                       kn->block[1], kn->block[2], s->smem[k],
                        k ? " after the earlier kernels were enqueued" : "");
   }
   return KILN_OK;

@@ -1,4 +1,4 @@
-/* kiln pack format, version 1 — private; shared by the runtime reader (pack_read.c) and
+/* kiln pack format, version 2 — private; shared by the runtime reader (pack_read.c) and
  * the compiler's writer (compiler/pack_write.c). Change both together and bump
  * KILN_PACK_VERSION when the bytes change.
  *
@@ -34,8 +34,17 @@
  *   kernel: str symbol, str engine, str plan_id, u32 block[3], u32 smem, u32 cluster[3],
  *           3 x grid: (str text, i64 div, i64 max, u8 nfactor, nfactor x i64 ref)
  *                     axis size = ceil(product of factors / div), clamped to max if > 0
- *           u32 nparam, nparam x (u8 kind, i64 arg)             enum kiln__param_kind
- *           u32 nimage, nimage x (str arch, u64 offset in image data, u64 size)
+ *           u32 nparam, nparam x (u8 kind, i64 arg [, tensor map])  enum kiln__param_kind
+ *           u32 nimage, nimage x (str arch, u64 offset in image data, u64 size, u32 smem,
+ *                                 u32 cluster[3])
+ *           a launch uses its image's smem and cluster (an SM with more shared memory runs a
+ *           deeper pipeline, one with clusters shares tiles); the kernel's "smem" is the
+ *           largest of its images', its cluster per axis too (every image's divides it)
+ *   tensor map (after a KILN__PARAM_TMAP param, whose arg is the tensor index):
+ *           u8 rank (1..5), rank x (u8 tensor axis, u32 box), u8 swizzle
+ *           (CUtensorMapSwizzle: 0 none, 1 32B, 2 64B, 3 128B); map dim 0 is the innermost
+ *           and must be the tensor's contiguous axis; the runtime encodes the map per launch
+ *           from the bound pointer and the plan's dims and strides
  * string table: NUL-terminated strings; its last byte is NUL.
  * image data: cubins ("sm_90a") and NUL-terminated PTX ("compute_90"), each starting at a
  * multiple of KILN_PACK_IMAGE_ALIGN from the data start (which is itself aligned).
@@ -47,7 +56,7 @@
 #include <stdint.h>
 
 #define KILN_PACK_MAGIC "KILNPACK"
-#define KILN_PACK_VERSION 1u
+#define KILN_PACK_VERSION 2u
 #define KILN_PACK_HEADER_SIZE 96u
 #define KILN_PACK_CHECKSUM_FROM 32u
 #define KILN_PACK_IMAGE_ALIGN 64u
@@ -62,6 +71,8 @@
 #define KILN_PACK_MAX_KERNELS 256
 #define KILN_PACK_MAX_PARAMS 256
 #define KILN_PACK_MAX_IMAGES 64 /* per kernel */
+#define KILN_PACK_MAX_TMAPS 8   /* tensor-map params per kernel */
+#define KILN_PACK_MAX_TMAP_RANK 5
 
 /* Header field offsets. */
 enum {
@@ -86,7 +97,8 @@ enum kiln__param_kind {
   KILN__PARAM_SCALAR = 2,   /* fp32 value of scalar tensor #arg */
   KILN__PARAM_I64 = 3,      /* int64 literal arg (a specialized dim) */
   KILN__PARAM_F32 = 4,      /* fp32 literal: arg holds the bits of a double (a constant) */
-  KILN__PARAM_WORKSPACE = 5 /* workspace base pointer + arg bytes (8 bytes); arg >= 0 */
+  KILN__PARAM_WORKSPACE = 5, /* workspace base pointer + arg bytes (8 bytes); arg >= 0 */
+  KILN__PARAM_TMAP = 6       /* CUtensorMap (128 bytes, by value) of tensor #arg */
 };
 
 /* Private symbols of libkilnrt stay out of the shared library's dynamic symbol table. */

@@ -295,6 +295,36 @@ static int product_is_literal(const kiln__product *p) {
   return 1;
 }
 
+/* The tensor map after a KILN__PARAM_TMAP param of tensor t (layout in pack.h). */
+static kiln_status rd_tmap(reader *r, const kiln__kernel *k, const kiln__tensor *t,
+                           kiln__param *pa) {
+  kiln__tmap *m = alloc_n(r, 1, sizeof *m);
+  if (!m) return nomem(r);
+  m->rank = (int)rd_u8(r);
+  if (r->bad) return truncated(r);
+  if (m->rank < 1 || m->rank > KILN_PACK_MAX_TMAP_RANK || m->rank > t->ndim)
+    return BAD(r, "kernel '%s': tensor map of '%s' has rank %d (tensor rank %d)", k->symbol,
+               t->name, m->rank, t->ndim);
+  unsigned used = 0;
+  for (int i = 0; i < m->rank; i++) {
+    m->axis[i] = (int)rd_u8(r);
+    m->box[i] = rd_u32(r);
+    if (r->bad) return truncated(r);
+    if (m->axis[i] >= t->ndim || (used >> m->axis[i] & 1u) || m->box[i] < 1 || m->box[i] > 256)
+      return BAD(r, "kernel '%s': tensor map of '%s': dim %d is axis %d with box %u", k->symbol,
+                 t->name, i, m->axis[i], m->box[i]);
+    used |= 1u << m->axis[i];
+  }
+  m->swizzle = (int)rd_u8(r);
+  if (r->bad) return truncated(r);
+  size_t inner = (size_t)m->box[0] * kiln_dtype_size(t->dtype);
+  if (m->swizzle > 3 || inner % 16 || (m->swizzle && inner > (16u << m->swizzle)))
+    return BAD(r, "kernel '%s': tensor map of '%s': inner box of %zu bytes with swizzle mode %d",
+               k->symbol, t->name, inner, m->swizzle);
+  pa->tmap = m;
+  return KILN_OK;
+}
+
 static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
   CHECK(rd_str(r, &k->symbol, 0, "kernel symbol"));
   CHECK(rd_str(r, &k->engine, 0, "kernel engine"));
@@ -323,6 +353,7 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
     ws_size = -1;
   CHECK(rd_count(r, &k->nparams, 9, KILN_PACK_MAX_PARAMS, "kernel params"));
   if (!(k->params = alloc_n(r, (size_t)k->nparams, sizeof *k->params))) return nomem(r);
+  int ntmaps = 0;
   for (int i = 0; i < k->nparams; i++) {
     kiln__param *pa = &k->params[i];
     pa->kind = (int)rd_u8(r);
@@ -331,9 +362,16 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
     int ok;
     switch (pa->kind) {
     case KILN__PARAM_TENSOR:
+    case KILN__PARAM_TMAP:
       ok = pa->arg >= 0 && pa->arg < plan->ntensors &&
            (plan->tensors[pa->arg].role == KILN_ROLE_INPUT ||
             plan->tensors[pa->arg].role == KILN_ROLE_OUTPUT);
+      if (ok && pa->kind == KILN__PARAM_TMAP) {
+        if (++ntmaps > KILN_PACK_MAX_TMAPS)
+          return BAD(r, "kernel '%s': more than %d tensor-map params", k->symbol,
+                     KILN_PACK_MAX_TMAPS);
+        CHECK(rd_tmap(r, k, &plan->tensors[pa->arg], pa));
+      }
       break;
     case KILN__PARAM_DIM: ok = pa->arg >= 0 && pa->arg < plan->ndyn; break;
     case KILN__PARAM_SCALAR:
@@ -359,7 +397,16 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
     CHECK(rd_str(r, &im->arch, 0, "image arch"));
     im->offset = rd_u64(r);
     im->size = rd_u64(r);
+    im->smem = rd_u32(r);
+    for (int a = 0; a < 3; a++) im->cluster[a] = rd_u32(r);
     if (r->bad) return truncated(r);
+    if (im->smem > k->smem)
+      return BAD(r, "kernel '%s' %s: image smem %u above the kernel's %u", k->symbol, im->arch,
+                 im->smem, k->smem);
+    for (int a = 0; a < 3; a++)
+      if (!im->cluster[a] || k->cluster[a] % im->cluster[a])
+        return BAD(r, "kernel '%s' %s: image cluster [%u, %u, %u] does not divide the kernel's",
+                   k->symbol, im->arch, im->cluster[0], im->cluster[1], im->cluster[2]);
     if (kiln__parse_arch(im->arch, &im->major, &im->minor, &im->suffix, &im->ptx) != 0)
       return BAD(r, "kernel '%s': bad arch '%s'", k->symbol, im->arch);
     for (int j = 0; j < i; j++)

@@ -34,6 +34,7 @@ __device__ __forceinline__ void kiln_gemm_load_elems(kiln_u32 dst, const kiln_u8
   }
 }
 
+${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BM = 128, BN = 192, STAGES = ${STAGES}, ESZ = ${ESZ};
   constexpr int BK = 64;                       // k per block (smem elements are 16-bit)
@@ -52,7 +53,7 @@ ${epilogue}
   // byte offset of 16-byte chunk c of line L in a tile
   auto chunk = [](int L, int c) { return (kiln_u32)(L * 128 + ((c ^ (L & 7)) << 4)); };
 #pragma unroll 1
-  for (kiln_i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (kiln_i64 tile = blockIdx.x * gridDim.y + blockIdx.y; tile < tiles; tile += gridDim.x * gridDim.y) {
     const kiln_i64 bt = tile / per_batch, r = tile - bt * per_batch, grp = r / (8 * NT), first = grp * 8;
     const kiln_i64 gsz = tiles_m - first < 8 ? tiles_m - first : 8, rem = r - grp * 8 * NT;
     const kiln_i64 m0 = (first + rem % gsz) * BM, n0 = (rem / gsz) * BN;

@@ -1,15 +1,17 @@
 // kiln gemm engine, sm_90a path: ${what}.
-// Persistent and warp-specialized, 384 threads: warpgroup 0 (${REG_PRODUCER} registers) copies k-blocks of
-// A (128 lines) and B (${BN} lines) with cp.async into a ring of ${STAGES} stages; warpgroups 1 and 2
-// (${REG_CONSUMER} registers) each multiply a 64 x ${BN} half of the 128 x ${BN} tile with wgmma from
-// shared memory (128-byte swizzle, descriptors of common/wgmma) and run the fused epilogue on
-// their fp32 accumulators. Stage handover: full[s] (128 producer arrivals) and empty[s] (8
-// consumer warps). The producer signals k-block i once its own copies of k-block i are done
-// and fenced for the async proxy (cp.async.wait_group, fence.proxy.async), LAG = STAGES - 2
-// k-blocks behind its issue point so copies stay in flight. Tiles go round-robin over the CTAs
-// in groups of 8 m tiles per column of n tiles (operands shared in L2).
+// Persistent and warp-specialized, 384 threads: one thread of warpgroup 0 (${REG_PRODUCER} registers)
+// copies k-blocks of A (128 lines) and B (${BN} lines) with the tensor copy engine (TMA) into a ring
+// of ${STAGES} stages; warpgroups 1 and 2 (${REG_CONSUMER} registers) each multiply a 64 x ${BN} half of
+// the 128 x ${BN} tile with wgmma from shared memory (128-byte swizzle, descriptors of
+// common/wgmma) and run the fused epilogue on their fp32 accumulators. Stage handover: full[s]
+// (the producer's arrival plus the stage's bytes as TMA transactions) and empty[s] (8 consumer
+// warps, of every CTA of the cluster). Clusters of CM = ${CM} CTAs along M take units of CM
+// vertically adjacent tiles, round-robin in groups of 8 m tiles per column of n tiles
+// (operands shared in L2); each CTA copies 1/CM of the B tile, multicast to the cluster, and
+// its own A tile.
+${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
-  constexpr int BM = 128, BN = ${BN}, STAGES = ${STAGES}, ESZ = ${ESZ}, LAG = STAGES - 2;
+  constexpr int BM = 128, BN = ${BN}, STAGES = ${STAGES}, ESZ = ${ESZ}, CM = ${CM};
   constexpr int BK = 128 / ESZ;                // k per block: one 128-byte line
   constexpr kiln_i64 N = ${N}, K = ${K};
   constexpr int KB = (int)((K + BK - 1) / BK);
@@ -21,58 +23,66 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   const kiln_u32 bars = sbase + STAGES * STAGE;  // full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s)
 ${setup}
 ${amax_decl}
-  const kiln_i64 tiles_m = (M + BM - 1) / BM, per_batch = tiles_m * NT, tiles = per_batch * batches;
-  // tile index -> (batch, m0, n0)
+  // units of CM vertically adjacent tiles (a cluster's; the last may reach past M: its copies
+  // read zeros and its epilogue stores nothing)
+  const kiln_u32 rank = CM > 1 ? kiln_cluster_rank() : 0;
+  constexpr int GROUP = 8 / CM;  // units per group of 8 m tiles
+  const kiln_i64 units_m = ((M + BM - 1) / BM + CM - 1) / CM, per_batch = units_m * NT, tiles = per_batch * batches;
+  // unit index -> (batch, m0 of this CTA's tile, n0)
   auto tile_of = [&](kiln_i64 tile, kiln_i64 &bt, kiln_i64 &m0, kiln_i64 &n0) {
     bt = tile / per_batch;
-    const kiln_i64 r = tile - bt * per_batch, grp = r / (8 * NT), first = grp * 8;
-    const kiln_i64 gsz = tiles_m - first < 8 ? tiles_m - first : 8, rem = r - grp * 8 * NT;
-    m0 = (first + rem % gsz) * BM;
+    const kiln_i64 r = tile - bt * per_batch, grp = r / (GROUP * NT), first = grp * GROUP;
+    const kiln_i64 gsz = units_m - first < GROUP ? units_m - first : GROUP, rem = r - grp * GROUP * NT;
+    m0 = ((first + rem % gsz) * CM + rank) * BM;
     n0 = (rem / gsz) * BN;
   };
   if (threadIdx.x == 0) {
 #pragma unroll 1
     for (int s = 0; s < STAGES; s++) {
-      kiln_mbar_init(bars + 8 * s, 128);
-      kiln_mbar_init(bars + 8 * (STAGES + s), 8);
+      kiln_mbar_init(bars + 8 * s, 1);
+      kiln_mbar_init(bars + 8 * (STAGES + s), 8 * CM);
     }
   }
-  __syncthreads();
+  if (CM > 1) {
+    kiln_fence_mbar_init();
+    kiln_cluster_sync();
+  } else {
+    __syncthreads();
+  }
   const int wg = threadIdx.x >> 7, t = threadIdx.x & 127;
   if (wg == 0) {
-    // ---- producer
+    // ---- producer: one thread issues every copy
     kiln_setmaxnreg_dec<${REG_PRODUCER}>();
-    kiln_u32 it = 0;  // k-blocks issued, over all tiles
+    if (t == 0) {
+${prefetch}
+      kiln_u32 it = 0;  // k-blocks issued, over all tiles
 #pragma unroll 1
-    for (kiln_i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      kiln_i64 bt, m0, n0;
-      tile_of(tile, bt, m0, n0);
-      const kiln_u8 *a = gA + bt * a_bs, *b = gB + bt * b_bs;
+      for (kiln_i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        kiln_i64 bt, m0, n0;
+        tile_of(tile, bt, m0, n0);
+        (void)bt;
 #pragma unroll 1
-      for (int kb = 0; kb < KB; kb++, it++) {
-        const kiln_u32 s = it % STAGES;
-        kiln_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
-        const kiln_u32 sa = sbase + s * STAGE;
-        kiln_gemm_load_async<A_KMAJOR, BM, 128, ESZ>(sa, a, lda, m0, M, (kiln_i64)kb * BK, K, t);
-        kiln_gemm_load_async<B_KMAJOR, BN, 128, ESZ>(sa + A_BYTES, b, ldb, n0, N, (kiln_i64)kb * BK, K, t);
-        kiln_cp_async_commit();
-        if (it >= LAG) {
-          kiln_cp_async_wait<LAG>();
-          kiln_fence_proxy_async();
-          kiln_mbar_arrive(bars + 8 * ((it - LAG) % STAGES));
+        for (int kb = 0; kb < KB; kb++, it++) {
+          const kiln_u32 s = it % STAGES, full = bars + 8 * s;
+          kiln_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
+          const kiln_u32 sa = sbase + s * STAGE, sb = sa + A_BYTES;
+          const int k0 = kb * BK;
+          kiln_mbar_expect_tx(full, STAGE);
+${load}
         }
       }
     }
-    kiln_cp_async_wait<0>();
-    kiln_fence_proxy_async();
-#pragma unroll 1
-    for (kiln_u32 j = it > LAG ? it - LAG : 0; j < it; j++) kiln_mbar_arrive(bars + 8 * (j % STAGES));
   } else {
     // ---- consumers: warpgroup 1 takes rows 0-63 of the tile, warpgroup 2 rows 64-127
     kiln_setmaxnreg_inc<${REG_CONSUMER}>();
     const int half = wg - 1, lane = t & 31, warp = t >> 5;
 ${epilogue}
     float acc[BN / 2], part[BN / 2];  // part: the k-block's sum when PROMOTE (else unused)
+    // a stage goes back to the producers of every CTA of the cluster (their copies fill it)
+    auto release = [&](kiln_u32 s) {
+      kiln_mbar_arrive(bars + 8 * (STAGES + s));
+      for (kiln_u32 p = 1; p < (kiln_u32)CM; p++) kiln_mbar_arrive_peer(bars + 8 * (STAGES + s), (rank + p) % CM);
+    };
     kiln_u32 it = 0;
 #pragma unroll 1
     for (kiln_i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -100,7 +110,7 @@ ${epilogue}
           for (int ks = 1; ks < 4; ks++) kiln_wgmma_tile(part, desc_a(ks), desc_b(ks));
           kiln_wgmma_commit();
           kiln_wgmma_wait<0>();
-          if (lane == 0) kiln_mbar_arrive(bars + 8 * (STAGES + s));
+          if (lane == 0) release(s);
 #pragma unroll
           for (int i = 0; i < BN / 2; i++) acc[i] += part[i];
         } else {
@@ -108,12 +118,12 @@ ${epilogue}
           for (int ks = 0; ks < 4; ks++) kiln_wgmma_tile(acc, desc_a(ks), desc_b(ks));  // 32 bytes of k each
           kiln_wgmma_commit();
           kiln_wgmma_wait<1>();  // k-block it - 1 is done: its stage goes back to the producer
-          if (kb > 0 && lane == 0) kiln_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+          if (kb > 0 && lane == 0) release((it - 1) % STAGES);
         }
       }
       if (!PROMOTE) {
         kiln_wgmma_wait<0>();
-        if (lane == 0) kiln_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+        if (lane == 0) release((it - 1) % STAGES);
       }
       // accumulator i of n8 block b: rows warp * 16 + lane / 4 (+ 8 for i & 2), columns
       // 8 b + 2 (lane % 4) + (i & 1) of this warpgroup's 64-row half
@@ -128,4 +138,6 @@ ${epilogue}
     }
 ${amax_publish}
   }
+  // no CTA leaves while its peers may still arrive on its barriers or copy into it
+  if (CM > 1) kiln_cluster_sync();
 }

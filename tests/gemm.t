@@ -3,13 +3,14 @@
 # engine takes every group with a wgmma plan, whose SASS holds HGMMA (QGMMA for fp8) and whose
 # ptxas report shows no spills (nor anywhere else); cold compile time per GEMM kernel; and the
 # generated kernels, run on the CPU emulator (tests/gemm_emu), match the reference executor for
-# every layout, a batch, the epilogue kinds and fp8, on both paths.
+# every layout, a batch, the epilogue kinds and fp8, on both paths (sm90 also with clusters of 2
+# sharing B tiles by TMA multicast: the 4th field of an emulator case).
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
 specs=(specs/gemm*.lua)
 emu=(
   "nn sm_90a 256" "nn sm_90a 192" "nn sm_90a 128" "nt sm_90a 256" "batched sm_90a 192" "epilogue sm_90a 128"
-  "fp8 sm_90a 192" "fp8 sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -"
+  "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -"
 )
 plan $(( ${#specs[@]} * 3 + 4 + ${#emu[@]} ))
 
@@ -53,9 +54,10 @@ if sass_tools && command -v python3 >/dev/null; then
       grep -q '_init' <<<"$(grep -m1 Function <<<"$sass")" && continue
       want=HGMMA; [ "$n" = gemm_fp8 ] && want=QGMMA
       grep -q "$want\.64x" <<<"$sass" || missing="$missing $n"
+      grep -q "UTMALDG" <<<"$sass" || missing="$missing $n(TMA)"
     done
   done
-  ok "sm_90a SASS of every GEMM kernel holds HGMMA (QGMMA for fp8)${missing:+ (missing:$missing)}" test -z "$missing"
+  ok "sm_90a SASS of every GEMM kernel holds HGMMA (QGMMA for fp8) and TMA loads (UTMALDG)${missing:+ (missing:$missing)}" test -z "$missing"
 else
   pass "# SKIP no cuobjdump/nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
 fi
@@ -72,8 +74,8 @@ ok "cold compile per GEMM kernel within the 1.5 s target (worst ${worst} ms; bou
 # the CPU emulator: generated source vs the reference executor (M = 300: two m tiles, a tail)
 if command -v g++ >/dev/null && command -v python3 >/dev/null && [ -f /usr/include/jansson.h ] && [ -f build/obj/ref.o ]; then
   for c in "${emu[@]}"; do
-    read -r graph arch tile <<<"$c"
-    out=$(KILN_GEMM_TILE=${tile/-/} tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" 2 M=300 2>&1); rc=$?
+    read -r graph arch tile cluster <<<"$c"
+    out=$(KILN_GEMM_TILE=${tile/-/} KILN_GEMM_CLUSTER=${cluster:-} tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" 2 M=300 2>&1); rc=$?
     ok "emulated $graph on $arch matches the reference: $(head -1 <<<"$out" | sed 's/^# //')" test "$rc" = 0
     [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
   done

@@ -14,11 +14,13 @@ local function load_all(args)
   return out
 end
 
--- Launch metadata must agree across SMs: one kernel list per plan in the pack.
+-- Launch metadata must agree across SMs: one kernel list per plan in the pack. Only the
+-- dynamic shared memory and the cluster may differ (kept per image: an SM with more shared
+-- memory runs a deeper pipeline, one with clusters shares tiles).
 local function launch_signature(m)
   local parts = {}
   for _, k in ipairs(m.kernels) do
-    parts[#parts + 1] = c.json_encode({ k.symbol, k.block, k.grid, k.smem, k.cluster, k.params })
+    parts[#parts + 1] = c.json_encode({ k.symbol, k.block, k.grid, k.params })
   end
   return table.concat(parts, "|")
 end
@@ -70,7 +72,14 @@ function M.pack_bytes(plans, archs)
   local list = {}
   for _, p in ipairs(plans) do
     local m = p.manifests[1]
-    for _, k in ipairs(m.kernels) do k.source = nil end
+    for ki, k in ipairs(m.kernels) do
+      k.source = nil
+      k.by_arch = {}
+      for a, arch in ipairs(archs) do
+        local ka = p.manifests[a].kernels[ki]
+        k.by_arch[arch] = { smem = ka.smem, cluster = ka.cluster }
+      end
+    end
     list[#list + 1] = { manifest = c.json_encode(m), archs = archs, images = p.images }
   end
   return c.pack_build(list)

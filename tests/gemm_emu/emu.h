@@ -9,8 +9,15 @@
 //                   "Matrix Descriptor Format" and the canonical 128-byte-swizzle layouts
 //                   (K-major ((8,m),(T,2k)):((8T,SBO),(1,T)); MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)),
 //                   Swizzle<3,4,3> on the shared-memory address)
-//   mbarrier        count, pending arrivals and phase; a parity wait blocks until the phase
-//                   with that parity completed (a fresh barrier's phase "-1" counts as done)
+//   mbarrier        count, pending arrivals, transaction bytes and phase; a phase completes
+//                   when its arrivals and its expected bytes are in; a parity wait blocks until
+//                   the phase with that parity completed (a fresh barrier's phase "-1" counts)
+//   clusters        the CTAs of a cluster run together: rank, arrivals on a peer's barrier,
+//                   multicast copies into every CTA of the mask, the cluster-wide barrier
+//   TMA             a tensor map is the harness's description of a tensor (from the kernel's
+//                   `// kiln tmap` lines); a box copy reads the tensor (zeros past its edges),
+//                   writes 128-byte rows with the 128-byte swizzle and completes its bytes on
+//                   the barrier
 // Every shared-memory access is bounds-checked against the plan's dynamic shared memory and
 // every cp.async source against the tensors' allocations (AddressSanitizer covers the rest).
 #include <atomic>
@@ -39,6 +46,7 @@ typedef long long kiln_i64;
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
 
 struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
@@ -47,7 +55,7 @@ struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 [[noreturn]] void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // ---- one CTA's state
-struct emu_mbar { kiln_u32 count = 0, pending = 0, phase = 0; bool live = false; };
+struct emu_mbar { kiln_u32 count = 0, pending = 0, phase = 0; long long tx = 0; bool live = false; };
 struct emu_warp {
   std::barrier<> bar{32};
   kiln_u32 addr[32];
@@ -62,6 +70,9 @@ struct emu_cta {
   std::mutex mu;
   std::condition_variable cv;
   std::map<kiln_u32, emu_mbar> bars;
+  kiln_u32 rank = 0;
+  std::vector<emu_cta *> cluster;  // the cluster's CTAs by rank (this one included)
+  std::barrier<> *cluster_sync = nullptr;
 };
 constexpr kiln_u32 EMU_SMEM_OFFSET = 16;  // deliberately not 1024-aligned
 
@@ -194,28 +205,123 @@ inline void kiln_mbar_init(kiln_u32 bar, kiln_u32 count) {
   emu_sh(bar, 8);
   if (bar % 8) emu_fail("mbarrier at %u not 8-byte aligned", bar);
   std::lock_guard<std::mutex> g(emu_self->mu);
-  emu_self->bars[bar] = emu_mbar{count, count, 0, true};
+  emu_self->bars[bar] = emu_mbar{count, count, 0, 0, true};
 }
 inline emu_mbar &emu_bar(kiln_u32 bar) {
   auto it = emu_self->bars.find(bar);
   if (it == emu_self->bars.end() || !it->second.live) emu_fail("mbarrier %u used before init", bar);
   return it->second;
 }
-inline void kiln_mbar_arrive(kiln_u32 bar) {
-  std::lock_guard<std::mutex> g(emu_self->mu);
-  emu_mbar &m = emu_bar(bar);
-  if (m.pending == 0) emu_fail("mbarrier %u: arrival with none pending", bar);
-  if (--m.pending == 0) {
+// the phase completes once every arrival and every expected transaction byte is in
+inline void emu_mbar_settle(emu_mbar &m) {
+  if (m.pending == 0 && m.tx == 0) {
     m.phase++;
     m.pending = m.count;
     emu_self->cv.notify_all();
   }
+}
+inline void emu_mbar_arrive_on(emu_cta *cta, kiln_u32 bar) {
+  emu_cta *self = emu_self;
+  emu_self = cta;  // the barrier (and its waiters) of that CTA
+  {
+    std::lock_guard<std::mutex> g(cta->mu);
+    emu_mbar &m = emu_bar(bar);
+    if (m.pending == 0) emu_fail("mbarrier %u of CTA rank %u: arrival with none pending", bar, cta->rank);
+    --m.pending;
+    emu_mbar_settle(m);
+  }
+  emu_self = self;
+}
+inline void kiln_mbar_arrive(kiln_u32 bar) { emu_mbar_arrive_on(emu_self, bar); }
+inline kiln_u32 kiln_cluster_rank() { return emu_self->rank; }
+inline void kiln_mbar_arrive_peer(kiln_u32 bar, kiln_u32 peer) {
+  if (peer >= emu_self->cluster.size()) emu_fail("arrival on cluster rank %u of %zu", peer, emu_self->cluster.size());
+  emu_mbar_arrive_on(emu_self->cluster[peer], bar);
+}
+inline void kiln_fence_mbar_init() {}
+inline void kiln_cluster_sync() {
+  if (!emu_self->cluster_sync) emu_fail("cluster barrier outside a cluster");
+  emu_self->cluster_sync->arrive_and_wait();
+}
+inline void kiln_mbar_expect_tx(kiln_u32 bar, kiln_u32 bytes) {
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  emu_mbar &m = emu_bar(bar);
+  if (m.pending == 0) emu_fail("mbarrier %u: arrive.expect_tx with no arrival pending", bar);
+  m.tx += bytes;
+  --m.pending;
+  emu_mbar_settle(m);
+}
+inline void emu_mbar_complete_tx(kiln_u32 bar, kiln_u32 bytes) {
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  emu_mbar &m = emu_bar(bar);
+  m.tx -= bytes;  // may go below zero: a peer's multicast can land before this CTA's expect_tx
+  if (m.tx < -(1ll << 20)) emu_fail("mbarrier %u: transaction count %lld out of range", bar, m.tx);
+  emu_mbar_settle(m);
 }
 inline void kiln_mbar_wait(kiln_u32 bar, kiln_u32 parity) {
   std::unique_lock<std::mutex> g(emu_self->mu);
   if (!emu_self->cv.wait_for(g, std::chrono::seconds(60), [&] { return (emu_bar(bar).phase & 1) != (parity & 1); }))
     emu_fail("mbarrier %u: thread %u waited 60 s for parity %u (phase %u): deadlock", bar, threadIdx.x, parity,
              emu_bar(bar).phase);
+}
+
+// ---- tma.cuh
+struct kiln_tmap {
+  const kiln_u8 *base;
+  int esz, rank;
+  long long dim[3], stride[3];  // elements, map dims (0 innermost)
+  int box[3];
+};
+inline void kiln_tma_prefetch(const kiln_tmap *) {}
+inline void emu_tma_load(kiln_u32 dst, const kiln_tmap *m, const int *c, int nc, kiln_u32 bar, kiln_u16 mask = 0) {
+  if (mask) {  // multicast: the same copy into every CTA of the mask, on each one's barrier
+    emu_cta *self = emu_self;
+    for (kiln_u32 r = 0; r < 16; r++)
+      if (mask >> r & 1) {
+        if (r >= self->cluster.size()) emu_fail("multicast to cluster rank %u of %zu", r, self->cluster.size());
+        emu_self = self->cluster[r];
+        emu_tma_load(dst, m, c, nc, bar);
+      }
+    emu_self = self;
+    return;
+  }
+  if (nc != m->rank) emu_fail("a %dd TMA copy through a rank-%d tensor map", nc, m->rank);
+  if (dst % 1024) emu_fail("TMA destination %u is not 1024-byte aligned (128-byte swizzle)", dst);
+  if (m->box[0] * m->esz != 128) emu_fail("TMA inner box of %d bytes, the model takes 128", m->box[0] * m->esz);
+  const int rows = m->box[1] * (m->rank > 2 ? m->box[2] : 1);
+  for (int r = 0; r < rows; r++) {
+    const long long i1 = c[1] + r % m->box[1], i2 = m->rank > 2 ? c[2] + r / m->box[1] : 0;
+    for (int e = 0; e < m->box[0]; e++) {
+      const long long i0 = c[0] + e;
+      kiln_u32 a = dst + r * 128 + e * m->esz;
+      a ^= ((a >> 7) & 7) << 4;
+      kiln_u8 *d = emu_sh(a, m->esz);
+      if (i0 < m->dim[0] && i1 < m->dim[1] && (m->rank < 3 || i2 < m->dim[2])) {
+        const kiln_u8 *p = m->base + (i0 * m->stride[0] + i1 * m->stride[1] + i2 * m->stride[2]) * m->esz;
+        emu_check_global(p, m->esz);
+        memcpy(d, p, m->esz);
+      } else {
+        memset(d, 0, m->esz);
+      }
+    }
+  }
+  emu_mbar_complete_tx(bar, rows * 128);
+}
+inline void kiln_tma_load_2d(kiln_u32 dst, const kiln_tmap *m, int c0, int c1, kiln_u32 bar) {
+  const int c[2] = {c0, c1};
+  emu_tma_load(dst, m, c, 2, bar);
+}
+inline void kiln_tma_load_3d(kiln_u32 dst, const kiln_tmap *m, int c0, int c1, int c2, kiln_u32 bar) {
+  const int c[3] = {c0, c1, c2};
+  emu_tma_load(dst, m, c, 3, bar);
+}
+inline void kiln_tma_load_2d_mc(kiln_u32 dst, const kiln_tmap *m, int c0, int c1, kiln_u32 bar, kiln_u16 mask) {
+  const int c[2] = {c0, c1};
+  emu_tma_load(dst, m, c, 2, bar, mask);
+}
+inline void kiln_tma_load_3d_mc(kiln_u32 dst, const kiln_tmap *m, int c0, int c1, int c2, kiln_u32 bar, kiln_u16 mask) {
+  const int c[3] = {c0, c1, c2};
+  emu_tma_load(dst, m, c, 3, bar, mask);
 }
 
 // ---- wgmma.cuh (kiln_wgmma_desc is the kernel's own, kept from the source)

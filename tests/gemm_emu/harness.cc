@@ -103,6 +103,22 @@ float emu_scalar(long long uid) {
   emu_fail("no scalar %lld", uid);
 }
 long long emu_dim(const char *name) { return dimv.at(name); }
+// A tensor map over tensor uid: map dim i is tensor axis axes[i] (0 innermost), boxes box[i].
+kiln_tmap emu_tmap(long long uid, std::vector<int> axes, std::vector<int> box) {
+  for (auto &t : tensors)
+    if (t.uid == uid) {
+      kiln_tmap m{};
+      m.base = t.host.data();
+      m.esz = (int)t.elem;
+      m.rank = (int)axes.size();
+      for (size_t i = 0; i < axes.size(); i++) {
+        m.dim[i] = t.dims[axes[i]], m.stride[i] = t.strides[axes[i]], m.box[i] = box[i];
+        if (i == 0 && m.stride[0] != 1) emu_fail("tensor map of %s: innermost axis stride %lld", t.name.c_str(), m.stride[0]);
+      }
+      return m;
+    }
+  emu_fail("no tensor %lld for a tensor map", uid);
+}
 void emu_entry();
 
 static void tolerance(const std::string &d, double *atol, double *rtol) {
@@ -114,8 +130,10 @@ static void tolerance(const std::string &d, double *atol, double *rtol) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 4) { fprintf(stderr, "usage: harness GRAPH.json GRID SMEM [DIM=V...]\n"); return 2; }
+  if (argc < 4) { fprintf(stderr, "usage: harness GRAPH.json GRID[xCM] SMEM [DIM=V...]\n"); return 2; }
   const int grid = atoi(argv[2]);
+  const char *x = strchr(argv[2], 'x');
+  const int cm = x ? atoi(x + 1) : 1;  // CTAs per cluster, along grid y
   const kiln_u32 smem = (kiln_u32)atol(argv[3]);
   std::vector<kiln_ref_dim> rdims;
   for (int i = 4; i < argc; i++) {
@@ -171,29 +189,41 @@ int main(int argc, char **argv) {
     fprintf(stderr, "reference: %s: %s\n", e.code, e.msg);
     return 2;
   }
-  // the emulated kernel, CTA after CTA
-  gridDim.x = grid, gridDim.y = gridDim.z = 1;
+  // the emulated kernel, cluster after cluster (grid x GRID, y CM; a cluster's CTAs together)
+  gridDim.x = grid, gridDim.y = cm, gridDim.z = 1;
   blockDim.x = 384, blockDim.y = blockDim.z = 1;
-  std::vector<kiln_u8> smem_buf(EMU_SMEM_OFFSET + smem + 64);
+  std::vector<std::vector<kiln_u8>> smem_buf(cm, std::vector<kiln_u8>(EMU_SMEM_OFFSET + smem + 64));
   for (int b = 0; b < grid; b++) {
-    emu_cta *cta = new emu_cta();
-    memset(smem_buf.data(), 0xa5, smem_buf.size());
-    cta->smem = smem_buf.data();
-    cta->limit = EMU_SMEM_OFFSET + smem;
-    std::barrier<> sync(384);
-    cta->sync = &sync;
-    std::barrier<> wg0(128), wg1(128), wg2(128);
-    cta->wgbar[0] = &wg0, cta->wgbar[1] = &wg1, cta->wgbar[2] = &wg2;
+    std::vector<emu_cta *> ctas;
+    std::barrier<> csync(384 * cm);
+    for (int r = 0; r < cm; r++) {
+      emu_cta *cta = new emu_cta();
+      memset(smem_buf[r].data(), 0xa5, smem_buf[r].size());
+      cta->smem = smem_buf[r].data();
+      cta->limit = EMU_SMEM_OFFSET + smem;
+      cta->sync = new std::barrier<>(384);
+      for (int w = 0; w < 3; w++) cta->wgbar[w] = new std::barrier<>(128);
+      cta->rank = r;
+      cta->cluster_sync = cm > 1 ? &csync : nullptr;
+      ctas.push_back(cta);
+    }
     std::vector<std::thread> threads;
-    for (unsigned x = 0; x < 384; x++)
-      threads.emplace_back([=] {
-        threadIdx.x = x, threadIdx.y = threadIdx.z = 0;
-        blockIdx.x = b, blockIdx.y = blockIdx.z = 0;
-        emu_self = cta;
-        emu_entry();
-      });
+    for (int r = 0; r < cm; r++) {
+      ctas[r]->cluster = ctas;
+      for (unsigned x = 0; x < 384; x++)
+        threads.emplace_back([=] {
+          threadIdx.x = x, threadIdx.y = threadIdx.z = 0;
+          blockIdx.x = b, blockIdx.y = r, blockIdx.z = 0;
+          emu_self = ctas[r];
+          emu_entry();
+        });
+    }
     for (auto &th : threads) th.join();
-    delete cta;
+    for (auto *cta : ctas) {
+      delete cta->sync;
+      for (int w = 0; w < 3; w++) delete cta->wgbar[w];
+      delete cta;
+    }
   }
   // compare
   int bad_outputs = 0;

@@ -9,21 +9,25 @@ spec=$1 graph=$2 arch=$3 grid=$4; shift 4
 root=$(cd "$(dirname "$0")/../.." && pwd)
 KILN=${KILN:-$root/build/kiln}
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-emu.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+[ -n "${KILN_EMU_KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
 dims=() sets=()
 for a in "$@"; do
   case $a in M=*|T=*) dims+=("$a") ;; *) sets+=(--set "$a") ;; esac
 done
-KILN_DUMP_DIR=$work/dump KILN_CACHE_DIR=$work/cache "$KILN" build "$spec" --graph "$graph" "${sets[@]}" --sm "$arch" >/dev/null
+KILN_DUMP_DIR=$work/dump KILN_CACHE_DIR=$work/cache "$KILN" build "$spec" --graph "$graph" "${sets[@]}" --sm "$arch" -o "$work/p.kpack" >/dev/null
 "$KILN" check "$spec" --graph "$graph" "${sets[@]}" --json > "$work/graph.json"
 cu=$(ls "$work"/dump/*.cu | grep -v '_init_' | head -1)
 plan=$(grep -m1 -o 'kiln gemm engine, [a-z_0-9 ]* path' "$cu" || true)
 # the dynamic shared memory the plan requests (same rule as engines/gemm.lua)
 read -r bn stages <<<"$(sed -n 's/.*constexpr int BM = 128, BN = \([0-9]*\), STAGES = \([0-9]*\).*/\1 \2/p' "$cu" | head -1)"
+# grid y: the CTAs of a cluster along M (the mma kernel takes the same grid, without a cluster)
+cm=$("$KILN" pack inspect "$work/p.kpack" | awk '/plan gemm:v1:/ && !/:init/ { k = 1; next }
+  k && /grid \[/ { sub(/.*grid \[/, ""); sub(/\].*/, ""); n = split($0, f, ", "); print f[n - 1] + 0; exit }')
+[ -n "$cm" ] || cm=1
 if grep -q kiln_wgmma_tile "$cu"; then smem=$((stages * (128 + bn) * 128 + 16 * stages + 1024)); else smem=$((stages * (128 + bn) * 128)); fi
 python3 "$root/tests/gemm_emu/transform.py" "$cu" "${KILN_TEMPLATE_PATH:-$root/templates}" "$work/kernel.cc"
 objs=("$root"/build/obj/ref.o "$root"/build/obj/ref_*.o "$root"/build/obj/numeric.o "$root"/build/obj/err.o)
 g++ -std=c++20 -O1 -g -fsanitize=address -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu" \
   "$root/tests/gemm_emu/harness.cc" "$work/kernel.cc" "${objs[@]}" -o "$work/emu" -ljansson -lm
-echo "# $graph $arch ($plan, BN $bn, $stages stages, $smem B smem) grid $grid ${dims[*]}"
-ASAN_OPTIONS=detect_leaks=0 "$work/emu" "$work/graph.json" "$grid" "$smem" "${dims[@]}"
+echo "# $graph $arch ($plan, BN $bn, $stages stages, $smem B smem) grid ${grid}x$cm ${dims[*]}"
+ASAN_OPTIONS=detect_leaks=0 "$work/emu" "$work/graph.json" "${grid}x$cm" "$smem" "${dims[@]}"

@@ -20,7 +20,7 @@ def snippet(name):
 
 desc_fn = re.search(r"__device__ __forceinline__ kiln_u64 kiln_wgmma_desc\(.*?\n}\n", snippet("wgmma.cuh"), re.S).group(0)
 for name in ["prelude.cuh", "bf16.cuh", "fp16.cuh", "nanmax.cuh", "exp2.cuh", "amax.cuh", "cp_async.cuh",
-             "mma_sm80.cuh", "mbarrier.cuh", "wgmma.cuh"]:
+             "mma_sm80.cuh", "mbarrier.cuh", "wgmma.cuh", "tma.cuh", "cluster.cuh"]:
     text = snippet(name)
     if text in src:
         src = src.replace(text, desc_fn if name == "wgmma.cuh" else "")
@@ -42,6 +42,8 @@ src = re.sub(r"extern __shared__ __align__\(\d+\) kiln_u8 kiln_smem\[\];",
 
 sig = re.search(r'extern "C" __global__ void __launch_bounds__\([^)]*\) (\w+)\((.*?)\) \{', src, re.S)
 name, params = sig.group(1), sig.group(2)
+# the tensor maps the kernel takes: "// kiln tmap tmU: A axes 1,0 box 64,128"
+tmaps = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"// kiln tmap tm(\d+): \w+ axes ([\d,]+) box ([\d,]+)", src)}
 args = []
 for p in [x.strip() for x in params.split(",")]:
     pname = re.search(r"(\w+)$", p).group(1)
@@ -50,12 +52,16 @@ for p in [x.strip() for x in params.split(",")]:
         args.append("(%s)emu_ptr(%s)" % (ptype, pname[1:]))
     elif re.match(r"s\d+$", pname):
         args.append("emu_scalar(%s)" % pname[1:])
+    elif re.match(r"tm\d+$", pname):
+        axes, box = tmaps[pname[2:]]
+        args.append("emu_tmap(%s, {%s}, {%s})" % (pname[2:], axes, box))
     elif pname.startswith("dim_"):
         args.append('emu_dim("%s")' % pname[4:])
     else:
         raise SystemExit("transform.py: cannot bind parameter %r" % p)
 
 with open(out_path, "w") as f:
-    f.write('#include "emu.h"\nvoid *emu_ptr(long long);\nfloat emu_scalar(long long);\nlong long emu_dim(const char *);\n')
+    f.write('#include "emu.h"\nvoid *emu_ptr(long long);\nfloat emu_scalar(long long);\nlong long emu_dim(const char *);\n'
+            'kiln_tmap emu_tmap(long long, std::vector<int>, std::vector<int>);\n')
     f.write(src)
     f.write("\nvoid emu_entry() { %s(%s); }\n" % (name, ", ".join(args)))

@@ -187,11 +187,11 @@ static void test_corruption(kiln_rt *rt, const unsigned char *good, size_t size)
   OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "magic"),
      "wrong magic -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
   p[0] = 'K';
-  p[KILN_PACK_OFF_VERSION] = 2;
+  p[KILN_PACK_OFF_VERSION] = KILN_PACK_VERSION + 1;
   st = open_bytes(rt, p, size);
-  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "version 2"),
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "version 3"),
      "wrong version -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
-  p[KILN_PACK_OFF_VERSION] = 1;
+  p[KILN_PACK_OFF_VERSION] = KILN_PACK_VERSION;
 
   /* Hand-crafted damage behind a valid checksum exercises the structural checks. */
   p[KILN_PACK_OFF_NPLANS] = 0xff;
@@ -242,8 +242,8 @@ static void test_corruption(kiln_rt *rt, const unsigned char *good, size_t size)
 
 static void test_plans(kiln_rt *rt, kiln_pack *pack) {
   kiln_pack_info pi;
-  OK(kiln_pack_info_get(pack, &pi) == KILN_OK && pi.nplans == 2 && pi.format_version == 1,
-     "pack info: 2 plans, format 1");
+  OK(kiln_pack_info_get(pack, &pi) == KILN_OK && pi.nplans == 2 && pi.format_version == KILN_PACK_VERSION,
+     "pack info: 2 plans, format %u", KILN_PACK_VERSION);
   OK(pi.nimages == 6, "identical images stored once (6 distinct of 7), got %d", pi.nimages);
 
   kiln_plan *a = NULL, *b = NULL, *p = NULL;
@@ -833,6 +833,58 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
   free(bytes);
 }
 
+/* Tensor-map params and per-image shared memory and clusters (a GEMM plan's sm_90a kernel
+ * runs a deeper pipeline in clusters; its sm_80 image launches with less and none). */
+static const char *manifest_tmap =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"mm\", \"dynamic\": [\"M\"],"
+    " \"tensors\": [{\"uid\": 1, \"name\": \"a\", \"dtype\": \"bf16\", \"dims\": [\"M\", 64],"
+    "   \"role\": \"input\", \"align\": 16}],"
+    " \"kernels\": [{\"symbol\": \"kiln_mm_0\", \"block\": [384], \"grid\": [1, 2],"
+    "   \"smem\": 1000, \"by_arch\": {\"sm_90a\": {\"smem\": 200000, \"cluster\": [1, 2, 1]}},"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"tmap\", \"uid\": 1,"
+    "     \"dims\": [{\"axis\": 1, \"box\": BOX}, {\"axis\": 0, \"box\": 128}], \"swizzle\": 3}]}]}";
+
+static void test_tmap(kiln_rt *rt) {
+  const char *archs[] = {"sm_80", "sm_90a"};
+  kiln_blob im[2] = {fake_cubin(cubins[0], 128, "mm sm_80"), fake_cubin(cubins[1], 128, "mm sm_90a")};
+  char text[2048];
+  for (int box = 64; box <= 512; box *= 2) {
+    /* bf16: a 64-element box is 128 bytes, the 128-byte swizzle's span; 128 is too wide; 512
+     * is past the 256 a box dim may have */
+    const char *at = strstr(manifest_tmap, "BOX");
+    snprintf(text, sizeof text, "%.*s%d%s", (int)(at - manifest_tmap), manifest_tmap, box, at + 3);
+    kiln_err e = {0};
+    kiln_pack_writer *w = kiln_pack_writer_new();
+    void *bytes = NULL;
+    size_t size = 0;
+    int wrote = kiln_pack_writer_add_plan(w, text, archs, 2, im, &e) == 0 &&
+                kiln_pack_writer_to_memory(w, &bytes, &size, &e) == 0;
+    kiln_pack_writer_free(w);
+    if (box == 512) {
+      OK(!wrote && strstr(e.msg, "box"), "a 512-wide tensor-map box is refused by the writer (%s)", e.msg);
+      continue;
+    }
+    kiln_pack *pack = NULL;
+    kiln_status st = wrote ? kiln_pack_open_memory(rt, bytes, size, &pack) : KILN_ERR_PACK;
+    if (box == 128 || box == 256) {
+      OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "swizzle"),
+         "a %d-byte inner box under the 128-byte swizzle is refused by the reader (%s)", 2 * box,
+         kiln_rt_errmsg(rt));
+    } else {
+      kiln_plan *p = NULL;
+      kiln_kernel_info k;
+      OK(st == KILN_OK && kiln_plan_get(pack, "mm", NULL, &p) == KILN_OK &&
+             kiln_plan_kernel(p, 0, &k) == KILN_OK && k.nparams == 2 && k.smem == 200000 &&
+             k.cluster[0] == 1 && k.cluster[1] == 2 && k.cluster[2] == 1 && k.nimages == 2,
+         "tensor-map param and per-image launch read back: kernel smem 200000 (largest), cluster "
+         "[1, 2, 1] (%s)", kiln_rt_errmsg(rt));
+      OK(find_param(bytes, size, KILN__PARAM_TMAP, 0) > 0, "the pack holds a tensor-map param");
+      if (pack) kiln_pack_close(pack);
+    }
+    free(bytes);
+  }
+}
+
 static void test_emit_c(const void *bytes, size_t size, const char *tmp) {
   kiln_err e = {0};
   char dir[4096], cmd[16384];
@@ -906,6 +958,7 @@ int main(void) {
   test_inspect(path, bytes, size, tmp);
   test_emit_c(bytes, size, tmp);
   test_workspace(rt, tmp);
+  test_tmap(rt);
 
   OK(strcmp(kiln_errstr(KILN_ERR_PACK), kiln_errstr(KILN_ERR_ALIGN)) != 0 &&
          kiln_dtype_from_name("bf16") == KILN_DTYPE_BF16 &&

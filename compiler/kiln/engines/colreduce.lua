@@ -197,7 +197,7 @@ function E.build(plan, group, g, target, symbol)
     block = L.block, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local main = {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = {},
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, 1, 1 },
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }

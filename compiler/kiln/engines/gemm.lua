@@ -5,9 +5,10 @@
 -- Two template families share one operand layout in shared memory (lines of 128 bytes along
 -- the operand's contiguous axis, 16-byte chunks swizzled by line % 8, which is wgmma's
 -- 128-byte swizzle) and one epilogue:
---   sm90  (sm_90a) warp-specialized and persistent: a producer warpgroup fills a ring of
---         stages with cp.async; two consumer warpgroups run wgmma (HGMMA; QGMMA for fp8) on a
---         128 x BN tile, then the epilogue straight from the accumulators.
+--   sm90  (sm_90a) warp-specialized and persistent: one producer thread fills a ring of
+--         stages with the tensor copy engine (TMA, tensor maps the runtime encodes per launch);
+--         two consumer warpgroups run wgmma (HGMMA; QGMMA for fp8) on a 128 x BN tile, then
+--         the epilogue straight from the accumulators.
 --   mma   (sm_80 and later: the fallback for sm_80, sm_100a and shapes sm90 does not take)
 --         mma.sync m16n8k16 with ldmatrix over a cp.async multistage ring; fp8 operands and
 --         layouts without 16-byte alignment are loaded element by element (converted to fp16).
@@ -23,13 +24,19 @@ local E = { id = "gemm", version = 1 }
 
 -- Persistent grids are sized for the H200's 132 SMs (any GPU runs them: the CTAs loop).
 E.SMS = 132
--- Consumer / producer registers after setmaxnreg (3 warpgroups: 2*128*224 + 128*56 <= 64K;
--- the cp.async producer keeps a few 64-bit addresses per line group).
-E.REG_CONSUMER, E.REG_PRODUCER = 224, 56
--- Tiles of the sm90 path: BN, stages (each stage (128 + BN) * 128 bytes). Their shared memory
--- stays within sm_80's 163 KB per block: the mma kernel built for other SMs launches the same.
-E.SM90_TILES = { { bn = 256, stages = 3 }, { bn = 192, stages = 4 }, { bn = 128, stages = 5 } }
-E.SMEM_MAX = 166912
+-- Consumer / producer registers after setmaxnreg (3 warpgroups: 2*128*232 + 128*40 <= 64K;
+-- one producer thread issues TMA copies).
+E.REG_CONSUMER, E.REG_PRODUCER = 232, 40
+-- Tiles of the sm90 path: BN, stages (each stage (128 + BN) * 128 bytes), within the 227 KB of
+-- shared memory an sm_90 block may have. The shared memory is kept per image in the pack: the
+-- mma kernel built for other SMs launches with its own.
+E.SM90_TILES = { { bn = 256, stages = 4 }, { bn = 192, stages = 5 }, { bn = 128, stages = 6 } }
+E.SMEM_MAX_SM90, E.SMEM_MAX = 232448, 166912
+-- sm90 clusters: CM CTAs along M share each B tile (each copies 1/CM of it, multicast), which
+-- cuts the operand traffic from L2 by a third at 128 x 256. Correct, but measured slower on
+-- the H200 (0.85x vs 0.97x cuBLAS at 8192^3, bench/RESULTS.md), so off by default;
+-- KILN_GEMM_CLUSTER=2 turns it on (for measuring).
+E.CLUSTER_M = 1
 -- fp8 on sm_90a: the tensor cores keep about 13 mantissa bits when they add into the
 -- accumulator, so each k-block (128 deep) is summed into fresh registers and added to the fp32
 -- accumulator by the consumer (twice the accumulator registers: BN at most 192).
@@ -191,26 +198,35 @@ local function sm90_blocker(info)
   if info.N < 64 then return "N < 64" end
 end
 
--- A pack plan has one launch (threads, grid, shared memory) for all SMs, so the kernels for
+-- A pack plan has one launch (threads, grid, parameters) for all SMs, so the kernels for
 -- every SM launch like the sm90 plan the group would get on sm_90a (or, when it takes none,
--- like the mma kernel alone): 384 threads, a persistent grid, the same shared memory.
-local function launch(info, tile)
+-- like the mma kernel alone): 384 threads, the same persistent grid (from `grid_tile`) and
+-- parameters; the shared memory is the kernel's own (`tile` nil: the mma kernel).
+local function cluster_m()
+  local want = tonumber(c.getenv("KILN_GEMM_CLUSTER") or "")
+  return (want == 1 or want == 2) and want or E.CLUSTER_M
+end
+
+local function launch(info, tile, grid_tile)
   local l = { block = { 384, 1, 1 } }
-  local bn
+  -- CTAs come in clusters of cm along grid y (no cluster on the mma kernel: it only reads
+  -- the CTA's linear index)
+  local cm = grid_tile and cluster_m() or 1
+  l.cluster = { 1, tile and cm or 1, 1 }
   if tile then
-    bn = tile.bn
-    l.smem = tile.stages * (128 + bn) * 128 + 16 * tile.stages + 1024
+    l.smem = tile.stages * (128 + tile.bn) * 128 + 16 * tile.stages + 1024
+    assert(l.smem <= E.SMEM_MAX_SM90, "kiln.engines.gemm: a tile needs more shared memory than sm_90 gives a block")
   else
-    bn = E.MMA_BN
-    l.smem = E.MMA_STAGES * (128 + bn) * 128
+    l.smem = E.MMA_STAGES * (128 + E.MMA_BN) * 128
+    assert(l.smem <= E.SMEM_MAX, "kiln.engines.gemm: the mma kernel needs more shared memory than sm_80 gives a block")
   end
+  local bn = grid_tile and grid_tile.bn or E.MMA_BN
   local f, const = {}, (info.N + bn - 1) // bn
   for _, d in ipairs({ info.Md, info.batch }) do
     if type(d) == "string" then f[#f + 1] = d else const = const * d end
   end
   f[#f + 1] = const
-  l.grid = { { mul = f, div = 128, max = E.SMS }, 1, 1 }
-  assert(l.smem <= E.SMEM_MAX, "kiln.engines.gemm: a tile needs more shared memory than sm_80 gives a block")
+  l.grid = { { mul = f, div = 128 * cm, max = E.SMS // cm }, cm, 1 }
   return l
 end
 
@@ -225,14 +241,14 @@ function E.propose(group, g, target)
     for i, b in ipairs(order) do
       local t = b.tile
       plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d", E.version, t.bn, 128 // info.esz, t.stages),
-                            knobs = { path = "sm90", bn = t.bn, stages = t.stages, promote = info.fp8 }, rank = 100 - i, info = info,
-                            launch = launch(info, t) }
+                            knobs = { path = "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true }, rank = 100 - i,
+                            info = info, launch = launch(info, t, t) }
     end
   end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
   plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s", E.version, E.MMA_BN, E.MMA_STAGES, loader),
-                        knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES }, rank = 10, info = info,
-                        launch = launch(info, order and order[1].tile) }
+                        knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil }, rank = 10, info = info,
+                        launch = launch(info, nil, order and order[1].tile) }
   return plans
 end
 
@@ -370,6 +386,53 @@ local function setup_lines(K, info)
   return l
 end
 
+-- Tensor maps of A and B for the TMA producer: parameters `tm<uid>` (the manifest's "tmap"
+-- params: map dim 0 is the operand's contiguous axis, 128-byte boxes, 128-byte swizzle, then
+-- the other matrix axis, then the batch axis when the operand has one) and the copy lines of
+-- one k-block (k0) into the stage at sa (A) and sb (B). K-major: one box of LINES lines;
+-- MN-major: LINES/64 boxes of 64 k-rows, 8 KB apart (the layout the wgmma descriptors read).
+local function tma_operands(K, info, bn, cm)
+  local decl, load, prefetch = {}, {}, {}
+  for _, which in ipairs({ "A", "B" }) do
+    local o = which == "A" and info.oa or info.ob
+    local t, R = o.t, o.rank
+    local lines, dst, mn0 = which == "A" and 128 or bn, which == "A" and "sa" or "sb", which == "A" and "m0" or "n0"
+    local contig = o.contig == "c" and R - 1 or R - 2          -- 0-based tensor axes
+    local other = o.contig == "c" and R - 2 or R - 1
+    local per_line = 128 // info.esz
+    -- B is copied in cm parts (multicast to the cluster): K-major, cm boxes of lines/cm lines;
+    -- MN-major, the 64-line boxes j = rank, rank + cm, ...
+    local split = which == "B" and cm or 1
+    local dims = { { axis = contig, box = per_line }, { axis = other, box = o.kmajor and lines // split or per_line } }
+    if o.bs then dims[3] = { axis = 0, box = 1 } end
+    local name = "tm" .. t.uid
+    K.params[#K.params + 1] = "const __grid_constant__ kiln_tmap " .. name
+    K.mparams[#K.mparams + 1] = { kind = "tmap", uid = t.uid, dims = dims, swizzle = 3 }
+    local axes, boxes = {}, {}
+    for i, d in ipairs(dims) do axes[i], boxes[i] = d.axis, d.box end
+    decl[#decl + 1] = string.format("// kiln tmap %s: %s axes %s box %s", name, which, table.concat(axes, ","), table.concat(boxes, ","))
+    prefetch[#prefetch + 1] = string.format("      kiln_tma_prefetch(&%s);", name)
+    local batch = o.bs and ", (int)bt" or ""
+    local fn = (o.bs and "kiln_tma_load_3d" or "kiln_tma_load_2d") .. (split > 1 and "_mc" or "")
+    local mc = split > 1 and string.format(", (kiln_u16)%d", (1 << cm) - 1) or ""
+    if o.kmajor and split == 1 then
+      load[#load + 1] = string.format("          %s(%s, &%s, k0, (int)%s%s, full);", fn, dst, name, mn0, batch)
+    elseif o.kmajor then
+      load[#load + 1] = string.format("          %s(%s + rank * %du, &%s, k0, (int)%s + (int)rank * %d%s, full%s);", fn, dst,
+        lines // split * 128, name, mn0, lines // split, batch, mc)
+    elseif split == 1 then
+      for j = 0, lines // 64 - 1 do
+        load[#load + 1] = string.format("          %s(%s + %du, &%s, (int)%s + %d, k0%s, full);", fn, dst, j * 8192, name, mn0,
+          j * 64, batch)
+      end
+    else
+      load[#load + 1] = string.format("          for (int j = (int)rank; j < %d; j += %d) %s(%s + j * 8192u, &%s, (int)%s + 64 * j, k0%s, full%s);",
+        lines // 64, split, fn, dst, name, mn0, batch, mc)
+    end
+  end
+  return table.concat(decl, "\n"), table.concat(load, "\n"), table.concat(prefetch, "\n")
+end
+
 -- The element loader's element read: one element of A or B converted to the 16-bit smem type.
 local function elem_fns(src, info, smem_t)
   local out = {}
@@ -394,7 +457,6 @@ function E.build(plan, group, g, target, symbol)
   local K = rowgen.kernel(g, symbol)
   local src = K.src
   src:need("common/cp_async.cuh")
-  src:need("common/gemm_tile.cuh")
   -- parameters in a readable order: inputs by uid, then outputs by uid
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
@@ -402,6 +464,13 @@ function E.build(plan, group, g, target, symbol)
   end
   for _, uid in ipairs(group.outputs) do
     if not info.amax_of[uid] then K:ptr(uid, true) end
+  end
+  -- tensor maps for the sm90 kernel; every SM's kernel takes them (one parameter list per plan)
+  local tmaps, tma_load, tma_prefetch
+  if knobs.tma then
+    src:need("common/tma.cuh")
+    tmaps, tma_load, tma_prefetch = tma_operands(K, info, knobs.path == "sm90" and knobs.bn or sm90_order(info.N, info.fp8)[1].tile.bn,
+      cluster_m())
   end
   local setup = setup_lines(K, info)
   local epi = epilogue(K, info, group, g)
@@ -428,6 +497,7 @@ function E.build(plan, group, g, target, symbol)
   if knobs.path == "sm90" then
     src:need("common/mbarrier.cuh")
     src:need("common/wgmma.cuh")
+    src:need("common/cluster.cuh")
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
     local params = K:finish_params()
@@ -435,11 +505,13 @@ function E.build(plan, group, g, target, symbol)
       what = what, symbol = symbol, params = params, BN = bn, STAGES = stages, ESZ = info.esz,
       N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
       REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, PROMOTE = knobs.promote and "true" or "false",
+      tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch, CM = plan.launch.cluster[2],
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),
     }, "gemm_sm90.cuh"))
     kernel = { source = src:text() }
   else
+    src:need("common/gemm_tile.cuh")
     src:need("common/mma_sm80.cuh")
     local smem_t = info.fp8 and "f16" or SIXTEEN[info.A.dtype]
     src:add(elem_fns(src, info, smem_t))
@@ -448,7 +520,7 @@ function E.build(plan, group, g, target, symbol)
     local elem = knobs.loader == "elem"
     src:add(render.fill(render.template("gemm_sm80.cuh"), {
       A_KMAJOR = (elem or info.oa.kmajor) and "true" or "false", B_KMAJOR = (elem or info.ob.kmajor) and "true" or "false",
-      what = what, symbol = symbol, params = params, STAGES = knobs.stages, ESZ = info.esz,
+      what = what, symbol = symbol, params = params, STAGES = knobs.stages, ESZ = info.esz, tmaps = tmaps or "",
       N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),
@@ -462,7 +534,7 @@ function E.build(plan, group, g, target, symbol)
   end
   local l = plan.launch
   kernel.symbol, kernel.engine, kernel.plan_id, kernel.options = symbol, E.id, plan.id, E.OPTIONS
-  kernel.block, kernel.grid, kernel.smem, kernel.cluster = l.block, l.grid, l.smem, { 1, 1, 1 }
+  kernel.block, kernel.grid, kernel.smem, kernel.cluster = l.block, l.grid, l.smem, l.cluster
   kernel.params, kernel.align = K.mparams, K.align
   if #epi.amax == 0 then return kernel end
   -- amax outputs are raised with atomicMax: a one-thread kernel zeroes them first

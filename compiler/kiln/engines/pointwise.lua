@@ -140,7 +140,7 @@ function E.build(plan, group, g, target, symbol)
   for _, n in ipairs(names) do factors[#factors + 1] = n end
   factors[#factors + 1] = const
   return {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = {},
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = pw.OPTIONS,
     block = { block, 1, 1 }, grid = { { mul = factors, div = block * vec, max = 0 }, 1, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = manifest_params, align = align,
   }

@@ -15,6 +15,7 @@ local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local rowbwd = require "kiln.engines.rowbwd"
 local lower = require "kiln.lower"
 
 local E = { id = "row", version = 1 }
@@ -196,7 +197,12 @@ local function analyze(group, g)
   -- and temporaries (a 1024-thread CTA has 64 registers per thread: 96 bytes)
   local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
   info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
-  if kind == "norm_bwd" then
+  local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
+  if staged then
+    -- dy and x staged through shared memory by cp.async, column sums in registers (rowbwd.lua)
+    info.staged, info.strategy = staged, "staged-" .. staged.name
+    info.smem, info.per_sm, info.max_ctas, info.grid_div = staged.smem, staged.per_sm, staged.max_ctas, staged.grid_div
+  elseif kind == "norm_bwd" then
     -- dscale/dbias sums per slot in shared memory, then a partial row per CTA
     local smem = #info.colsum * L.RPC * H * 4
     if smem > E.SMEM_MAX then
@@ -229,6 +235,36 @@ end
 -- ---------------------------------------------------------------------------------------
 -- build
 
+-- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
+local function build_staged(plan, group, g, symbol, K)
+  local info, L = plan.info, plan.info.L
+  rowbwd.emit(K, info, g, info.staged)
+  local ncols = #info.colsum * L.H
+  local params = K:finish_params()
+  local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA (persistent), %d vector%s of %d per thread, " ..
+    "dy and x staged by cp.async in %d stages, column sums in registers", info.anchor.op, L.P, L.P == 1 and "" or "s", L.H,
+    L.RPC, L.RPC == 1 and "" or "s", L.N, L.N == 1 and "" or "s", L.V, info.staged.S)
+  K.src:add(render.fill(render.template("row.cuh"), {
+    what = what, block = L.block, symbol = symbol, params = params, min_blocks = string.format(", %d", info.per_sm),
+    shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+  }, "row.cuh"))
+  local kernels = { {
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
+    block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, 1, 1 },
+    smem = info.smem, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+  } }
+  if ncols == 0 then return { kernels = kernels } end
+  local outs = {}
+  for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * L.H, count = L.H } end
+  kernels[2] = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
+    C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
+    G = { div = info.grid_div, max = info.max_ctas }, comb = "add", init = "0.0f",
+  })
+  return { kernels = kernels,
+           workspace = { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = info.max_ctas * ncols * 4 },
+                         bytes_max = info.max_ctas * ncols * 4 } }
+end
+
 function E.build(plan, group, g, target, symbol)
   local info = plan.info
   local a, L, kind = info.anchor, info.L, info.kind
@@ -250,6 +286,7 @@ function E.build(plan, group, g, target, symbol)
   end
   for _, uid in ipairs(group.outputs) do K:ptr(uid, true) end
 
+  if info.staged then return build_staged(plan, group, g, symbol, K) end
   K:add("  const int lane = %s;", L.RPC > 1 and string.format("threadIdx.x %% %d", L.P) or "threadIdx.x")
   local slot = L.RPC > 1 and string.format("threadIdx.x / %d", L.P) or "0"
   local loop_start
@@ -750,7 +787,7 @@ function E.build(plan, group, g, target, symbol)
     init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
       body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
     kernels[#kernels + 1] = {
-      symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = {},
+      symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = rowgen.OPTIONS,
       block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
     }
     for i, acc in ipairs(amax_acc) do
@@ -781,7 +818,7 @@ function E.build(plan, group, g, target, symbol)
   local grid = persistent and { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }
     or { mul = info.row_factors, div = L.RPC, max = 0 }
   kernels[#kernels + 1] = {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = {},
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = persistent and info.smem or 0, cluster = { 1, 1, 1 },
     params = K.mparams, align = K.align,
   }

@@ -10,6 +10,8 @@ local pw = require "kiln.engines.pwexpr"
 
 local M = {}
 
+M.OPTIONS = pw.OPTIONS
+
 local fmt, cdim = pw.fmt, pw.cdim
 
 -- Whether the last `n` axes of dims are compile-time, and their product.
@@ -336,7 +338,7 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
     init = opts.init, comb = comb, tail = tail, after = after, what = opts.what or "column sums",
   }))
   return {
-    symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = {},
+    symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = M.OPTIONS,
     block = { 256, 1, 1 }, grid = { (opts.C + 31) // 32, 1, 1 }, smem = 0, cluster = { 1, 1, 1 },
     params = K.mparams, align = K.align,
   }

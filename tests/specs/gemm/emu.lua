@@ -1,6 +1,7 @@
 -- Small GEMM graphs for the CPU emulator (tests/gemm.t): every layout, a batch, the epilogue
 -- kinds (column and row vectors, a residual, a runtime scalar, GELU, fp8 descales and amax).
--- N and K are no multiple of any tile; M is dynamic.
+-- N and K are no multiple of any tile; M is dynamic (tn_static: a column-major A whose
+-- leading dimension is provably 16-byte aligned, for the wgmma path).
 local k = require "kiln"
 local N, K = 264, 200
 
@@ -15,6 +16,8 @@ return {
             body = function(g, a, b) return { c = g:matmul(a, b) } end }),
   g("tt", { inputs = { a = { "M", "K", strides = { 1, "M" } }, b = { "K", "N", strides = { 1, "K" } } },
             body = function(g, a, b) return { c = g:matmul(a, b) } end }),
+  g("tn_static", { dims = { M = 304, N = N, K = K }, inputs = { a = { "M", "K", strides = { 1, "M" } }, b = { "K", "N" } },
+                   body = function(g, a, b) return { c = g:matmul(a, b) } end }),
   g("batched", { dtype = "fp16", dims = { M = k.dynamic, Bt = 2, N = N, K = K },
                  inputs = { a = { "Bt", "M", "K" }, b = { "K", "N" } },
                  body = function(g, a, b) return { c = g:matmul(a, b) } end }),

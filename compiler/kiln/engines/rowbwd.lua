@@ -1,0 +1,274 @@
+-- kiln.engines.rowbwd: the staged kernel of rmsnorm_backward / layernorm_backward
+-- (docs/MEMORY_BOUND.md). Persistent CTAs; each thread copies its own 16-byte chunks of dy
+-- and x for rows ahead into a ring of S shared-memory stages with cp.async (no barrier: a
+-- thread reads back only what it copied), keeps its columns' scale and dscale/dbias sums in
+-- registers (its columns are the same in every row), and per row does one reduction (one
+-- barrier when P > 32, parity-buffered) and the dx pass. At the end the CTA's slots add in slot
+-- order into one partial row of the workspace, which the `_final` kernel adds in a fixed order.
+-- KILN_ROW_BWD (read at build time) picks the variant: docs/MEMORY_BOUND.md lists them.
+local c = require "kiln.c"
+local errors = require "kiln.errors"
+local shape = require "kiln.shape"
+local dtypes = require "kiln.dtypes"
+local pw = require "kiln.engines.pwexpr"
+
+local M = {}
+
+-- Named variants: stages in the ring and CTAs per SM (`legacy`: the shared-memory column
+-- sums kernel, row.lua's generic passes).
+M.NAMED = { async = { S = 3, C = 1 }, deep = { S = 4, C = 1 }, twocta = { S = 2, C = 2 } }
+M.DEFAULT = "async"
+-- Column sums a thread keeps in registers at most (nsums * N * V floats).
+M.MAX_SUMS = 32
+
+-- The variant KILN_ROW_BWD asks for: { legacy = true } or { S =, C =, name = }.
+function M.mode()
+  local v = c.getenv("KILN_ROW_BWD")
+  local default = v == nil or v == ""
+  if default then v = M.DEFAULT end
+  if v == "legacy" then return { legacy = true, name = v } end
+  local m = M.NAMED[v]
+  if m then return { S = m.S, C = m.C, name = v, default = default } end
+  local s, n = v:match("^s(%d)c(%d)$")
+  s, n = tonumber(s), tonumber(n)
+  if s and n and s >= 2 and s <= 8 and n >= 1 and n <= 2 then return { S = s, C = n, name = v } end
+  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, async, deep, twocta or sNcM (stages 2-8, CTAs per SM 1-2)", v)
+end
+
+-- Whether the staged kernel takes this backward (analyze's info, layout L): the sizes it
+-- needs, or nil and why (then the legacy kernel builds it).
+function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
+  local mode = M.mode()
+  if mode.legacy then return nil, "KILN_ROW_BWD=legacy" end
+  local a = info.anchor
+  -- measured on the H200 (bench/RESULTS.md): rmsnorm backward at H <= 2048 runs faster on
+  -- the legacy kernel (3.11 vs 2.76 TB/s at 16384 x 2048); layernorm's gains at every H
+  if mode.default and a.op == "rmsnorm_backward" and L.H <= 2048 then
+    return nil, "rmsnorm_backward at H <= 2048 (the legacy kernel measured faster)"
+  end
+  if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) > 0 then
+    return nil, "fused pointwise ops"
+  end
+  local dy, x = g.by_uid[a.inputs.grad], g.by_uid[a.inputs.input]
+  for _, t in ipairs({ dy, x }) do
+    if info.access[t.uid] ~= "full" then return nil, t.name .. " is not row-major over the element space" end
+    if (L.V * dtypes.size(t.dtype)) % 16 ~= 0 then return nil, "vectors narrower than 16 bytes" end
+  end
+  for uid, k in pairs(info.out_kind) do
+    if k ~= "colsum" and not (uid == a.outputs.DX and k == "elem") then return nil, "outputs beyond dx, dscale, dbias" end
+  end
+  if L.block > 512 then return nil, "more than 512 threads per row" end
+  if #info.colsum * L.N * L.V > M.MAX_SUMS then return nil, "too many column sums per thread for registers" end
+  local rowb = L.H * (dtypes.size(dy.dtype) + dtypes.size(x.dtype))
+  local stage = L.RPC * rowb
+  local S = math.min(mode.S, SMEM_MAX // stage)
+  if S < 2 then return nil, "two stages do not fit in shared memory" end
+  local smem = S * stage
+  if L.RPC > 1 then smem = math.max(smem, L.RPC * #info.colsum * L.H * 4) end
+  if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
+  local per_sm = math.min(mode.C, 2048 // L.block, math.max(1, (227 * 1024) // smem))
+  return { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, max_ctas = SMS * per_sm,
+           grid_div = L.RPC * MIN_ROWS, name = mode.name }
+end
+
+-- The kernel body (lines into K) for analyze's info with the plan from M.plan.
+function M.emit(K, info, g, st)
+  local a, L = info.anchor, info.L
+  local H, P, N, V, RPC, S = L.H, L.P, L.N, L.V, L.RPC, st.S
+  local src = K.src
+  local is_ln = a.op == "layernorm_backward"
+  src:need("common/cp_async.cuh")
+  local dy, x, w = g.by_uid[a.inputs.grad], g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
+  local sdy, sx, sw = pw.storage(src, dy.dtype), pw.storage(src, x.dtype), pw.storage(src, w.dtype)
+  local zdy, zx = dtypes.size(dy.dtype), dtypes.size(x.dtype)
+  local pdy, px, pwt = K:ptr(dy.uid), K:ptr(x.uid), K:ptr(w.uid)
+  local dxu = a.outputs.DX
+  local dxt = g.by_uid[dxu]
+  local sdx = pw.storage(src, dxt.dtype)
+  local pdx = K:ptr(dxu, true)
+  for _, uid in ipairs({ dy.uid, x.uid }) do K:need_align(uid, 16) end
+  K:need_align(w.uid, math.min(16, V * dtypes.size(w.dtype)))
+  K:need_align(dxu, math.min(16, V * dtypes.size(dxt.dtype)))
+  local function stat(port, row)
+    local t = g.by_uid[a.inputs[port]]
+    local s = pw.storage(src, t.dtype)
+    local off = (pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides)) and row
+      or pw.offset_expr(t, info.E, string.format("(%s * %dLL)", row, H))
+    return pw.fmt(s.load, string.format("%s[%s]", K:ptr(t.uid), off))
+  end
+  local guard = L.even and "" or string.format("if (c < %d) ", H)
+  local nsums = #info.colsum
+  local add = function(...) K:add(...) end
+
+  add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][slot][dy row, x row]")
+  add("  const int lane = %s;", RPC > 1 and string.format("threadIdx.x %% %d", P) or "threadIdx.x")
+  add("  const int slot = %s;", RPC > 1 and string.format("threadIdx.x / %d", P) or "0")
+  add("  const kiln_i64 rows_ = %s, nrb_ = (rows_ + %d) / %d;", info.rows, RPC - 1, RPC)
+  add("  const kiln_u32 sb_ = kiln_smem_u32(stg_) + slot * %d;", st.rowb)
+  add("  const kiln_u8 *sp_ = stg_ + slot * %d;", st.rowb)
+  -- the thread's columns: scale in fp32, column sums
+  add("  float w_[%d][%d];", N, V)
+  add("  alignas(16) float cs_[%d][%d][%d];", math.max(nsums, 1), N, V)
+  add("#pragma unroll")
+  add("  for (int k = 0; k < %d; k++) {", N)
+  add("    const int c = (lane + k * %d) * %d;", P, V)
+  add("    alignas(16) %s t_[%d];", sw.ctype, V)
+  add("#pragma unroll")
+  add("    for (int j = 0; j < %d; j++) t_[j] = 0;", V)
+  add("    %s{", guard)
+  add(pw.vector_copy("t_", pwt .. " + c", sw.ctype, V, dtypes.size(w.dtype), "      "))
+  add("    }")
+  add("#pragma unroll")
+  add("    for (int j = 0; j < %d; j++) {", V)
+  add("      w_[k][j] = %s;", pw.fmt(sw.load, "t_[j]"))
+  for i = 0, nsums - 1 do add("      cs_[%d][k][j] = 0.0f;", i) end
+  add("    }")
+  add("  }")
+  -- issue the copies of row block `rb` into stage `b` (zero fill past the last row)
+  local function issue(rb, b, indent)
+    local ind = indent
+    add("%s{ const kiln_i64 rb_i = %s, r_i = rb_i * %d + slot;", ind, rb, RPC)
+    add("%s  const bool ok_ = rb_i < nrb_ && r_i < rows_;", ind)
+    add("%s  const kiln_i64 rs_ = ok_ ? r_i : 0;", ind)
+    add("%s  const kiln_u32 d_ = sb_ + (%s) * %d;", ind, b, st.stage)
+    add("#pragma unroll")
+    add("%s  for (int k = 0; k < %d; k++) {", ind, N)
+    add("%s    const int c = (lane + k * %d) * %d;", ind, P, V)
+    local cps = {}
+    for _, t in ipairs({ { p = pdy, z = zdy, off = 0 }, { p = px, z = zx, off = H * zdy } }) do
+      for q = 0, (V * t.z) // 16 - 1 do
+        cps[#cps + 1] = string.format("kiln_cp_async16(d_ + %d + c * %d, reinterpret_cast<const kiln_u8 *>(%s + rs_ * %dLL + c) + %d, ok_ ? 16u : 0u);",
+          t.off + q * 16, t.z, t.p, H, q * 16)
+      end
+    end
+    add("%s    %s{ %s }", ind, guard, table.concat(cps, " "))
+    add("%s  }", ind)
+    add("%s  kiln_cp_async_commit(); }", ind)
+  end
+  add("#pragma unroll 1")
+  add("  for (int s_ = 0; s_ < %d; s_++)", S - 1)
+  issue("blockIdx.x + (kiln_i64)s_ * gridDim.x", "s_", "    ")
+  -- the first row's statistics; later ones are loaded a row ahead
+  local function stats_load(row, indent)
+    local ms = is_ln and string.format("nm_ = %s; ", stat("mean", row)) or ""
+    add("%sif (%s < rows_) { %snr_ = %s; }", indent, row, ms, stat("inv_variance", row))
+  end
+  add("  float nm_ = 0.0f, nr_ = 0.0f;")
+  stats_load("(kiln_i64)blockIdx.x * " .. RPC .. " + slot", "  ")
+  -- per-row reduction arrays, by row parity (P > 32): one barrier per row
+  local vars = is_ln and { "a0", "a1" } or { "a1" }
+  local W = P // 32
+  if P > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ float rd_[2][%d][%d];", #vars, L.block // 32) end
+  add("  int buf_ = 0, par_ = 0;")
+  add("  for (kiln_i64 rb_ = blockIdx.x; rb_ < nrb_; rb_ += gridDim.x) {")
+  issue(string.format("rb_ + %dLL * gridDim.x", S - 1), string.format("buf_ == 0 ? %d : buf_ - 1", S - 1), "    ")
+  add("    const kiln_i64 row = rb_ * %d + slot;", RPC)
+  add("    const bool valid = row < rows_;")
+  add("    const float mean_ = nm_, rstd_ = nr_;")
+  stats_load(string.format("(row + (kiln_i64)gridDim.x * %d)", RPC), "    ")
+  add("    kiln_cp_async_wait<%d>();", S - 1)
+  add("    const kiln_u8 *cur_ = sp_ + buf_ * %d;", st.stage)
+  -- one pass over the staged row: the element values in v_dy, v_x, xh_, gg_
+  local function pass(body_pre, body, post)
+    add("#pragma unroll")
+    add("    for (int k = 0; k < %d; k++) {", N)
+    add("      const int c = (lane + k * %d) * %d;", P, V)
+    add("      %s{", guard)
+    add("        alignas(16) %s ty_[%d];", sdy.ctype, V)
+    add("        alignas(16) %s tx_[%d];", sx.ctype, V)
+    add(pw.vector_copy("ty_", string.format("cur_ + c * %d", zdy), sdy.ctype, V, zdy, "        "))
+    add(pw.vector_copy("tx_", string.format("cur_ + %d + c * %d", H * zdy, zx), sx.ctype, V, zx, "        "))
+    if body_pre then body_pre() end
+    add("#pragma unroll")
+    add("        for (int j = 0; j < %d; j++) {", V)
+    add("          const float dy_ = %s, x_ = %s;", pw.fmt(sdy.load, "ty_[j]"), pw.fmt(sx.load, "tx_[j]"))
+    add("          const float xh_ = %s * rstd_;", is_ln and "(x_ - mean_)" or "x_")
+    add("          const float gg_ = dy_ * w_[k][j];")
+    body()
+    add("        }")
+    if post then post() end
+    add("      }")
+    add("    }")
+  end
+  add("    float %s;", table.concat(vars, " = 0.0f, ") .. " = 0.0f")
+  pass(nil, function()
+    if is_ln then add("          a0 += gg_;") end
+    add("          a1 = fmaf(gg_, xh_, a1);")
+  end)
+  -- the row's sums: warp butterflies, then the row's warps in order through shared memory
+  local sh = {}
+  for _, v in ipairs(vars) do sh[#sh + 1] = string.format("%s += __shfl_xor_sync(0xffffffffu, %s, o_);", v, v) end
+  add("#pragma unroll")
+  add("    for (int o_ = %d; o_ > 0; o_ >>= 1) { %s }", math.min(P, 32) // 2, table.concat(sh, " "))
+  if P > 32 then
+    local stv, ldv, addv = {}, {}, {}
+    for i, v in ipairs(vars) do
+      stv[#stv + 1] = string.format("rd_[par_][%d][threadIdx.x >> 5] = %s;", i - 1, v)
+      ldv[#ldv + 1] = string.format("%s = rd_[par_][%d][w0_];", v, i - 1)
+      addv[#addv + 1] = string.format("%s += rd_[par_][%d][w0_ + w_];", v, i - 1)
+    end
+    add("    if ((threadIdx.x & 31) == 0) { %s }", table.concat(stv, " "))
+    add("    __syncthreads();")
+    add("    { const int w0_ = slot * %d; %s", W, table.concat(ldv, " "))
+    add("#pragma unroll")
+    add("      for (int w_ = 1; w_ < %d; w_++) { %s } }", W, table.concat(addv, " "))
+  end
+  add("    const float c1_ = %s, c2_ = a1 * (1.0f / %d);", is_ln and string.format("a0 * (1.0f / %d)", H) or "0.0f", H)
+  local sums = {}
+  for i, uid in ipairs(info.colsum) do sums[i] = uid == a.outputs.DSCALE and "xh_ * dy_" or "dy_" end
+  pass(function()
+    add("        alignas(16) %s o_[%d];", sdx.ctype, V)
+  end, function()
+    add("          o_[j] = %s;", pw.fmt(sdx.store, string.format("rstd_ * (gg_ - %sxh_ * c2_)", is_ln and "c1_ - " or "")))
+    if nsums > 0 then
+      local acc = {}
+      for i, e in ipairs(sums) do acc[#acc + 1] = string.format("cs_[%d][k][j] += %s;", i - 1, e) end
+      add("          if (valid) { %s }", table.concat(acc, " "))
+    end
+  end, function()
+    add("        if (valid)")
+    add(pw.vector_copy(string.format("%s + row * %dLL + c", pdx, H), "o_", sdx.ctype, V, dtypes.size(dxt.dtype), "          "))
+  end)
+  add("    buf_ = buf_ == %d ? 0 : buf_ + 1;", S - 1)
+  add("    par_ ^= 1;")
+  add("  }")
+  add("  kiln_cp_async_wait<0>();")
+  -- this CTA's partial row ws[blockIdx.x][nsums * H]: the slots' sums in slot order
+  if nsums > 0 then
+    local ws = K:workspace(0)
+    local ncols = nsums * H
+    if RPC == 1 then
+      add("#pragma unroll")
+      add("  for (int k = 0; k < %d; k++) {", N)
+      add("    const int c = (lane + k * %d) * %d;", P, V)
+      add("    %s{", guard)
+      for i = 0, nsums - 1 do
+        add(pw.vector_copy(string.format("%s + (kiln_i64)blockIdx.x * %d + %d + c", ws, ncols, i * H), string.format("cs_[%d][k]", i),
+          "float", V, 4, "      "))
+      end
+      add("    }")
+      add("  }")
+    else
+      add("  __syncthreads();  // the stages are free: the slots' sums go there")
+      add("  float *acc_ = reinterpret_cast<float *>(stg_);  // [sum][slot][column]")
+      add("#pragma unroll")
+      add("  for (int k = 0; k < %d; k++) {", N)
+      add("    const int c = (lane + k * %d) * %d;", P, V)
+      add("    %s{", guard)
+      for i = 0, nsums - 1 do
+        add(pw.vector_copy(string.format("acc_ + (%d + slot) * %d + c", i * RPC, H), string.format("cs_[%d][k]", i), "float", V, 4, "      "))
+      end
+      add("    }")
+      add("  }")
+      add("  __syncthreads();")
+      add("  for (int i = threadIdx.x; i < %d; i += %d) {", ncols, L.block)
+      add("    const int s_ = i / %d, col = i - s_ * %d;", H, H)
+      add("    float t_ = acc_[s_ * %d + col];", RPC * H)
+      add("    for (int sl = 1; sl < %d; sl++) t_ += acc_[(s_ * %d + sl) * %d + col];", RPC, RPC, H)
+      add("    %s[(kiln_i64)blockIdx.x * %d + i] = t_;", ws, ncols)
+      add("  }")
+    end
+  end
+end
+
+return M

@@ -1,0 +1,36 @@
+// kiln: the bulk tensor copy engine (TMA, sm_90). A tensor map (CUtensorMap, 128 opaque
+// bytes the runtime encodes per launch) arrives by value as a __grid_constant__ parameter;
+// one thread copies a box of the tensor into shared memory (128-byte swizzle, zeros past the
+// tensor's edges) and the copy completes on an mbarrier as a transaction of its bytes.
+struct __align__(64) kiln_tmap {
+  kiln_u64 opaque[16];
+};
+__device__ __forceinline__ void kiln_tma_prefetch(const kiln_tmap *map) {
+  asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<kiln_u64>(map)) : "memory");
+}
+// Arrives on the barrier and adds `bytes` to the transactions its current phase waits for.
+__device__ __forceinline__ void kiln_mbar_expect_tx(kiln_u32 bar, kiln_u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void kiln_tma_load_2d(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, kiln_u32 bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void kiln_tma_load_3d(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, int c2, kiln_u32 bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+               :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+// The same copy into the shared memory of every CTA of the cluster in `mask` (same offsets),
+// completing on each one's barrier at `bar`.
+__device__ __forceinline__ void kiln_tma_load_2d_mc(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, kiln_u32 bar,
+                                                    kiln_u16 mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void kiln_tma_load_3d_mc(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, int c2,
+                                                    kiln_u32 bar, kiln_u16 mask) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3, %4}], [%5], %6;"
+               :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask) : "memory");
+}
