@@ -78,6 +78,7 @@ typedef struct kiln__ctx_slot {
   void **functions;          /* CUfunction per kernel */
   unsigned *smem;            /* dynamic shared memory per kernel (of the chosen image) */
   unsigned (*cluster)[3];    /* cluster dims per kernel (of the chosen image) */
+  unsigned *major;           /* SM major of the chosen image: tensor maps only from 9 on */
 } kiln__ctx_slot;
 
 struct kiln_plan {

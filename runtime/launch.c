@@ -100,7 +100,7 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
 
   size_t nk = (size_t)plan->nkernels;
   kiln__ctx_slot *s =
-      calloc(1, sizeof *s + 2 * (nk ? nk : 1) * sizeof(void *) + (nk ? nk : 1) * 4 * sizeof(unsigned));
+      calloc(1, sizeof *s + 2 * (nk ? nk : 1) * sizeof(void *) + (nk ? nk : 1) * 5 * sizeof(unsigned));
   if (!s) return kiln__fail(RT(plan), KILN_ERR_NOMEM, "out of memory");
   s->ctx_id = ctx_id;
   s->ctx = ctx;
@@ -108,6 +108,7 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
   s->functions = s->modules + nk;
   s->smem = (unsigned *)(s->functions + nk);
   s->cluster = (unsigned(*)[3])(s->smem + nk);
+  s->major = s->smem + 4 * nk;
   kiln_status st = KILN_OK;
   int k = 0;
   for (; k < plan->nkernels && st == KILN_OK; k++) {
@@ -149,6 +150,7 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
      * when the dynamic part alone is below, and the attribute is cheap (set once per load). */
     s->smem[k] = im->smem;
     memcpy(s->cluster[k], im->cluster, sizeof s->cluster[k]);
+    s->major[k] = (unsigned)im->major;
     if (im->smem > 0 &&
         (r = kiln__cu.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)im->smem)) != CUDA_SUCCESS) {
@@ -269,8 +271,10 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       case KILN__PARAM_DIM: values[p] = (uint64_t)dyn[arg]; break;
       case KILN__PARAM_I64: values[p] = (uint64_t)arg; break;
       case KILN__PARAM_WORKSPACE: values[p] = workspace + (uint64_t)arg; break;
-      case KILN__PARAM_TMAP:
-        st = encode_tmap(plan, kn, &kn->params[p], ptrs[arg], dyn, &maps[nmaps]);
+      case KILN__PARAM_TMAP: /* code for SMs before 9.0 takes the map but never reads it */
+        memset(&maps[nmaps], 0, sizeof maps[nmaps]);
+        st = s->major[k] < 9 ? KILN_OK
+                             : encode_tmap(plan, kn, &kn->params[p], ptrs[arg], dyn, &maps[nmaps]);
         if (st != KILN_OK) return st;
         args[p] = &maps[nmaps++];
         continue;
