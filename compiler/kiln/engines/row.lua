@@ -235,6 +235,21 @@ end
 -- ---------------------------------------------------------------------------------------
 -- build
 
+-- The column sums' second kernel (the fixed-order sum of the CTAs' partial rows) and the
+-- workspace rule for those rows, shared by both backward kernels.
+local function colsum_finalize(plan, g, symbol)
+  local info = plan.info
+  local H, ncols = info.L.H, #info.colsum * info.L.H
+  local outs = {}
+  for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * H, count = H } end
+  local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
+    C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
+    G = { div = info.grid_div, max = info.max_ctas }, comb = "add", init = "0.0f",
+  })
+  return final, { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = info.max_ctas * ncols * 4 },
+                  bytes_max = info.max_ctas * ncols * 4 }
+end
+
 -- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
 local function build_staged(plan, group, g, symbol, K)
   local info, L = plan.info, plan.info.L
@@ -254,15 +269,9 @@ local function build_staged(plan, group, g, symbol, K)
     smem = info.smem, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   } }
   if ncols == 0 then return { kernels = kernels } end
-  local outs = {}
-  for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * L.H, count = L.H } end
-  kernels[2] = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
-    C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
-    G = { div = info.grid_div, max = info.max_ctas }, comb = "add", init = "0.0f",
-  })
-  return { kernels = kernels,
-           workspace = { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = info.max_ctas * ncols * 4 },
-                         bytes_max = info.max_ctas * ncols * 4 } }
+  local workspace
+  kernels[2], workspace = colsum_finalize(plan, g, symbol)
+  return { kernels = kernels, workspace = workspace }
 end
 
 function E.build(plan, group, g, target, symbol)
@@ -766,14 +775,7 @@ function E.build(plan, group, g, target, symbol)
         K:add("    %s[(kiln_i64)blockIdx.x * %d + i] = acc_[i];", ws, ncols)
       end
       K:add("  }")
-      local outs = {}
-      for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * H, count = H } end
-      kernels.final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
-        C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
-        G = { div = info.grid_div, max = info.max_ctas }, comb = "add", init = "0.0f",
-      })
-      workspace = { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = info.max_ctas * ncols * 4 },
-                    bytes_max = info.max_ctas * ncols * 4 }
+      kernels.final, workspace = colsum_finalize(plan, g, symbol)
     end
   end
 
