@@ -1,6 +1,8 @@
 // kiln: ${what} from the per-CTA partial rows ws[G][${C}] of the previous kernel, added in a
-// fixed order (8 strided slices per column, then the slices in order): deterministic.
+// fixed order (8 strided slices per column, then the slices in order): deterministic. A
+// slice's partials are all loaded before they are added: one memory latency, not one each.
 extern "C" __global__ void __launch_bounds__(256) ${symbol}(${params}) {
+  constexpr int PER = (${max} + 7) / 8;  // partial rows per slice at most
   __shared__ float part_[8][32];
   const int lane = threadIdx.x & 31, sl = threadIdx.x >> 5;
   const int col = blockIdx.x * 32 + lane;
@@ -8,8 +10,11 @@ extern "C" __global__ void __launch_bounds__(256) ${symbol}(${params}) {
   if (G > ${max}) G = ${max};
   float a = ${init};
   if (col < ${C}) {
-#pragma unroll 4
-    for (kiln_i64 gi = sl; gi < G; gi += 8) { const float b = ws[gi * ${C}LL + col]; ${comb} }
+    float v_[PER];  // the missing rows past G read as the neutral ${init}
+#pragma unroll
+    for (int i = 0; i < PER; i++) { const kiln_i64 gi = sl + 8 * i; v_[i] = gi < G ? ws[gi * ${C}LL + col] : ${init}; }
+#pragma unroll
+    for (int i = 0; i < PER; i++) { const float b = v_[i]; ${comb} }
   }
   part_[sl][lane] = a;
   __syncthreads();

@@ -5,3 +5,12 @@ __device__ __forceinline__ kiln_u16 kiln_f32_to_bf16(float f) {
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
   return r;
 }
+// A 32-bit word of two bf16 (the lower-indexed element in the low half): one instruction each
+// way per element, and one per pair when packing.
+__device__ __forceinline__ float kiln_bf16lo_to_f32(kiln_u32 w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float kiln_bf16hi_to_f32(kiln_u32 w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ kiln_u32 kiln_f32x2_to_bf16x2(float lo, float hi) {
+  kiln_u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}

@@ -9,12 +9,23 @@ local M = {}
 -- NVRTC options of the kernels built from these expressions (pointwise, row, colreduce):
 -- `-minimal` leaves out the builtin header's texture, device-runtime and launch declarations
 -- that header-free sources never use (the same SASS, 2-4 ms less per compile here).
+-- KILN_FAST_COMPILE=min|mid|max (read at build time) adds NVRTC's --Ofast-compile level:
+-- docs/MEMORY_BOUND.md has its compile times and the bandwidth measured with it.
 M.OPTIONS = { "-minimal" }
+do
+  local fast = require("kiln.c").getenv("KILN_FAST_COMPILE")
+  if fast == "min" or fast == "mid" or fast == "max" then M.OPTIONS[2] = "--Ofast-compile=" .. fast
+  elseif fast ~= nil and fast ~= "" and fast ~= "0" then
+    require("kiln.errors").raise_at(nil, nil, "E_USAGE", "KILN_FAST_COMPILE=%s: want 0, min, mid or max", fast)
+  end
+end
 
 -- How each dtype is stored, read into fp32 and written back.
 M.STORAGE = {
   fp32     = { ctype = "float",     load = "%s",                     store = "%s" },
-  bf16     = { ctype = "kiln_u16",  load = "kiln_bf16_to_f32(%s)",   store = "kiln_f32_to_bf16(%s)", snippet = "common/bf16.cuh" },
+  bf16     = { ctype = "kiln_u16",  load = "kiln_bf16_to_f32(%s)",   store = "kiln_f32_to_bf16(%s)", snippet = "common/bf16.cuh",
+               -- element pairs held as 32-bit words (fewer instructions, faster NVRTC)
+               word = { lo = "kiln_bf16lo_to_f32(%s)", hi = "kiln_bf16hi_to_f32(%s)", pack = "kiln_f32x2_to_bf16x2(%s, %s)" } },
   fp16     = { ctype = "kiln_u16",  load = "kiln_fp16_to_f32(%s)",   store = "kiln_f32_to_fp16(%s)", snippet = "common/fp16.cuh" },
   fp8_e4m3 = { ctype = "kiln_u8",   load = "kiln_e4m3_to_f32(%s)",   store = "kiln_f32_to_e4m3(%s)", snippet = "common/fp8.cuh" },
   fp8_e5m2 = { ctype = "kiln_u8",   load = "kiln_e5m2_to_f32(%s)",   store = "kiln_f32_to_e5m2(%s)", snippet = "common/fp8.cuh" },
@@ -25,6 +36,18 @@ M.STORAGE = {
 
 -- "%s" in pattern replaced by x (x may contain '%').
 function M.fmt(pattern, x) return (pattern:gsub("%%s", function() return x end)) end
+
+-- How a vector of V elements of storage st sits in registers: `ctype name[n]`, and
+-- read(a) the fp32 value of element j (the loop variable) of array expression a. bf16 with
+-- even V: 32-bit words of element pairs.
+function M.regs(st, V)
+  if st.word and V % 2 == 0 then
+    return { ctype = "kiln_u32", n = V // 2, word = true, read = function(a)
+      return string.format("((j & 1) ? %s : %s)", M.fmt(st.word.hi, a .. "[j >> 1]"), M.fmt(st.word.lo, a .. "[j >> 1]"))
+    end }
+  end
+  return { ctype = st.ctype, n = V, read = function(a) return M.fmt(st.load, a .. "[j]") end }
+end
 
 -- The storage of dtype dt, its helper snippet added to src.
 function M.storage(src, dt)
