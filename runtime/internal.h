@@ -48,7 +48,7 @@ typedef struct kiln__param {
 
 typedef struct kiln__kernel {
   const char *symbol, *engine, *plan_id;
-  unsigned block[3], cluster[3], smem;
+  unsigned block[3], cluster[3], smem, flags; /* flags: KILN_PACK_KERNEL_* */
   kiln__grid grid[3];
   int nparams;
   kiln__param *params;

@@ -293,16 +293,28 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
     CUfunction fn = (CUfunction)s->functions[k];
     CUresult r;
     const unsigned *cl = s->cluster[k];
-    if (cl[0] * cl[1] * cl[2] == 1) {
+    /* programmatic dependent launch: on SM 9.0+ a flagged kernel may start while the previous
+     * one runs (it waits in-kernel before reading that kernel's output) */
+    const int pdl = k > 0 && (kn->flags & KILN_PACK_KERNEL_PDL) && s->major[k] >= 9;
+    if (cl[0] * cl[1] * cl[2] == 1 && !pdl) {
       r = kiln__cu.LaunchKernel(fn, g[0], g[1], g[2], kn->block[0], kn->block[1], kn->block[2],
                                 s->smem[k], stream, args, NULL);
     } else {
-      CUlaunchAttribute attr;
-      memset(&attr, 0, sizeof attr);
-      attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attr.value.clusterDim.x = cl[0];
-      attr.value.clusterDim.y = cl[1];
-      attr.value.clusterDim.z = cl[2];
+      CUlaunchAttribute attr[2];
+      unsigned nattr = 0;
+      memset(attr, 0, sizeof attr);
+      if (cl[0] * cl[1] * cl[2] > 1) {
+        attr[nattr].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr[nattr].value.clusterDim.x = cl[0];
+        attr[nattr].value.clusterDim.y = cl[1];
+        attr[nattr].value.clusterDim.z = cl[2];
+        nattr++;
+      }
+      if (pdl) {
+        attr[nattr].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr[nattr].value.programmaticStreamSerializationAllowed = 1;
+        nattr++;
+      }
       CUlaunchConfig cfg;
       memset(&cfg, 0, sizeof cfg);
       cfg.gridDimX = g[0];
@@ -313,8 +325,8 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       cfg.blockDimZ = kn->block[2];
       cfg.sharedMemBytes = s->smem[k];
       cfg.hStream = stream;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = nattr;
       r = kiln__cu.LaunchKernelEx(&cfg, fn, args, NULL);
     }
     if (r != CUDA_SUCCESS)

@@ -1,4 +1,4 @@
-/* kiln pack format, version 2 — private; shared by the runtime reader (pack_read.c) and
+/* kiln pack format, version 3 — private; shared by the runtime reader (pack_read.c) and
  * the compiler's writer (compiler/pack_write.c). Change both together and bump
  * KILN_PACK_VERSION when the bytes change.
  *
@@ -32,6 +32,9 @@
  *           ndim x stride: (str text or NOSTR when fixed, u8 nfactor, nfactor x i64 ref)
  *                          the stride (elements) is the product of the factors
  *   kernel: str symbol, str engine, str plan_id, u32 block[3], u32 smem, u32 cluster[3],
+ *           u32 flags (KILN_PACK_KERNEL_PDL: the kernel may start while the plan's previous
+ *           kernel still runs, on SM 9.0+ images; it waits with griddepcontrol.wait before it
+ *           reads what that kernel writes; other bits zero),
  *           3 x grid: (str text, i64 div, i64 max, u8 nfactor, nfactor x i64 ref)
  *                     axis size = ceil(product of factors / div), clamped to max if > 0
  *           u32 nparam, nparam x (u8 kind, i64 arg [, tensor map])  enum kiln__param_kind
@@ -56,7 +59,9 @@
 #include <stdint.h>
 
 #define KILN_PACK_MAGIC "KILNPACK"
-#define KILN_PACK_VERSION 2u
+#define KILN_PACK_VERSION 3u
+/* Kernel flags. */
+#define KILN_PACK_KERNEL_PDL 1u
 #define KILN_PACK_HEADER_SIZE 96u
 #define KILN_PACK_CHECKSUM_FROM 32u
 #define KILN_PACK_IMAGE_ALIGN 64u

@@ -9,6 +9,7 @@ extern "C" __global__ void __launch_bounds__(256) ${symbol}(${params}) {
   kiln_i64 G = (${rows} + ${div} - 1) / ${div};  // the previous kernel's grid
   if (G > ${max}) G = ${max};
   float a = ${init};
+  kiln_pdl_wait();  // launched early (pdl): the partial rows are complete past this point
   if (col < ${C}) {
     float v_[PER];  // the missing rows past G read as the neutral ${init}
 #pragma unroll

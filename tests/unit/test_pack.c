@@ -45,7 +45,7 @@ static const char *manifest_bias_gelu =
     "    {\"kind\": \"dim\", \"name\": \"H\"}]},"
     "  {\"symbol\": \"kiln_bias_gelu_1\", \"engine\": \"pointwise\", \"plan_id\": \"p:v1\","
     "   \"block\": [128], \"grid\": [{\"mul\": [\"T\"], \"div\": 1, \"max\": 1024}],"
-    "   \"smem\": 65536, \"params\": [{\"kind\": \"tensor\", \"uid\": 6}]}],"
+    "   \"smem\": 65536, \"pdl\": true, \"params\": [{\"kind\": \"tensor\", \"uid\": 6}]}],"
     " \"graph_json\": \"{\\\"schema\\\": \\\"kiln.graph\\\", \\\"version\\\": 1}\"}";
 
 /* add2d: two dynamic dims, a broadcast input, default (row-major) strides, no source. */
@@ -303,11 +303,11 @@ static void test_plans(kiln_rt *rt, kiln_pack *pack) {
   kiln_kernel_info k;
   OK(kiln_plan_kernel(a, 0, &k) == KILN_OK && strcmp(k.symbol, "kiln_bias_gelu_0") == 0 &&
          strcmp(k.grid[0], "ceil(T*4096/2048)") == 0 && strcmp(k.grid[1], "1") == 0 &&
-         k.block[0] == 256 && k.nparams == 7 && k.nimages == 2,
-     "kernel 0: symbol, grid rule text (%s), block, params, images", k.grid[0]);
+         k.block[0] == 256 && k.nparams == 7 && k.nimages == 2 && !k.pdl,
+     "kernel 0: symbol, grid rule text (%s), block, params, images, no pdl", k.grid[0]);
   OK(kiln_plan_kernel(a, 1, &k) == KILN_OK && strcmp(k.grid[0], "min(T, 1024)") == 0 &&
-         k.block[1] == 1 && k.smem == 65536,
-     "kernel 1: clamped grid (%s), padded block, smem", k.grid[0]);
+         k.block[1] == 1 && k.smem == 65536 && k.pdl,
+     "kernel 1: clamped grid (%s), padded block, smem, pdl", k.grid[0]);
   const char *arch;
   const void *data;
   size_t size;
@@ -483,6 +483,11 @@ static void test_writer_errors(void) {
   kiln_blob none = {NULL, 0};
   OK(kiln_pack_writer_add_plan(w, no_image, archs, 1, &none, &e) == -1 && strstr(e.msg, "image"),
      "kernel without an image -> E_PACK (%s)", e.msg);
+  const char *bad_pdl =
+      "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"g3\", \"tensors\": [],"
+      " \"kernels\": [{\"symbol\": \"k\", \"block\": [32], \"grid\": [1], \"pdl\": 1, \"params\": []}]}";
+  OK(kiln_pack_writer_add_plan(w, bad_pdl, archs, 1, &im, &e) == -1 && strstr(e.msg, "pdl"),
+     "non-boolean pdl -> E_PACK (%s)", e.msg);
   const char *bad_arch[] = {"sm90"};
   OK(kiln_pack_writer_add_plan(w, no_image, bad_arch, 1, &im, &e) == -1 && strstr(e.msg, "arch"),
      "bad arch string -> E_PACK (%s)", e.msg);

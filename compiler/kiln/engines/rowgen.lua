@@ -305,6 +305,7 @@ end
 function M.finalize(g, symbol, plan_id, engine_id, opts)
   local K = M.kernel(g, symbol)
   local src = K.src
+  src:need("common/pdl.cuh")
   if opts.comb == "max" or opts.comb == "min" then src:need("common/nanmax.cuh") end
   K:note_dyn(opts.dims)
   local ws = "ws"
@@ -340,7 +341,7 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
   return {
     symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = M.OPTIONS,
     block = { 256, 1, 1 }, grid = { (opts.C + 31) // 32, 1, 1 }, smem = 0, cluster = { 1, 1, 1 },
-    params = K.mparams, align = K.align,
+    params = K.mparams, align = K.align, pdl = true,
   }
 end
 
