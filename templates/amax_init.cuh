@@ -1,5 +1,7 @@
-// kiln: zeroes the per-tensor amax outputs that the next kernel raises with atomicMax.
+// kiln: zeroes the per-tensor amax outputs that the next kernel raises with atomicMax (that
+// kernel starts at once, pdl, and waits for these zeros only before its atomics).
 extern "C" __global__ void __launch_bounds__(32) ${symbol}(${params}) {
+  kiln_pdl_launch_dependents();
   if (threadIdx.x == 0) {
 ${body}
   }

@@ -786,6 +786,7 @@ function E.build(plan, group, g, target, symbol)
     local stores = {}
     for _, acc in ipairs(amax_acc) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
     init:add("    %s", table.concat(stores, " "))
+    init.src:need("common/pdl.cuh")
     init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
       body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
     kernels[#kernels + 1] = {
@@ -799,6 +800,8 @@ function E.build(plan, group, g, target, symbol)
     end
     K:add("  __syncthreads();")
     K:add("  if (threadIdx.x == 0) {")
+    src:need("common/pdl.cuh")
+    K:add("    kiln_pdl_wait();  // launched early (pdl): the init kernel's zeros are in place past this point")
     for i, acc in ipairs(amax_acc) do
       K:add("    kiln_u32 m%d_ = amr%d_[0];", i - 1, i - 1)
       K:add("    for (int w_ = 1; w_ < %d; w_++) m%d_ = max(m%d_, amr%d_[w_]);", L.block // 32, i - 1, i - 1, i - 1)
@@ -822,7 +825,7 @@ function E.build(plan, group, g, target, symbol)
   kernels[#kernels + 1] = {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = persistent and info.smem or 0, cluster = { 1, 1, 1 },
-    params = K.mparams, align = K.align,
+    params = K.mparams, align = K.align, pdl = #amax_acc > 0 or nil,
   }
   if kernels.final then
     kernels[#kernels + 1] = kernels.final
