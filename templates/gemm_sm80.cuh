@@ -2,9 +2,10 @@
 // Persistent: each CTA takes 128 x 192 tiles of C[b] = A[b] B[b] round-robin (groups of 8 m
 // tiles per column of n tiles, so neighbouring CTAs share operands in L2) and computes them in
 // fp32 over a ${STAGES}-stage ring of k-blocks 64 deep: 12 warps of 64 x 32 (mma.sync m16n8k16,
-// ldmatrix). Its launch (384 threads, grid, shared memory) is the sm_90a plan's, so one pack
-// plan serves every SM. Threads 0-255 copy operands with cp.async (ASYNC) or element by
-// element, converted to the mma type (no 16-byte alignment, fp8), into the gemm_tile layout.
+// ldmatrix). Its launch (384 threads, grid, shared memory) and parameters are the sm_90a plan's,
+// so one pack plan serves every SM (it ignores the tensor maps and the stream-K workspace).
+// Threads 0-255 copy operands with cp.async (ASYNC) or element by element, converted to the
+// mma type (no 16-byte alignment, fp8), into the gemm_tile layout.
 
 // One k-block of an operand tile, element by element, stored K-major (line L = row mn0 + L).
 template <int LINES, int THREADS, int ESZ, bool IS_A>

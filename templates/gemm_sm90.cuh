@@ -8,7 +8,8 @@
 // warps, of every CTA of the cluster). Clusters of CM = ${CM} CTAs along M take units of CM
 // vertically adjacent tiles, round-robin in groups of 8 m tiles per column of n tiles
 // (operands shared in L2); each CTA copies 1/CM of the B tile, multicast to the cluster, and
-// its own A tile.
+// its own A tile. Stream-K (SK, without clusters): when the last wave of tiles is partial, its
+// tiles are split along K over the CTAs and the partial sums meet in the workspace (below).
 ${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BM = 128, BN = ${BN}, STAGES = ${STAGES}, ESZ = ${ESZ}, CM = ${CM};
@@ -18,6 +19,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int NT = (int)((N + BN - 1) / BN);
   constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, PROMOTE = ${PROMOTE};
+  constexpr bool SK = ${SK};
+  // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
+  // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks
+  constexpr int SK_SLOTS = ${SK_SLOTS}, SK_PIECES = ${SK_PIECES}, SK_FILL_PCT = ${SK_FILL_PCT}, SK_MIN_SAVED = ${SK_MIN_SAVED};
   extern __shared__ __align__(1024) kiln_u8 kiln_smem[];
   const kiln_u32 sbase = (kiln_smem_u32(kiln_smem) + 1023u) & ~1023u;
   const kiln_u32 bars = sbase + STAGES * STAGE;  // full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s)
@@ -35,6 +40,32 @@ ${amax_decl}
     const kiln_i64 gsz = units_m - first < GROUP ? units_m - first : GROUP, rem = r - grp * GROUP * NT;
     m0 = ((first + rem % gsz) * CM + rank) * BM;
     n0 = (rem / gsz) * BN;
+  };
+  // The schedule: whole tiles b, b + G, ... (data-parallel), except that with stream-K the rem
+  // tiles of a partial last wave are split along K: their rem * KB k-blocks, in (tile, k-block)
+  // order, are cut into sk contiguous ranges, one per CTA b < sk, each taken last tile first.
+  // A range that lacks its tile's last k-block leaves its partial sums in workspace slot b
+  // (one per CTA at most: only the range's last tile can lack it) and sets its flags; the range
+  // holding the last k-block (the "owner") adds the earlier ranges' sums, from lower CTAs only.
+${sk_decl}
+  const kiln_i64 G = gridDim.x, rem = tiles % G, sk = rem * SK_PIECES < G ? rem * SK_PIECES : G;
+  const bool streamk = SK && CM == 1 && rem > 0 && rem * 100 <= G * SK_FILL_PCT && G <= SK_SLOTS &&
+                       KB - (rem * KB + sk - 1) / sk >= SK_MIN_SAVED;
+  const bool in_sk = streamk && (kiln_i64)blockIdx.x < sk;
+  const kiln_i64 dp_end = streamk ? tiles - rem : tiles, sk_base = dp_end * KB, sk_kbs = rem * KB;
+  const kiln_i64 sk_lo = in_sk ? sk_base + blockIdx.x * sk_kbs / sk : 0;        // this CTA's range [sk_lo, sk_hi)
+  const kiln_i64 sk_hi = in_sk ? sk_base + (blockIdx.x + 1) * sk_kbs / sk : 0;   // of flattened k-blocks
+  const kiln_i64 n_dp = (kiln_i64)blockIdx.x < dp_end ? (dp_end - blockIdx.x + G - 1) / G : 0;
+  const kiln_i64 n_work = n_dp + (in_sk ? (sk_hi - 1) / KB - sk_lo / KB + 1 : 0);
+  // work item w: a tile and its k-blocks [kb0, kb1)
+  auto work = [&](kiln_i64 w, kiln_i64 &tile, int &kb0, int &kb1) {
+    if (w < n_dp) {
+      tile = blockIdx.x + w * G, kb0 = 0, kb1 = KB;
+    } else {
+      tile = (sk_hi - 1) / KB - (w - n_dp);
+      const kiln_i64 t0 = tile * KB;
+      kb0 = (int)((sk_lo > t0 ? sk_lo : t0) - t0), kb1 = (int)((sk_hi < t0 + KB ? sk_hi : t0 + KB) - t0);
+    }
   };
   if (threadIdx.x == 0) {
 #pragma unroll 1
@@ -57,12 +88,14 @@ ${amax_decl}
 ${prefetch}
       kiln_u32 it = 0;  // k-blocks issued, over all tiles
 #pragma unroll 1
-      for (kiln_i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        kiln_i64 bt, m0, n0;
+      for (kiln_i64 w = 0; w < n_work; w++) {
+        kiln_i64 tile, bt, m0, n0;
+        int kb0, kb1;
+        work(w, tile, kb0, kb1);
         tile_of(tile, bt, m0, n0);
         (void)bt;
 #pragma unroll 1
-        for (int kb = 0; kb < KB; kb++, it++) {
+        for (int kb = kb0; kb < kb1; kb++, it++) {
           const kiln_u32 s = it % STAGES, full = bars + 8 * s;
           kiln_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) & 1) ^ 1);
           const kiln_u32 sa = sbase + s * STAGE, sb = sa + A_BYTES;
@@ -85,13 +118,15 @@ ${epilogue}
     };
     kiln_u32 it = 0;
 #pragma unroll 1
-    for (kiln_i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      kiln_i64 bt, m0, n0;
+    for (kiln_i64 w = 0; w < n_work; w++) {
+      kiln_i64 tile, bt, m0, n0;
+      int kb0, kb1;
+      work(w, tile, kb0, kb1);
       tile_of(tile, bt, m0, n0);
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
 #pragma unroll 1
-      for (int kb = 0; kb < KB; kb++, it++) {
+      for (int kb = kb0; kb < kb1; kb++, it++) {
         const kiln_u32 s = it % STAGES;
         kiln_mbar_wait(bars + 8 * s, (it / STAGES) & 1);
         const kiln_u32 sa = sbase + s * STAGE + (kiln_u32)half * 64u * 128u, sb = sbase + s * STAGE + A_BYTES;
@@ -118,12 +153,34 @@ ${epilogue}
           for (int ks = 0; ks < 4; ks++) kiln_wgmma_tile(acc, desc_a(ks), desc_b(ks));  // 32 bytes of k each
           kiln_wgmma_commit();
           kiln_wgmma_wait<1>();  // k-block it - 1 is done: its stage goes back to the producer
-          if (kb > 0 && lane == 0) release((it - 1) % STAGES);
+          if (kb > kb0 && lane == 0) release((it - 1) % STAGES);
         }
       }
       if (!PROMOTE) {
         kiln_wgmma_wait<0>();
         if (lane == 0) release((it - 1) % STAGES);
+      }
+      // a thread's partial sums sit at slot[i * 128] (coalesced); flags: one per consumer warp
+      const int fw = half * 4 + warp;
+      if (SK && kb1 < KB) {  // stream-K, not the tile's last k-block: hand the sums to its owner
+        float *slot = sk_part + (kiln_i64)blockIdx.x * (BM * BN) + half * (64 * BN) + t;
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) slot[i * 128] = acc[i];
+        __syncwarp();
+        kiln_pdl_wait();  // launched early (pdl): the init kernel has cleared the flags past this point
+        if (lane == 0) kiln_flag_release(sk_flags + blockIdx.x * 8 + fw);
+        continue;
+      }
+      if (SK && kb0 > 0) {  // stream-K owner: add the lower CTAs' sums, in a fixed order
+        const kiln_i64 first = ((tile * KB - sk_base + 1) * sk - 1) / sk_kbs;  // the range holding k-block 0
+        kiln_pdl_wait();
+#pragma unroll 1
+        for (kiln_i64 c = (kiln_i64)blockIdx.x - 1; c >= first; c--) {
+          kiln_flag_wait(sk_flags + c * 8 + fw);
+          const float *slot = sk_part + c * (BM * BN) + half * (64 * BN) + t;
+#pragma unroll
+          for (int i = 0; i < BN / 2; i++) acc[i] += slot[i * 128];
+        }
       }
       // accumulator i of n8 block b: rows warp * 16 + lane / 4 (+ 8 for i & 2), columns
       // 8 b + 2 (lane % 4) + (i & 1) of this warpgroup's 64-row half

@@ -4,7 +4,9 @@
 # ptxas report shows no spills (nor anywhere else); cold compile time per GEMM kernel; and the
 # generated kernels, run on the CPU emulator (tests/gemm_emu), match the reference executor for
 # every layout, a batch, the epilogue kinds and fp8, on both paths (sm90 also with clusters of 2
-# sharing B tiles by TMA multicast: the 4th field of an emulator case).
+# sharing B tiles by TMA multicast: the 4th field of an emulator case); and stream-K: the last
+# partial wave split along K over the CTAs (`sk` cases: graph, SM, tile, grid, M, the flags the
+# run must set (- for no workspace), environment), the init kernel clearing a poisoned workspace.
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
 specs=(specs/gemm*.lua)
@@ -12,7 +14,14 @@ emu=(
   "nn sm_90a 256" "nn sm_90a 192" "nn sm_90a 128" "nt sm_90a 256" "batched sm_90a 192" "epilogue sm_90a 128"
   "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -"
 )
-plan $(( ${#specs[@]} * 3 + 4 + ${#emu[@]} ))
+# 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
+# 9 tiles on 4 (one tile over 4 ranges, two of them inside it); 4 k-blocks
+# (nn): too few to split, the plain schedule; the mma kernel takes the workspace and ignores it
+sk=(
+  "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
+  "fp8_sk sm_90a 128 4 300 24" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
+)
+plan $(( ${#specs[@]} * 3 + 4 + ${#emu[@]} + ${#sk[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -79,7 +88,15 @@ if command -v g++ >/dev/null && command -v python3 >/dev/null && [ -f /usr/inclu
     ok "emulated $graph on $arch matches the reference: $(head -1 <<<"$out" | sed 's/^# //')" test "$rc" = 0
     [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
   done
+  for c in "${sk[@]}"; do
+    read -r graph arch tile grid m flags env <<<"$c"
+    out=$(env KILN_GEMM_TILE=${tile/-/} $env tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" "$grid" M=$m 2>&1); rc=$?
+    got=$(sed -n 's/^  stream-K: \([0-9]*\) flags set$/\1/p' <<<"$out"); got=${got:--}
+    ok "stream-K: emulated $graph on $arch, tile $tile, $grid CTAs, M=$m${env:+, $env}: $got flags set (want $flags), matches the reference" \
+      test "$rc" = 0 -a "$got" = "$flags"
+    [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
+  done
 else
-  for c in "${emu[@]}"; do pass "# SKIP emulator needs g++, python3, jansson and the objects ninja builds"; done
+  for c in "${emu[@]}" "${sk[@]}"; do pass "# SKIP emulator needs g++, python3, jansson and the objects ninja builds"; done
 fi
 done_testing

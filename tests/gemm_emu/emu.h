@@ -14,6 +14,9 @@
 //                   the phase with that parity completed (a fresh barrier's phase "-1" counts)
 //   clusters        the CTAs of a cluster run together: rank, arrivals on a peer's barrier,
 //                   multicast copies into every CTA of the mask, the cluster-wide barrier
+//   flags           kiln_flag_release / kiln_flag_wait between CTAs (stream-K): a flag must
+//                   have been clear when the launch began (the init kernel clears the poisoned
+//                   workspace), a wait must find it set by this launch; clear for 10 s: deadlock
 //   TMA             a tensor map is the harness's description of a tensor (from the kernel's
 //                   `// kiln tmap` lines); a box copy reads the tensor (zeros past its edges),
 //                   writes 128-byte rows with the 128-byte swizzle and completes its bytes on
@@ -31,6 +34,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 typedef unsigned char kiln_u8;
@@ -90,6 +94,7 @@ inline kiln_u8 *emu_sh(kiln_u32 addr, kiln_u32 n) {
 }
 
 inline void __syncthreads() { emu_self->sync->arrive_and_wait(); }
+inline void __syncwarp() { emu_self->warps[threadIdx.x / 32].bar.arrive_and_wait(); }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
@@ -264,6 +269,30 @@ inline void kiln_mbar_wait(kiln_u32 bar, kiln_u32 parity) {
     emu_fail("mbarrier %u: thread %u waited 60 s for parity %u (phase %u): deadlock", bar, threadIdx.x, parity,
              emu_bar(bar).phase);
 }
+
+// ---- flag.cuh
+// records / looks up a release of this launch (and checks the flag was clear at launch)
+bool emu_flag_released(const kiln_u32 *flag, bool release);
+inline void kiln_flag_release(kiln_u32 *flag) {
+  emu_check_global(flag, 4);
+  emu_flag_released(flag, true);
+  std::atomic_ref<kiln_u32>(*flag).store(1, std::memory_order_release);
+}
+inline void kiln_flag_wait(const kiln_u32 *flag) {
+  emu_check_global(flag, 4);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  kiln_u32 v;
+  while ((v = std::atomic_ref<kiln_u32>(*const_cast<kiln_u32 *>(flag)).load(std::memory_order_acquire)) == 0) {
+    if (std::chrono::steady_clock::now() > until) emu_fail("flag %p still clear after 10 s: deadlock", (const void *)flag);
+    std::this_thread::yield();
+  }
+  if (!emu_flag_released(flag, false))
+    emu_fail("flag %p holds %#x that this launch did not set", (const void *)flag, v);
+}
+
+// ---- pdl.cuh: the init kernel runs to its end before the GEMM starts
+inline void kiln_pdl_launch_dependents() {}
+inline void kiln_pdl_wait() {}
 
 // ---- tma.cuh
 struct kiln_tmap {

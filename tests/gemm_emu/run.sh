@@ -2,8 +2,9 @@
 # Emulates one GEMM kernel on the CPU and checks it against the reference executor:
 #   tests/gemm_emu/run.sh SPEC GRAPH ARCH GRID DIM=V... [-- ENV=V...]
 # builds the graph's kernel for ARCH (KILN_GEMM_TILE picks an sm_90a tile), turns its source
-# into C++ (transform.py), compiles it with the harness under AddressSanitizer and runs it on
-# GRID persistent CTAs. Needs g++ (C++20), python3, jansson and the objects `ninja` built.
+# (and the plan's init kernel's, when it has one) into C++ (transform.py), compiles it with the
+# harness under AddressSanitizer and runs it on GRID persistent CTAs, with the plan's workspace.
+# Needs g++ (C++20), python3, jansson and the objects `ninja` built.
 set -euo pipefail
 spec=$1 graph=$2 arch=$3 grid=$4; shift 4
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,8 +27,17 @@ cm=$("$KILN" pack inspect "$work/p.kpack" | awk '/plan gemm:v1:/ && !/:init/ { k
 [ -n "$cm" ] || cm=1
 if grep -q kiln_wgmma_tile "$cu"; then smem=$((stages * (128 + bn) * 128 + 16 * stages + 1024)); else smem=$((stages * (128 + bn) * 128)); fi
 python3 "$root/tests/gemm_emu/transform.py" "$cu" "${KILN_TEMPLATE_PATH:-$root/templates}" "$work/kernel.cc"
+srcs=("$work/kernel.cc")
+init=$(ls "$work"/dump/*.cu | grep '_init_' | head -1 || true)
+if [ -n "$init" ]; then
+  python3 "$root/tests/gemm_emu/transform.py" "$init" "${KILN_TEMPLATE_PATH:-$root/templates}" "$work/init.cc" emu_init_entry
+  srcs+=("$work/init.cc")
+fi
+# the plan's workspace (a literal size for gemm plans), rounded up to 256 as the runtime does
+ws=$("$KILN" pack inspect "$work/p.kpack" | sed -n 's/^  workspace: \([0-9]*\) bytes.*/\1/p' | head -1)
+wsarg=(); [ -z "$ws" ] || wsarg=("ws=$(( (ws + 255) / 256 * 256 ))")
 objs=("$root"/build/obj/ref.o "$root"/build/obj/ref_*.o "$root"/build/obj/numeric.o "$root"/build/obj/err.o)
 g++ -std=c++20 -O1 -g -fsanitize=address -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu" \
-  "$root/tests/gemm_emu/harness.cc" "$work/kernel.cc" "${objs[@]}" -o "$work/emu" -ljansson -lm
-echo "# $graph $arch ($plan, BN $bn, $stages stages, $smem B smem) grid ${grid}x$cm ${dims[*]}"
-ASAN_OPTIONS=detect_leaks=0 "$work/emu" "$work/graph.json" "${grid}x$cm" "$smem" "${dims[@]}"
+  "$root/tests/gemm_emu/harness.cc" "${srcs[@]}" "${objs[@]}" -o "$work/emu" -ljansson -lm
+echo "# $graph $arch ($plan, BN $bn, $stages stages, $smem B smem${init:+, init kernel}${ws:+, workspace $ws B}) grid ${grid}x$cm ${dims[*]}"
+ASAN_OPTIONS=detect_leaks=0 "$work/emu" "$work/graph.json" "${grid}x$cm" "$smem" "${wsarg[@]}" "${dims[@]}"

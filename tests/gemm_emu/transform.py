@@ -5,12 +5,15 @@ descriptor encoder stays the kernel's own), the generated wgmma wrapper for emu_
 the instruction's shape, types and transposes, the dynamic shared memory for the emulated
 CTA's window, and an emu_entry() that calls the kernel with the harness's buffers.
 
-    transform.py KERNEL.cu TEMPLATE_DIR OUT.cc
+    transform.py KERNEL.cu TEMPLATE_DIR OUT.cc [ENTRY]
+
+ENTRY (default emu_entry) names the entry; `ENTRY_threads` holds the kernel's launch bounds.
 """
 import re
 import sys
 
 src_path, tdir, out_path = sys.argv[1:4]
+entry = sys.argv[4] if len(sys.argv) > 4 else "emu_entry"
 src = open(src_path).read()
 
 
@@ -20,7 +23,7 @@ def snippet(name):
 
 desc_fn = re.search(r"__device__ __forceinline__ kiln_u64 kiln_wgmma_desc\(.*?\n}\n", snippet("wgmma.cuh"), re.S).group(0)
 for name in ["prelude.cuh", "bf16.cuh", "fp16.cuh", "nanmax.cuh", "exp2.cuh", "amax.cuh", "cp_async.cuh",
-             "mma_sm80.cuh", "mbarrier.cuh", "wgmma.cuh", "tma.cuh", "cluster.cuh"]:
+             "mma_sm80.cuh", "mbarrier.cuh", "wgmma.cuh", "tma.cuh", "cluster.cuh", "flag.cuh", "pdl.cuh"]:
     text = snippet(name)
     if text in src:
         src = src.replace(text, desc_fn if name == "wgmma.cuh" else "")
@@ -40,8 +43,8 @@ for m in list(re.finditer(r"// (d \+?= A \* B): one wgmma\.mma_async.*?\n}\n", s
 src = re.sub(r"extern __shared__ __align__\(\d+\) kiln_u8 kiln_smem\[\];",
              "kiln_u8 *const kiln_smem = emu_self->smem + EMU_SMEM_OFFSET;", src)
 
-sig = re.search(r'extern "C" __global__ void __launch_bounds__\([^)]*\) (\w+)\((.*?)\) \{', src, re.S)
-name, params = sig.group(1), sig.group(2)
+sig = re.search(r'extern "C" __global__ void __launch_bounds__\((\d+)[^)]*\) (\w+)\((.*?)\) \{', src, re.S)
+threads, name, params = int(sig.group(1)), sig.group(2), sig.group(3)
 # the tensor maps the kernel takes: "// kiln tmap tmU: A axes 1,0 box 64,128"
 tmaps = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"// kiln tmap tm(\d+): \w+ axes ([\d,]+) box ([\d,]+)", src)}
 args = []
@@ -55,6 +58,8 @@ for p in [x.strip() for x in params.split(",")]:
     elif re.match(r"tm\d+$", pname):
         axes, box = tmaps[pname[2:]]
         args.append("emu_tmap(%s, {%s}, {%s})" % (pname[2:], axes, box))
+    elif pname == "ws":
+        args.append("(%s)emu_workspace()" % ptype)
     elif pname.startswith("dim_"):
         args.append('emu_dim("%s")' % pname[4:])
     else:
@@ -62,6 +67,6 @@ for p in [x.strip() for x in params.split(",")]:
 
 with open(out_path, "w") as f:
     f.write('#include "emu.h"\nvoid *emu_ptr(long long);\nfloat emu_scalar(long long);\nlong long emu_dim(const char *);\n'
-            'kiln_tmap emu_tmap(long long, std::vector<int>, std::vector<int>);\n')
+            'kiln_tmap emu_tmap(long long, std::vector<int>, std::vector<int>);\nvoid *emu_workspace();\n')
     f.write(src)
-    f.write("\nvoid emu_entry() { %s(%s); }\n" % (name, ", ".join(args)))
+    f.write("\nextern const int %s_threads = %d;\nvoid %s() { %s(%s); }\n" % (entry, threads, entry, name, ", ".join(args)))

@@ -37,6 +37,15 @@ E.SMEM_MAX_SM90, E.SMEM_MAX = 232448, 166912
 -- the H200 (0.85x vs 0.97x cuBLAS at 8192^3, bench/RESULTS.md), so off by default;
 -- KILN_GEMM_CLUSTER=2 turns it on (for measuring).
 E.CLUSTER_M = 1
+-- Stream-K for the last partial wave of the sm90 kernel (docs/GEMM.md): its tiles are split
+-- along K over the CTAs, partial sums meet in the workspace. Taken at run time when the last
+-- wave is at most FILL_PCT % full (else the saving does not pay for the fixup), a tile splits
+-- into at most about PIECES ranges (an owner adds at most about PIECES partial tiles) and each
+-- CTA saves at least MIN_SAVED k-blocks (about one partial tile's round trip through L2).
+-- KILN_GEMM_STREAMK=0 turns it off (for measuring); clusters of 2 turn it off.
+E.STREAMK = { fill_pct = 85, pieces = 4, min_saved = 4 }
+-- Flags per CTA (one per consumer warp), rounded to 256 bytes ahead of the partial tiles.
+E.SK_FLAG_WORDS = (E.SMS * 8 + 63) // 64 * 64
 -- fp8 on sm_90a: the tensor cores keep about 13 mantissa bits when they add into the
 -- accumulator, so each k-block (128 deep) is summed into fresh registers and added to the fp32
 -- accumulator by the consumer (twice the accumulator registers: BN at most 192).
@@ -207,6 +216,11 @@ local function cluster_m()
   return (want == 1 or want == 2) and want or E.CLUSTER_M
 end
 
+local function streamk_on() return c.getenv("KILN_GEMM_STREAMK") ~= "0" and cluster_m() == 1 end
+
+-- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
+local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SMS * 128 * bn * 4 end
+
 local function launch(info, tile, grid_tile)
   local l = { block = { 384, 1, 1 } }
   -- CTAs come in clusters of cm along grid y (no cluster on the mma kernel: it only reads
@@ -237,18 +251,23 @@ function E.propose(group, g, target)
   local plans = {}
   local blocker = sm90_blocker(info)
   local order = not blocker and sm90_order(info.N, info.fp8) or nil
+  -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list)
+  local sk = order ~= nil and streamk_on()
+  local sk_id = sk and ":sk" or ""
   if order and target.sm == 90 and target.arch_specific then
     for i, b in ipairs(order) do
       local t = b.tile
-      plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d", E.version, t.bn, 128 // info.esz, t.stages),
-                            knobs = { path = "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true }, rank = 100 - i,
-                            info = info, launch = launch(info, t, t) }
+      plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, sk_id),
+                            knobs = { path = "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true, streamk = sk,
+                                      sk_bn = t.bn },
+                            rank = 100 - i, info = info, launch = launch(info, t, t) }
     end
   end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
-  plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s", E.version, E.MMA_BN, E.MMA_STAGES, loader),
-                        knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil }, rank = 10, info = info,
-                        launch = launch(info, nil, order and order[1].tile) }
+  plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, sk_id),
+                        knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, streamk = sk,
+                                  sk_bn = order and order[1].tile.bn },
+                        rank = 10, info = info, launch = launch(info, nil, order and order[1].tile) }
   return plans
 end
 
@@ -483,12 +502,16 @@ function E.build(plan, group, g, target, symbol)
   local amax_publish = {}
   if #epi.amax > 0 then
     src:need("common/amax.cuh")
+    src:need("common/pdl.cuh")
+    amax_publish[1] = "  kiln_pdl_wait();  // launched early (pdl): the init kernel's zeros are in place past this point"
     for _, acc in ipairs(epi.amax) do
       amax_publish[#amax_publish + 1] = string.format("  %s = kiln_warp_max_u32(%s);", acc.var, acc.var)
       amax_publish[#amax_publish + 1] = string.format("  if ((threadIdx.x & 31) == 0) kiln_amax_publish(%s, %s);",
         K:ptr(acc.out, true), acc.var)
     end
   end
+  -- the stream-K workspace (the mma kernel takes it too and ignores it: one parameter list)
+  local ws = knobs.streamk and K:workspace(0)
   local C = info.C
   local what = string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
     info.B.dtype, C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
@@ -498,6 +521,8 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/mbarrier.cuh")
     src:need("common/wgmma.cuh")
     src:need("common/cluster.cuh")
+    src:need("common/flag.cuh")
+    src:need("common/pdl.cuh")
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
     local params = K:finish_params()
@@ -505,6 +530,11 @@ function E.build(plan, group, g, target, symbol)
       what = what, symbol = symbol, params = params, BN = bn, STAGES = stages, ESZ = info.esz,
       N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
       REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, PROMOTE = knobs.promote and "true" or "false",
+      SK = ws and "true" or "false", SK_SLOTS = E.SMS, SK_PIECES = E.STREAMK.pieces, SK_FILL_PCT = E.STREAMK.fill_pct,
+      SK_MIN_SAVED = E.STREAMK.min_saved,
+      sk_decl = ws and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
+        .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
+        or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;",
       tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch, CM = plan.launch.cluster[2],
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),
@@ -536,19 +566,29 @@ function E.build(plan, group, g, target, symbol)
   kernel.symbol, kernel.engine, kernel.plan_id, kernel.options = symbol, E.id, plan.id, E.OPTIONS
   kernel.block, kernel.grid, kernel.smem, kernel.cluster = l.block, l.grid, l.smem, l.cluster
   kernel.params, kernel.align = K.mparams, K.align
-  if #epi.amax == 0 then return kernel end
-  -- amax outputs are raised with atomicMax: a one-thread kernel zeroes them first
-  local init = rowgen.kernel(g, symbol .. "_init")
-  local stores = {}
-  for _, acc in ipairs(epi.amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
-  init:add("    %s", table.concat(stores, " "))
-  init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
-    body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
+  if #epi.amax == 0 and not ws then return kernel end
+  -- amax outputs are raised with atomicMax and stream-K flags are set once: a one-CTA kernel
+  -- zeroes them first; the GEMM launches at once (pdl) and waits for it only before those
+  kernel.pdl = true
+  local init, threads = rowgen.kernel(g, symbol .. "_init"), ws and 256 or 32
+  init.src:need("common/pdl.cuh")
+  if #epi.amax > 0 then
+    local stores = {}
+    for _, acc in ipairs(epi.amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
+    init:add("  if (threadIdx.x == 0) { %s }", table.concat(stores, " "))
+  end
+  if ws then
+    init:add("  for (int i = threadIdx.x; i < %d; i += %d) reinterpret_cast<kiln_u32 *>(%s)[i] = 0u;", E.SK_FLAG_WORDS, threads,
+      init:workspace(0))
+  end
+  init.src:add(render.fill(render.template("gemm_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
+    THREADS = threads, body = table.concat(init.lines, "\n") }, "gemm_init.cuh"))
+  local bytes = ws and streamk_bytes(knobs.sk_bn)
   return { kernels = {
     { symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = {},
-      block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align },
+      block = { threads, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align },
     kernel,
-  } }
+  }, workspace = ws and { rule = { mul = { bytes }, div = 1, max = 0 }, bytes_max = bytes } or nil }
 end
 
 return E

@@ -1,11 +1,34 @@
 -- Small GEMM graphs for the CPU emulator (tests/gemm.t): every layout, a batch, the epilogue
 -- kinds (column and row vectors, a residual, a runtime scalar, GELU, fp8 descales and amax).
 -- N and K are no multiple of any tile; M is dynamic (tn_static: a column-major A whose
--- leading dimension is provably 16-byte aligned, for the wgmma path).
+-- leading dimension is provably 16-byte aligned, for the wgmma path). The *_sk graphs have
+-- 12 k-blocks (K tails included) so that a partial last wave takes stream-K.
 local k = require "kiln"
 local N, K = 264, 200
 
 local function g(name, def) def.dims = def.dims or { M = k.dynamic, N = N, K = K }; def.dtype = def.dtype or "bf16"; return k.graph(name)(def) end
+
+-- a bias, a row vector, a scalar, GELU and a residual, C stored too
+local function epilogue(K_)
+  return { dims = { M = k.dynamic, N = N, K = K_ or K },
+           inputs = { a = { "M", "K" }, b = { "K", "N", strides = { 1, "K" } }, bias = { "N" },
+                      rb = { "M", 1 }, r = { "M", "N" }, s = { 1, dtype = "fp32", scalar = true } },
+           body = function(g, a, b, bias, rb, r, s)
+             local c = g:matmul(a, b)
+             return { c = c, y = g:gelu(c * s + bias + rb) + r }
+           end }
+end
+
+-- e4m3 x e5m2 with descales, a bf16 output and its amax
+local function fp8(K_)
+  return { dims = { M = k.dynamic, N = N, K = K_ },
+           inputs = { a = { "M", "K", dtype = "fp8_e4m3" }, b = { "K", "N", dtype = "fp8_e5m2", strides = { 1, "K" } },
+                      da = { 1, dtype = "fp32" }, db = { 1, dtype = "fp32" } },
+           body = function(g, a, b, da, db)
+             local y = g:cast(g:matmul(a, b) * da * db, "bf16")
+             return { y = y, amax = g:reduction(y, { mode = "amax", dims = { 1, 1 }, dtype = "fp32" }) }
+           end }
+end
 
 return {
   g("nn", { inputs = { a = { "M", "K" }, b = { "K", "N" } },
@@ -21,17 +44,10 @@ return {
   g("batched", { dtype = "fp16", dims = { M = k.dynamic, Bt = 2, N = N, K = K },
                  inputs = { a = { "Bt", "M", "K" }, b = { "K", "N" } },
                  body = function(g, a, b) return { c = g:matmul(a, b) } end }),
-  g("epilogue", { inputs = { a = { "M", "K" }, b = { "K", "N", strides = { 1, "K" } }, bias = { "N" },
-                             rb = { "M", 1 }, r = { "M", "N" }, s = { 1, dtype = "fp32", scalar = true } },
-                  body = function(g, a, b, bias, rb, r, s)
-                    local c = g:matmul(a, b)
-                    return { c = c, y = g:gelu(c * s + bias + rb) + r }
-                  end }),
-  g("fp8", { dims = { M = k.dynamic, N = N, K = 208 },
-             inputs = { a = { "M", "K", dtype = "fp8_e4m3" }, b = { "K", "N", dtype = "fp8_e5m2", strides = { 1, "K" } },
-                        da = { 1, dtype = "fp32" }, db = { 1, dtype = "fp32" } },
-             body = function(g, a, b, da, db)
-               local y = g:cast(g:matmul(a, b) * da * db, "bf16")
-               return { y = y, amax = g:reduction(y, { mode = "amax", dims = { 1, 1 }, dtype = "fp32" }) }
-             end }),
+  g("epilogue", epilogue()),
+  g("fp8", fp8(208)),
+  g("nn_sk", { dims = { M = k.dynamic, N = N, K = 712 }, inputs = { a = { "M", "K" }, b = { "K", "N" } },
+               body = function(g, a, b) return { c = g:matmul(a, b) } end }),
+  g("epilogue_sk", epilogue(712)),
+  g("fp8_sk", fp8(1424)),
 }
