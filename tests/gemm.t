@@ -19,7 +19,7 @@ emu=(
 # (nn): too few to split, the plain schedule; the mma kernel takes the workspace and ignores it
 sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
-  "fp8_sk sm_90a 128 4 300 24" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
+  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
 )
 plan $(( ${#specs[@]} * 3 + 4 + ${#emu[@]} + ${#sk[@]} ))
 
