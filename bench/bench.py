@@ -75,7 +75,8 @@ def same_copy_tbs(nbytes):
     """A copy moving the same bytes (half read, half written), timed like the cases' graphs:
     what the memory system gives at this size, launch ramp and tail included (TB/s)."""
     if nbytes not in _same_copy:
-        x = torch.randn(max(1, nbytes // 4), device="cuda", dtype=torch.bfloat16)
+        # a multiple of 1024 elements: torch's vectorized copy, as for the cases' large tensors
+        x = torch.randn(max(1024, nbytes // 4 // 1024 * 1024), device="cuda", dtype=torch.bfloat16)
         y = torch.empty_like(x)
         _same_copy[nbytes] = 2 * x.numel() * 2 / (graph_ms(lambda: y.copy_(x)) * 1e-3) / 1e12
     return _same_copy[nbytes]

@@ -41,11 +41,6 @@ function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
   local mode = M.mode()
   if mode.legacy then return nil, "KILN_ROW_BWD=legacy" end
   local a = info.anchor
-  -- measured on the H200 (bench/RESULTS.md): rmsnorm backward at H <= 2048 runs faster on
-  -- the legacy kernel (3.11 vs 2.76 TB/s at 16384 x 2048); layernorm's gains at every H
-  if mode.default and a.op == "rmsnorm_backward" and L.H <= 2048 then
-    return nil, "rmsnorm_backward at H <= 2048 (the legacy kernel measured faster)"
-  end
   if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) > 0 then
     return nil, "fused pointwise ops"
   end
