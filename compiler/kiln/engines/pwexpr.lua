@@ -24,7 +24,7 @@ end
 M.STORAGE = {
   fp32     = { ctype = "float",     load = "%s",                     store = "%s" },
   bf16     = { ctype = "kiln_u16",  load = "kiln_bf16_to_f32(%s)",   store = "kiln_f32_to_bf16(%s)", snippet = "common/bf16.cuh",
-               -- element pairs held as 32-bit words (fewer instructions, faster NVRTC)
+               -- element pairs as 32-bit words (pwexpr.regs; fewer instructions per element)
                word = { lo = "kiln_bf16lo_to_f32(%s)", hi = "kiln_bf16hi_to_f32(%s)", pack = "kiln_f32x2_to_bf16x2(%s, %s)" } },
   fp16     = { ctype = "kiln_u16",  load = "kiln_fp16_to_f32(%s)",   store = "kiln_f32_to_fp16(%s)", snippet = "common/fp16.cuh" },
   fp8_e4m3 = { ctype = "kiln_u8",   load = "kiln_e4m3_to_f32(%s)",   store = "kiln_f32_to_e4m3(%s)", snippet = "common/fp8.cuh" },
