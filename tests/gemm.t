@@ -6,7 +6,9 @@
 # every layout, a batch, the epilogue kinds and fp8, on both paths (sm90 also with clusters of 2
 # sharing B tiles by TMA multicast: the 4th field of an emulator case); and stream-K: the last
 # partial wave split along K over the CTAs (`sk` cases: graph, SM, tile, grid, M, the flags the
-# run must set (- for no workspace), environment), the init kernel clearing a poisoned workspace.
+# run must set (- for no workspace), environment), the init kernel clearing a poisoned workspace;
+# and the opt-in ping-pong kernel (KILN_GEMM_SCHEDULE=pingpong): built for every spec, no spills,
+# and emulated (`pp` cases: graph, SM, grid, M, the kernel the plan must use).
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
 specs=(specs/gemm*.lua)
@@ -21,7 +23,16 @@ sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
   "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
 )
-plan $(( ${#specs[@]} * 3 + 4 + ${#emu[@]} + ${#sk[@]} ))
+# ping-pong, 128 x 128 tiles (N = 264: 3 n tiles): several tiles per CTA on both warpgroups, a
+# warpgroup with an empty last slot (an odd count per CTA), M tails, 12 k-blocks (the *_sk graphs:
+# the 7-stage ring wraps inside a tile; stream-K declined), the tn layout (MN-major A), a batch,
+# the epilogue; fp8 keeps the cooperative kernel, sm_80 runs the mma kernel with pingpong's launch
+pp=(
+  "nn sm_90a 2 300 sm_90a-pingpong" "nt sm_90a 3 300 sm_90a-pingpong" "tn_static sm_90a 2 304 sm_90a-pingpong"
+  "epilogue sm_90a 3 500 sm_90a-pingpong" "batched sm_90a 4 300 sm_90a-pingpong" "nn_sk sm_90a 5 500 sm_90a-pingpong"
+  "epilogue_sk sm_90a 2 300 sm_90a-pingpong" "fp8 sm_90a 2 300 sm_90a" "nn sm_80 2 300 portable"
+)
+plan $(( ${#specs[@]} * 3 + 4 + 5 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -50,25 +61,60 @@ ok "ptxas reports no spills in any GEMM kernel ($(echo "$logs" | wc -w) kernels)
 for f in $spilling; do echo "#   spills: $f"; done
 grep -h "Used [0-9]* registers" $(ls $TMP/dump/*sm_90a.log | grep -v _init_) | sort | uniq -c | sed 's/^/# sm_90a: /'
 
+# the ping-pong kernel: every GEMM spec for every SM, a :pp plan for every 16-bit group on sm_90a
+# (fp8 keeps the cooperative kernel), no spills
+KILN_GEMM_SCHEDULE=pingpong KILN_DUMP_DIR=$TMP/ppdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/pp.kpack"
+expect_rc 0 "KILN_GEMM_SCHEDULE=pingpong: build every GEMM spec for sm_80 sm_90a sm_100a"
+KILN_GEMM_SCHEDULE=pingpong run_kiln explain "${specs[@]}" --sm 90a
+groups=$(grep -c '^  group' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
+fp8n=$(grep -c 'group .*(matmul.*): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*$' "$OUTF")
+ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 groups (of $groups)" \
+  test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a $((ppn + fp8n)) = "$groups"
+pplogs=$(ls "$TMP"/ppdump/*.log 2>/dev/null | grep -v _init_)
+spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $pplogs)
+ok "pingpong: ptxas reports no spills ($(echo "$pplogs" | wc -w) kernels)" test -n "$pplogs" -a -z "$spilling"
+for f in $spilling; do echo "#   spills: $f"; done
+grep -h "Used [0-9]* registers" $(grep -l "sm_90a pingpong path" "$TMP"/ppdump/*sm_90a.cu | sed 's/\.cu$/.log/') | sort | uniq -c |
+  sed 's/^/# sm_90a pingpong: /'
+KILN_GEMM_SCHEDULE=ping run_kiln explain specs/gemm.lua --sm 90a
+ok "KILN_GEMM_SCHEDULE=ping is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_SCHEDULE=ping:' "$OUTF"
+
 if sass_tools && command -v python3 >/dev/null; then
   mkdir -p "$TMP/cubins"
-  missing=""
+  missing="" nk=0
+  # the header is "arch = sm_90a" in older cuobjdumps, "code for sm_90a" in 13.2
   for s in "${specs[@]}"; do
     n=$(basename "$s" .lua)
     rm -f "$TMP"/cubins/*
     python3 tests/gemm_emu/cubins.py "$TMP/$n.kpack" "$TMP/cubins" >/dev/null
     for c in "$TMP"/cubins/*.cubin; do
       sass=$("$CUOBJDUMP" --dump-sass "$c" 2>/dev/null)
-      grep -q 'arch = sm_90a' <<<"$sass" || continue
+      grep -Eq 'arch = sm_90a|code for sm_90a' <<<"$sass" || continue
       grep -q '_init' <<<"$(grep -m1 Function <<<"$sass")" && continue
+      nk=$((nk + 1))
       want=HGMMA; [ "$n" = gemm_fp8 ] && want=QGMMA
       grep -q "$want\.64x" <<<"$sass" || missing="$missing $n"
       grep -q "UTMALDG" <<<"$sass" || missing="$missing $n(TMA)"
     done
   done
-  ok "sm_90a SASS of every GEMM kernel holds HGMMA (QGMMA for fp8) and TMA loads (UTMALDG)${missing:+ (missing:$missing)}" test -z "$missing"
+  ok "sm_90a SASS of every GEMM kernel ($nk) holds HGMMA (QGMMA for fp8) and TMA loads (UTMALDG)${missing:+ (missing:$missing)}" \
+    test "$nk" -gt 0 -a -z "$missing"
+  # the ping-pong kernels: two m64n128 HGMMA rows per k-step and the named-barrier turns
+  rm -f "$TMP"/cubins/*
+  python3 tests/gemm_emu/cubins.py "$TMP/pp.kpack" "$TMP/cubins" >/dev/null
+  missing="" nk=0
+  for c in "$TMP"/cubins/*.cubin; do
+    sass=$("$CUOBJDUMP" --dump-sass "$c" 2>/dev/null)
+    grep -Eq 'arch = sm_90a|code for sm_90a' <<<"$sass" && grep -q 'HGMMA' <<<"$sass" || continue
+    nk=$((nk + 1))
+    [ "$(grep -c 'HGMMA\.64x128x16' <<<"$sass")" = 8 ] || missing="$missing k$nk(HGMMA)"
+    grep -q 'BAR\.ARV' <<<"$sass" && grep -q 'BAR\.SYNC[.A-Z_]* R' <<<"$sass" || missing="$missing k$nk(BAR)"
+  done
+  ok "pingpong: sm_90a SASS of $nk kernels holds 8 HGMMA.64x128x16 per k-block and BAR.ARV/BAR.SYNC${missing:+ (missing:$missing)}" \
+    test "$nk" -gt 0 -a -z "$missing"
 else
   pass "# SKIP no cuobjdump/nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
+  pass "# SKIP no cuobjdump/nvdisasm"
 fi
 
 # cold compile per GEMM kernel, one at a time (target 1.5 s on this machine)
@@ -96,7 +142,15 @@ if command -v g++ >/dev/null && command -v python3 >/dev/null && [ -f /usr/inclu
       test "$rc" = 0 -a "$got" = "$flags"
     [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
   done
+  for c in "${pp[@]}"; do
+    read -r graph arch grid m path <<<"$c"
+    out=$(KILN_GEMM_SCHEDULE=pingpong tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" "$grid" M=$m 2>&1); rc=$?
+    used=$(grep -q "(kiln gemm engine, ${path/-/ } path," <<<"$out" && echo yes || echo no)
+    ok "pingpong: emulated $graph on $arch, $grid CTAs, M=$m: the ${path/-/ } kernel ($used), matches the reference" \
+      test "$rc" = 0 -a "$used" = yes
+    [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
+  done
 else
-  for c in "${emu[@]}" "${sk[@]}"; do pass "# SKIP emulator needs g++, python3, jansson and the objects ninja builds"; done
+  for c in "${emu[@]}" "${sk[@]}" "${pp[@]}"; do pass "# SKIP emulator needs g++, python3, jansson and the objects ninja builds"; done
 fi
 done_testing

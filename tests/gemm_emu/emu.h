@@ -12,6 +12,9 @@
 //   mbarrier        count, pending arrivals, transaction bytes and phase; a phase completes
 //                   when its arrivals and its expected bytes are in; a parity wait blocks until
 //                   the phase with that parity completed (a fresh barrier's phase "-1" counts)
+//   named barriers  bar.sync / bar.arrive on ids 1..15: a barrier completes when its thread
+//                   count is in (every user must name the same count; a thread arriving twice
+//                   in one phase fails); the harness fails a CTA that exits with arrivals pending
 //   clusters        the CTAs of a cluster run together: rank, arrivals on a peer's barrier,
 //                   multicast copies into every CTA of the mask, the cluster-wide barrier
 //   flags           kiln_flag_release / kiln_flag_wait between CTAs (stream-K): a flag must
@@ -25,6 +28,7 @@
 // every cp.async source against the tensors' allocations (AddressSanitizer covers the rest).
 #include <atomic>
 #include <barrier>
+#include <bitset>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -60,6 +64,7 @@ struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 
 // ---- one CTA's state
 struct emu_mbar { kiln_u32 count = 0, pending = 0, phase = 0; long long tx = 0; bool live = false; };
+struct emu_nbar { kiln_u32 count = 0, arrived = 0, phase = 0; std::bitset<384> in; };
 struct emu_warp {
   std::barrier<> bar{32};
   kiln_u32 addr[32];
@@ -74,6 +79,7 @@ struct emu_cta {
   std::mutex mu;
   std::condition_variable cv;
   std::map<kiln_u32, emu_mbar> bars;
+  emu_nbar nbars[16];        // named barriers (0, __syncthreads, is `sync`)
   kiln_u32 rank = 0;
   std::vector<emu_cta *> cluster;  // the cluster's CTAs by rank (this one included)
   std::barrier<> *cluster_sync = nullptr;
@@ -269,6 +275,28 @@ inline void kiln_mbar_wait(kiln_u32 bar, kiln_u32 parity) {
     emu_fail("mbarrier %u: thread %u waited 60 s for parity %u (phase %u): deadlock", bar, threadIdx.x, parity,
              emu_bar(bar).phase);
 }
+
+// ---- named_barrier.cuh
+inline void emu_named_bar(kiln_u32 id, kiln_u32 threads, bool wait) {
+  if (id == 0 || id > 15) emu_fail("named barrier %u (1..15; 0 is __syncthreads)", id);
+  if (threads == 0 || threads % 32 || threads > 384) emu_fail("named barrier %u: thread count %u", id, threads);
+  std::unique_lock<std::mutex> g(emu_self->mu);
+  emu_nbar &b = emu_self->nbars[id];
+  if (b.arrived == 0) b.count = threads;
+  else if (b.count != threads) emu_fail("named barrier %u: %u threads, while a phase of %u is in flight", id, threads, b.count);
+  if (b.in[threadIdx.x]) emu_fail("named barrier %u: thread %u arrives twice in one phase", id, threadIdx.x);
+  b.in[threadIdx.x] = true;
+  const kiln_u32 phase = b.phase;
+  if (++b.arrived == b.count) {
+    b.arrived = 0, b.phase++, b.in.reset();
+    emu_self->cv.notify_all();
+    return;
+  }
+  if (wait && !emu_self->cv.wait_for(g, std::chrono::seconds(60), [&] { return b.phase != phase; }))
+    emu_fail("named barrier %u: thread %u waited 60 s (%u of %u arrived): deadlock", id, threadIdx.x, b.arrived, b.count);
+}
+inline void kiln_bar_sync(kiln_u32 id, kiln_u32 threads) { emu_named_bar(id, threads, true); }
+inline void kiln_bar_arrive(kiln_u32 id, kiln_u32 threads) { emu_named_bar(id, threads, false); }
 
 // ---- flag.cuh
 // records / looks up a release of this launch (and checks the flag was clear at launch)

@@ -8,7 +8,10 @@
 --   sm90  (sm_90a) warp-specialized and persistent: one producer thread fills a ring of
 --         stages with the tensor copy engine (TMA, tensor maps the runtime encodes per launch);
 --         two consumer warpgroups run wgmma (HGMMA; QGMMA for fp8) on a 128 x BN tile, then
---         the epilogue straight from the accumulators.
+--         the epilogue straight from the accumulators. KILN_GEMM_SCHEDULE=pingpong (opt-in)
+--         builds the ping-pong variant instead: each consumer warpgroup owns whole 128 x 128
+--         tiles and they take turns on the tensor cores, one's epilogue under the other's
+--         mainloop (templates/gemm_sm90_pingpong.cuh).
 --   mma   (sm_80 and later: the fallback for sm_80, sm_100a and shapes sm90 does not take)
 --         mma.sync m16n8k16 with ldmatrix over a cp.async multistage ring; fp8 operands and
 --         layouts without 16-byte alignment are loaded element by element (converted to fp16).
@@ -32,6 +35,9 @@ E.REG_CONSUMER, E.REG_PRODUCER = 232, 40
 -- mma kernel built for other SMs launches with its own.
 E.SM90_TILES = { { bn = 256, stages = 4 }, { bn = 192, stages = 5 }, { bn = 128, stages = 6 } }
 E.SMEM_MAX_SM90, E.SMEM_MAX = 232448, 166912
+-- The ping-pong sm90 kernel (KILN_GEMM_SCHEDULE=pingpong): one tile, 128 x 128 (a consumer
+-- warpgroup holds the whole tile: 128 fp32 accumulators per thread), 7 stages of 32 KB.
+E.SM90_PP_TILE = { bn = 128, stages = 7 }
 -- sm90 clusters: CM CTAs along M share each B tile (each copies 1/CM of it, multicast), which
 -- cuts the operand traffic from L2 by a third at 128 x 256. Correct, but measured slower on
 -- the H200 (0.85x vs 0.97x cuBLAS at 8192^3, bench/RESULTS.md), so off by default;
@@ -216,6 +222,14 @@ local function cluster_m()
   return (want == 1 or want == 2) and want or E.CLUSTER_M
 end
 
+-- KILN_GEMM_SCHEDULE: cooperative (the default) or pingpong (opt-in, for measuring); anything
+-- else is an error, so that a misspelt setting cannot measure the default kernel
+local function schedule()
+  local v = c.getenv("KILN_GEMM_SCHEDULE")
+  if v == nil or v == "" or v == "cooperative" or v == "pingpong" then return v == "pingpong" and "pingpong" or "cooperative" end
+  return nil, string.format("KILN_GEMM_SCHEDULE=%s: want cooperative or pingpong", v)
+end
+
 -- KILN_GEMM_STREAMK: 0 off, 1 on also for fp8 (for measuring), unset: on but for fp8
 local function streamk_on(fp8)
   local v = c.getenv("KILN_GEMM_STREAMK")
@@ -230,11 +244,11 @@ end
 -- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
 local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SMS * 128 * bn * 4 end
 
-local function launch(info, tile, grid_tile)
+local function launch(info, tile, grid_tile, cm)
   local l = { block = { 384, 1, 1 } }
   -- CTAs come in clusters of cm along grid y (no cluster on the mma kernel: it only reads
   -- the CTA's linear index)
-  local cm = grid_tile and cluster_m() or 1
+  cm = grid_tile and cm or 1
   l.cluster = { 1, tile and cm or 1, 1 }
   if tile then
     l.smem = tile.stages * (128 + tile.bn) * 128 + 16 * tile.stages + 1024
@@ -255,30 +269,41 @@ end
 
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
+  local sched, bad = schedule()
+  if not sched then return nil, bad end
   local info, why = analyze(group, g, target)
   if not info then return nil, why end
   local plans = {}
   local blocker = sm90_blocker(info)
-  local order = not blocker and sm90_order(info.N, info.fp8) or nil
+  -- ping-pong: one 128 x 128 tile, no stream-K, no clusters; fp8 keeps the cooperative kernel
+  -- (its per-k-block promotion needs a second set of BN accumulators: 256 registers of a 128-row
+  -- tile), and the generated source says so
+  local pp = not blocker and sched == "pingpong" and not info.fp8
+  local note = not blocker and sched == "pingpong" and info.fp8 and
+    "// KILN_GEMM_SCHEDULE=pingpong declined: fp8 (its promotion needs 2 x 128 accumulators per thread); the cooperative kernel" or ""
+  local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8)) or nil
   -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list);
   -- not for fp8 by default: measured 0.91x of the plain schedule at 8192^3 on the H200 (bf16:
   -- 1.003-1.011x)
-  local sk = order ~= nil and streamk_on(info.fp8)
-  local sk_id = sk and ":sk" or ""
+  local sk = order ~= nil and not pp and streamk_on(info.fp8)
+  local cm = pp and 1 or cluster_m()
+  local suffix = (sk and ":sk" or "") .. (pp and ":pp" or "")
+  -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
+  local tma_bn = order and order[1].tile.bn
   if order and target.sm == 90 and target.arch_specific then
     for i, b in ipairs(order) do
       local t = b.tile
-      plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, sk_id),
-                            knobs = { path = "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true, streamk = sk,
-                                      sk_bn = t.bn },
-                            rank = 100 - i, info = info, launch = launch(info, t, t) }
+      plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, suffix),
+                            knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
+                                      streamk = sk, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note },
+                            rank = 100 - i, info = info, launch = launch(info, t, t, cm) }
     end
   end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
-  plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, sk_id),
+  plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, suffix),
                         knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, streamk = sk,
-                                  sk_bn = order and order[1].tile.bn },
-                        rank = 10, info = info, launch = launch(info, nil, order and order[1].tile) }
+                                  sk_bn = tma_bn, cm = cm, tma_bn = tma_bn, note = "" },
+                        rank = 10, info = info, launch = launch(info, nil, order and order[1].tile, cm) }
   return plans
 end
 
@@ -499,8 +524,7 @@ function E.build(plan, group, g, target, symbol)
   local tmaps, tma_load, tma_prefetch
   if knobs.tma then
     src:need("common/tma.cuh")
-    tmaps, tma_load, tma_prefetch = tma_operands(K, info, knobs.path == "sm90" and knobs.bn or sm90_order(info.N, info.fp8)[1].tile.bn,
-      cluster_m())
+    tmaps, tma_load, tma_prefetch = tma_operands(K, info, knobs.tma_bn, knobs.cm)
   end
   local setup = setup_lines(K, info)
   local epi = epilogue(K, info, group, g)
@@ -537,6 +561,7 @@ function E.build(plan, group, g, target, symbol)
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
     local params = K:finish_params()
+    if knobs.note ~= "" then src:add(knobs.note) end
     src:add(render.fill(render.template("gemm_sm90.cuh"), {
       what = what, symbol = symbol, params = params, BN = bn, STAGES = stages, ESZ = info.esz,
       N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
@@ -550,6 +575,21 @@ function E.build(plan, group, g, target, symbol)
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),
     }, "gemm_sm90.cuh"))
+    kernel = { source = src:text() }
+  elseif knobs.path == "sm90pp" then
+    src:need("common/mbarrier.cuh")
+    src:need("common/wgmma.cuh")
+    src:need("common/named_barrier.cuh")
+    local bn, stages = knobs.bn, knobs.stages
+    src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
+    local params = K:finish_params()
+    src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), {
+      what = what, symbol = symbol, params = params, BN = bn, STAGES = stages, ESZ = info.esz,
+      N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
+      REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, tmaps = tmaps, load = tma_load, prefetch = tma_prefetch,
+      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
+      amax_publish = table.concat(amax_publish, "\n"),
+    }, "gemm_sm90_pingpong.cuh"))
     kernel = { source = src:text() }
   else
     src:need("common/gemm_tile.cuh")
