@@ -552,6 +552,16 @@ function E.build(plan, group, g, target, symbol)
     info.B.dtype, C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
     #(group.epilogue or {}) > 0 and string.format(", epilogue of %d op%s", #group.epilogue, #group.epilogue == 1 and "" or "s") or "")
   local kernel
+  -- what both sm90 templates take
+  local function sm90_vars(bn, stages)
+    return {
+      what = what, symbol = symbol, params = K:finish_params(), BN = bn, STAGES = stages, ESZ = info.esz,
+      N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
+      REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch,
+      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
+      amax_publish = table.concat(amax_publish, "\n"),
+    }
+  end
   if knobs.path == "sm90" then
     src:need("common/mbarrier.cuh")
     src:need("common/wgmma.cuh")
@@ -560,21 +570,15 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/pdl.cuh")
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
-    local params = K:finish_params()
+    local vars = sm90_vars(bn, stages)
     if knobs.note ~= "" then src:add(knobs.note) end
-    src:add(render.fill(render.template("gemm_sm90.cuh"), {
-      what = what, symbol = symbol, params = params, BN = bn, STAGES = stages, ESZ = info.esz,
-      N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
-      REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, PROMOTE = knobs.promote and "true" or "false",
-      SK = ws and "true" or "false", SK_SLOTS = E.SMS, SK_PIECES = E.STREAMK.pieces, SK_FILL_PCT = sk_fill_pct(),
-      SK_MIN_SAVED = E.STREAMK.min_saved,
-      sk_decl = ws and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
-        .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
-        or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;",
-      tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch, CM = plan.launch.cluster[2],
-      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
-      amax_publish = table.concat(amax_publish, "\n"),
-    }, "gemm_sm90.cuh"))
+    vars.PROMOTE, vars.CM = knobs.promote and "true" or "false", plan.launch.cluster[2]
+    vars.SK, vars.SK_SLOTS, vars.SK_PIECES = ws and "true" or "false", E.SMS, E.STREAMK.pieces
+    vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
+    vars.sk_decl = ws and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
+      .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
+      or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;"
+    src:add(render.fill(render.template("gemm_sm90.cuh"), vars, "gemm_sm90.cuh"))
     kernel = { source = src:text() }
   elseif knobs.path == "sm90pp" then
     src:need("common/mbarrier.cuh")
@@ -582,14 +586,7 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/named_barrier.cuh")
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
-    local params = K:finish_params()
-    src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), {
-      what = what, symbol = symbol, params = params, BN = bn, STAGES = stages, ESZ = info.esz,
-      N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
-      REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, tmaps = tmaps, load = tma_load, prefetch = tma_prefetch,
-      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
-      amax_publish = table.concat(amax_publish, "\n"),
-    }, "gemm_sm90_pingpong.cuh"))
+    src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), sm90_vars(bn, stages), "gemm_sm90_pingpong.cuh"))
     kernel = { source = src:text() }
   else
     src:need("common/gemm_tile.cuh")
