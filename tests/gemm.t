@@ -32,7 +32,7 @@ pp=(
   "epilogue sm_90a 3 500 sm_90a-pingpong" "batched sm_90a 4 300 sm_90a-pingpong" "nn_sk sm_90a 5 500 sm_90a-pingpong"
   "epilogue_sk sm_90a 2 300 sm_90a-pingpong" "fp8 sm_90a 2 300 sm_90a" "nn sm_80 2 300 portable"
 )
-plan $(( ${#specs[@]} * 3 + 4 + 5 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
+plan $(( ${#specs[@]} * 3 + 4 + 5 + 2 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -78,6 +78,10 @@ grep -h "Used [0-9]* registers" $(grep -l "sm_90a pingpong path" "$TMP"/ppdump/*
   sed 's/^/# sm_90a pingpong: /'
 KILN_GEMM_SCHEDULE=ping run_kiln explain specs/gemm.lua --sm 90a
 ok "KILN_GEMM_SCHEDULE=ping is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_SCHEDULE=ping:' "$OUTF"
+KILN_GEMM_STREAMK=yes run_kiln explain specs/gemm.lua --sm 90a
+ok "KILN_GEMM_STREAMK=yes is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_STREAMK=yes:' "$OUTF"
+KILN_GEMM_SK_FILL=101 run_kiln explain specs/gemm.lua --sm 90a
+ok "KILN_GEMM_SK_FILL=101 is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_SK_FILL=101:' "$OUTF"
 
 if sass_tools && command -v python3 >/dev/null; then
   mkdir -p "$TMP/cubins"

@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 7 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 11 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -53,9 +53,17 @@ expect_rc 0 "pack of layernorm_bwd"
 run_kiln pack inspect "$TMP/bwd.kpack"
 expect_out "workspace: min\(T\*32768, [0-9]+\)" "layernorm_bwd needs a workspace of T x 2 x 4096 fp32 at most"
 expect_out "kiln_layernorm_bwd_k0_final" "a second kernel adds the partial rows"
+expect_out "grid \[256, 1, 1\].*  pdl$" "the second kernel starts early (pdl) and waits in-kernel"
 run_kiln build specs/rmsnorm_residual_fp8.lua --set H=4096 --sm 90a -o "$TMP/fp8.kpack"
 run_kiln pack inspect "$TMP/fp8.kpack"
 expect_out "kiln_rmsnorm_residual_fp8_k0_init" "the fp8 plan zeroes amax before the atomics"
+expect_out "grid \[T, 1, 1\].*  pdl$" "the fp8 kernel starts with its init kernel (pdl) and waits before its atomics"
+# the staged backward takes rmsnorm at H = 2048 too (measured faster than the legacy kernel)
+run_kiln explain specs/rmsnorm_bwd.lua --set H=2048 --sm 90a
+expect_out "rmsnorm_backward:p128n2v8r4:staged-async" "rmsnorm_bwd at H = 2048 builds the staged kernel"
+# a misspelt build-time setting is a typed error, not the default build
+KILN_FAST_COMPILE=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
+expect_err "E_USAGE.*KILN_FAST_COMPILE=fast" "KILN_FAST_COMPILE=fast is E_USAGE"
 
 # a virtual tensor read by two anchors cannot fuse: typed error, and the reason is named
 cat > "$TMP/nofuse.lua" <<'EOF'

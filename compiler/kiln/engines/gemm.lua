@@ -230,6 +230,20 @@ local function schedule()
   return nil, string.format("KILN_GEMM_SCHEDULE=%s: want cooperative or pingpong", v)
 end
 
+-- KILN_GEMM_STREAMK (0 or 1) and KILN_GEMM_SK_FILL (a percentage): anything else is an error,
+-- as for the schedule
+local function streamk_settings()
+  local v, fill = c.getenv("KILN_GEMM_STREAMK"), c.getenv("KILN_GEMM_SK_FILL")
+  if v ~= nil and v ~= "" and v ~= "0" and v ~= "1" then
+    return nil, string.format("KILN_GEMM_STREAMK=%s: want 0 or 1", v)
+  end
+  local f = tonumber(fill or "")
+  if fill ~= nil and fill ~= "" and not (f and f >= 0 and f <= 100 and f == math.floor(f)) then
+    return nil, string.format("KILN_GEMM_SK_FILL=%s: want a whole percentage, 0 to 100", fill)
+  end
+  return true
+end
+
 -- KILN_GEMM_STREAMK: 0 off, 1 on also for fp8 (for measuring), unset: on but for fp8
 local function streamk_on(fp8)
   local v = c.getenv("KILN_GEMM_STREAMK")
@@ -271,6 +285,8 @@ function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
   local sched, bad = schedule()
   if not sched then return nil, bad end
+  local sk_ok, sk_bad = streamk_settings()
+  if not sk_ok then return nil, sk_bad end
   local info, why = analyze(group, g, target)
   if not info then return nil, why end
   local plans = {}
