@@ -249,10 +249,10 @@ local function streamk_on(fp8)
   local v = c.getenv("KILN_GEMM_STREAMK")
   return v ~= "0" and (v == "1" or not fp8) and cluster_m() == 1
 end
--- KILN_GEMM_SK_FILL=P (for measuring) overrides the last wave's fullness limit, in percent
+-- KILN_GEMM_SK_FILL=P (for measuring; checked by streamk_settings) overrides the last wave's
+-- fullness limit, in percent
 local function sk_fill_pct()
-  local v = tonumber(c.getenv("KILN_GEMM_SK_FILL") or "")
-  return (v and v >= 0 and v <= 100) and math.floor(v) or E.STREAMK.fill_pct
+  return math.tointeger(tonumber(c.getenv("KILN_GEMM_SK_FILL") or "")) or E.STREAMK.fill_pct
 end
 
 -- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
