@@ -10,6 +10,8 @@
 // (operands shared in L2); each CTA copies 1/CM of the B tile, multicast to the cluster, and
 // its own A tile. Stream-K (SK, without clusters): when the last wave of tiles is partial, its
 // tiles are split along K over the CTAs and the partial sums meet in the workspace (below).
+// EPI: one output is staged per warpgroup through two shared buffers of 64 rows x 128 bytes
+// and written by tensor stores, so a warpgroup goes on to its next tile while they drain.
 ${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BM = 128, BN = ${BN}, STAGES = ${STAGES}, ESZ = ${ESZ}, CM = ${CM};
@@ -20,12 +22,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, PROMOTE = ${PROMOTE};
   constexpr bool SK = ${SK};
+  constexpr bool EPI = ${EPI};
+  constexpr int OSZ = ${OSZ}, CW = 128 / OSZ;  // staged output: bytes per element, columns per chunk
+  constexpr kiln_u32 EPI_BYTES = EPI ? 4 * 64 * 128 : 0;
   // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
   // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks
   constexpr int SK_SLOTS = ${SK_SLOTS}, SK_PIECES = ${SK_PIECES}, SK_FILL_PCT = ${SK_FILL_PCT}, SK_MIN_SAVED = ${SK_MIN_SAVED};
   extern __shared__ __align__(1024) kiln_u8 kiln_smem[];
   const kiln_u32 sbase = (kiln_smem_u32(kiln_smem) + 1023u) & ~1023u;
-  const kiln_u32 bars = sbase + STAGES * STAGE;  // full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s)
+  const kiln_u32 epi_base = sbase + STAGES * STAGE;  // buffer b of warpgroup h at epi_base + 8192 (2 h + b)
+  const kiln_u32 bars = epi_base + EPI_BYTES;       // full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s)
 ${setup}
 ${amax_decl}
   // units of CM vertically adjacent tiles (a cluster's; the last may reach past M: its copies
@@ -116,7 +122,7 @@ ${epilogue}
       kiln_mbar_arrive(bars + 8 * (STAGES + s));
       for (kiln_u32 p = 1; p < (kiln_u32)CM; p++) kiln_mbar_arrive_peer(bars + 8 * (STAGES + s), (rank + p) % CM);
     };
-    kiln_u32 it = 0;
+    kiln_u32 it = 0, ebuf = 0;  // ebuf: the staging buffer the next chunk fills
 #pragma unroll 1
     for (kiln_i64 w = 0; w < n_work; w++) {
       kiln_i64 tile, bt, m0, n0;
@@ -184,15 +190,50 @@ ${epilogue}
       }
       // accumulator i of n8 block b: rows warp * 16 + lane / 4 (+ 8 for i & 2), columns
       // 8 b + 2 (lane % 4) + (i & 1) of this warpgroup's 64-row half
+      if (!EPI) {
 #pragma unroll
-      for (int nb = 0; nb < BN / 8; nb++)
+        for (int nb = 0; nb < BN / 8; nb++)
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const kiln_i64 row = m0 + half * 64 + warp * 16 + (lane >> 2) + h * 8;
+            const kiln_i64 col = n0 + nb * 8 + (lane & 3) * 2;
+            if (row < M && col < N) kiln_epilogue(acc[nb * 4 + 2 * h], acc[nb * 4 + 2 * h + 1], bt, row, col);
+          }
+        continue;
+      }
+      // staged: CW columns at a time into buffer ebuf (128-byte swizzle: conflict-free writes),
+      // then one tensor store of the chunk by thread 0 of the warpgroup (it clips M and N); one
+      // flat loop over the n8 blocks, so that every accumulator index is a constant
+      constexpr int NB_CH = CW / 8;  // n8 blocks per chunk
+#pragma unroll
+      for (int nb = 0; nb < BN / 8; nb++) {
+        const int ch = nb / NB_CH;
+        const kiln_u32 buf = epi_base + (2u * (kiln_u32)half + ebuf) * 8192u;
+        if (nb % NB_CH == 0) {
+          if (t == 0) kiln_bulk_wait_read<1>();  // the store that read this buffer two chunks ago
+          kiln_bar_sync(1 + half, 128);
+        }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-          const kiln_i64 row = m0 + half * 64 + warp * 16 + (lane >> 2) + h * 8;
-          const kiln_i64 col = n0 + nb * 8 + (lane & 3) * 2;
-          if (row < M && col < N) kiln_epilogue(acc[nb * 4 + 2 * h], acc[nb * 4 + 2 * h + 1], bt, row, col);
+          const int r = warp * 16 + (lane >> 2) + h * 8;
+          const kiln_i64 row = m0 + half * 64 + r, col = n0 + nb * 8 + (lane & 3) * 2;
+          const kiln_u32 off = (kiln_u32)(((nb % NB_CH) * 8 + (lane & 3) * 2) * OSZ);  // byte in the 128-byte line
+          const kiln_u32 sd = buf + r * 128 + ((off & ~15u) ^ ((kiln_u32)(r & 7) << 4)) + (off & 15u);
+          if (row < M && col < N) kiln_epilogue(acc[nb * 4 + 2 * h], acc[nb * 4 + 2 * h + 1], bt, row, col, sd);
         }
+        if (nb % NB_CH == NB_CH - 1) {
+          kiln_fence_proxy_async();  // the writes, visible to the tensor copy engine
+          kiln_bar_sync(1 + half, 128);
+          if (t == 0) {
+            const int c0 = (int)(n0 + ch * CW), c1 = (int)(m0 + half * 64);
+            ${store_chunk}
+            kiln_bulk_commit();
+          }
+          ebuf ^= 1u;
+        }
+      }
     }
+    if (EPI && t == 0) kiln_bulk_wait<0>();  // the staged stores are done before the CTA leaves
 ${amax_publish}
   }
   // no CTA leaves while its peers may still arrive on its barriers or copy into it

@@ -14,7 +14,7 @@
 specs=(specs/gemm*.lua)
 emu=(
   "nn sm_90a 256" "nn sm_90a 192" "nn sm_90a 128" "nt sm_90a 256" "batched sm_90a 192" "epilogue sm_90a 128"
-  "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -"
+  "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "f32out sm_90a 256" "f32out sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -" "f32out sm_80 -"
 )
 # 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
 # 9 tiles on 4 (one tile over 4 ranges, two of them inside it); 4 k-blocks
@@ -22,6 +22,7 @@ emu=(
 sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
   "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
+  "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
 )
 # ping-pong, 128 x 128 tiles (N = 264: 3 n tiles): several tiles per CTA on both warpgroups, a
 # warpgroup with an empty last slot (an odd count per CTA), M tails, 12 k-blocks (the *_sk graphs:
@@ -32,7 +33,7 @@ pp=(
   "epilogue sm_90a 3 500 sm_90a-pingpong" "batched sm_90a 4 300 sm_90a-pingpong" "nn_sk sm_90a 5 500 sm_90a-pingpong"
   "epilogue_sk sm_90a 2 300 sm_90a-pingpong" "fp8 sm_90a 2 300 sm_90a" "nn sm_80 2 300 portable"
 )
-plan $(( ${#specs[@]} * 3 + 4 + 5 + 2 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
+plan $(( ${#specs[@]} * 3 + 4 + 5 + 6 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -60,6 +61,22 @@ spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $logs)
 ok "ptxas reports no spills in any GEMM kernel ($(echo "$logs" | wc -w) kernels)" test -n "$logs" -a -z "$spilling"
 for f in $spilling; do echo "#   spills: $f"; done
 grep -h "Used [0-9]* registers" $(ls $TMP/dump/*sm_90a.log | grep -v _init_) | sort | uniq -c | sed 's/^/# sm_90a: /'
+# a stack frame (an accumulator array indexed at run time) or wgmma serialized behind reads of
+# its accumulators (ptxas C7514) costs the sm_90a kernels their speed without any spill
+slow=$(grep -l -E "[1-9][0-9]* bytes stack frame|C7514" $(ls $TMP/dump/*sm_90a.log | grep -v _init_))
+ok "ptxas: no stack frame and no serialized wgmma in any sm_90a GEMM kernel" test -z "$slow"
+for f in $slow; do echo "#   stack or C7514: $f"; done
+
+# the cooperative kernel stages its output through shared memory (tensor stores, plan ids
+# ending :ts) for every group; KILN_GEMM_EPILOGUE=direct stores from the registers; a misspelt
+# value is refused
+run_kiln explain "${specs[@]}" --sm 90a
+groups=$(grep -c '^  group' "$OUTF"); ts=$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF")
+ok "sm_90a: every one of the $groups GEMM groups stages its output (:ts plans: $ts)" test "$groups" -gt 0 -a "$ts" = "$groups"
+KILN_GEMM_EPILOGUE=direct run_kiln explain "${specs[@]}" --sm 90a
+ok "KILN_GEMM_EPILOGUE=direct: no :ts plan" test "$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF")" = 0
+KILN_GEMM_EPILOGUE=tmastore run_kiln explain specs/gemm.lua --sm 90a
+ok "KILN_GEMM_EPILOGUE=tmastore is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_EPILOGUE=tmastore:' "$OUTF"
 
 # the ping-pong kernel: every GEMM spec for every SM, a :pp plan for every 16-bit group on sm_90a
 # (fp8 keeps the cooperative kernel), no spills
@@ -67,7 +84,7 @@ KILN_GEMM_SCHEDULE=pingpong KILN_DUMP_DIR=$TMP/ppdump run_kiln build "${specs[@]
 expect_rc 0 "KILN_GEMM_SCHEDULE=pingpong: build every GEMM spec for sm_80 sm_90a sm_100a"
 KILN_GEMM_SCHEDULE=pingpong run_kiln explain "${specs[@]}" --sm 90a
 groups=$(grep -c '^  group' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
-fp8n=$(grep -c 'group .*(matmul.*): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*$' "$OUTF")
+fp8n=$(grep -c -E 'group .*\(matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:ts)?$' "$OUTF")
 ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 groups (of $groups)" \
   test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a $((ppn + fp8n)) = "$groups"
 pplogs=$(ls "$TMP"/ppdump/*.log 2>/dev/null | grep -v _init_)

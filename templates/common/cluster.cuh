@@ -5,8 +5,10 @@ __device__ __forceinline__ kiln_u32 kiln_cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
+// CTA-scope release: the arrival only hands back a stage the wgmma reads have finished with; a
+// cluster-scope release compiles to a fence that waits for this thread's epilogue stores too
 __device__ __forceinline__ void kiln_mbar_arrive_peer(kiln_u32 bar, kiln_u32 peer) {
-  asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }"
+  asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [ra]; }"
                :: "r"(bar), "r"(peer) : "memory");
 }
 // Makes this CTA's mbarrier initializations visible to the cluster (before the first sync).

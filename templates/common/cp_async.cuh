@@ -20,3 +20,9 @@ __device__ __forceinline__ const kiln_u8 *kiln_opaque(const kiln_u8 *p) {
 __device__ __forceinline__ void kiln_st_shared_v4(kiln_u32 dst, kiln_u32 a, kiln_u32 b, kiln_u32 c, kiln_u32 d) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
+__device__ __forceinline__ void kiln_st_shared_b32(kiln_u32 dst, kiln_u32 a) {
+  asm volatile("st.shared.b32 [%0], %1;" :: "r"(dst), "r"(a) : "memory");
+}
+__device__ __forceinline__ void kiln_st_shared_v2(kiln_u32 dst, kiln_u32 a, kiln_u32 b) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};" :: "r"(dst), "r"(a), "r"(b) : "memory");
+}

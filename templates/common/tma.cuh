@@ -34,3 +34,22 @@ __device__ __forceinline__ void kiln_tma_load_3d_mc(kiln_u32 dst, const kiln_tma
                " [%0], [%1, {%2, %3, %4}], [%5], %6;"
                :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask) : "memory");
 }
+// Tensor stores: a box of shared memory (128-byte swizzle, written before a
+// kiln_fence_proxy_async) to the tensor; elements past its edges are not written. The issuing
+// thread groups its stores (commit) and waits until at most N groups still read shared
+// memory (wait_read: the buffer may be reused) or are still in flight at all (wait).
+__device__ __forceinline__ void kiln_tma_store_2d(const kiln_tmap *map, kiln_u32 src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"(reinterpret_cast<kiln_u64>(map)), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void kiln_tma_store_3d(const kiln_tmap *map, kiln_u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+               :: "l"(reinterpret_cast<kiln_u64>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+__device__ __forceinline__ void kiln_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void kiln_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void kiln_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}

@@ -23,7 +23,11 @@
 //   TMA             a tensor map is the harness's description of a tensor (from the kernel's
 //                   `// kiln tmap` lines); a box copy reads the tensor (zeros past its edges),
 //                   writes 128-byte rows with the 128-byte swizzle and completes its bytes on
-//                   the barrier
+//                   the barrier; a tensor store reads the box back through the same swizzle
+//                   and writes what lies inside the tensor at issue, and fails if a thread's
+//                   shared-memory writes in the box have not passed fence.proxy.async; until
+//                   the issuer's wait_group(.read) retires its group, a write into the box
+//                   fails; a CTA that exits with groups outstanding fails
 // Every shared-memory access is bounds-checked against the plan's dynamic shared memory and
 // every cp.async source against the tensors' allocations (AddressSanitizer covers the rest).
 #include <atomic>
@@ -70,6 +74,12 @@ struct emu_warp {
   kiln_u32 addr[32];
   kiln_u32 a[32][4], b[32][2];
 };
+struct emu_range { kiln_u32 lo, hi; };
+struct emu_bulk {                                // one thread's tensor stores and shared writes
+  kiln_u32 lo = ~0u, hi = 0;                     // its writes since its last fence.proxy.async
+  std::vector<emu_range> open;                   // stores issued since its last commit
+  std::vector<std::vector<emu_range>> groups;    // committed groups, oldest first
+};
 struct emu_cta {
   kiln_u8 *smem;             // the shared window: kiln_smem starts at smem + EMU_SMEM_OFFSET
   kiln_u32 limit;            // bytes the kernel may touch (offset + the plan's dynamic smem)
@@ -83,6 +93,7 @@ struct emu_cta {
   kiln_u32 rank = 0;
   std::vector<emu_cta *> cluster;  // the cluster's CTAs by rank (this one included)
   std::barrier<> *cluster_sync = nullptr;
+  emu_bulk bulk[384];
 };
 constexpr kiln_u32 EMU_SMEM_OFFSET = 16;  // deliberately not 1024-aligned
 
@@ -161,6 +172,27 @@ inline void kiln_st_shared_v4(kiln_u32 dst, kiln_u32 a, kiln_u32 b, kiln_u32 c, 
   if (dst % 16) emu_fail("st.shared.v4 at %u", dst);
   kiln_u32 v[4] = {a, b, c, d};
   memcpy(emu_sh(dst, 16), v, 16);
+}
+// a write the tensor copy engine may read later: not into a store's box still being read, and
+// remembered until this thread's next fence.proxy.async
+inline void emu_st_shared_async(kiln_u32 dst, const kiln_u32 *v, int n) {
+  if (dst % (4 * n)) emu_fail("st.shared of %d bytes at %u", 4 * n, dst);
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  for (auto &b : emu_self->bulk)
+    for (auto &grp : b.groups)
+      for (auto &r : grp)
+        if (dst < r.hi && dst + 4 * n > r.lo)
+          emu_fail("thread %u writes shared memory %u that a tensor store still reads [%u, %u): no wait_group.read", threadIdx.x,
+                   dst, r.lo, r.hi);
+  memcpy(emu_sh(dst, 4 * n), v, 4 * n);
+  emu_bulk &me = emu_self->bulk[threadIdx.x];
+  me.lo = dst < me.lo ? dst : me.lo;
+  me.hi = dst + 4 * n > me.hi ? dst + 4 * n : me.hi;
+}
+inline void kiln_st_shared_b32(kiln_u32 dst, kiln_u32 a) { emu_st_shared_async(dst, &a, 1); }
+inline void kiln_st_shared_v2(kiln_u32 dst, kiln_u32 a, kiln_u32 b) {
+  const kiln_u32 v[2] = {a, b};
+  emu_st_shared_async(dst, v, 2);
 }
 
 // ---- mma_sm80.cuh
@@ -381,13 +413,63 @@ inline void kiln_tma_load_3d_mc(kiln_u32 dst, const kiln_tmap *m, int c0, int c1
   emu_tma_load(dst, m, c, 3, bar, mask);
 }
 
+inline void emu_tma_store(const kiln_tmap *m, kiln_u32 src, const int *c, int nc) {
+  if (nc != m->rank) emu_fail("a %dd TMA store through a rank-%d tensor map", nc, m->rank);
+  if (src % 1024) emu_fail("TMA store source %u is not 1024-byte aligned (128-byte swizzle)", src);
+  if (m->box[0] * m->esz != 128) emu_fail("TMA store inner box of %d bytes, the model takes 128", m->box[0] * m->esz);
+  const int rows = m->box[1] * (m->rank > 2 ? m->box[2] : 1);
+  const emu_range box{src, src + (kiln_u32)rows * 128};
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  for (unsigned x = 0; x < 384; x++)
+    if (emu_self->bulk[x].lo < box.hi && emu_self->bulk[x].hi > box.lo)
+      emu_fail("TMA store of [%u, %u) by thread %u: thread %u wrote there without fence.proxy.async", box.lo, box.hi,
+               threadIdx.x, x);
+  for (int r = 0; r < rows; r++) {
+    const long long i1 = c[1] + r % m->box[1], i2 = m->rank > 2 ? c[2] + r / m->box[1] : 0;
+    for (int e = 0; e < m->box[0]; e++) {
+      const long long i0 = c[0] + e;
+      if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= m->dim[0] || i1 >= m->dim[1] || (m->rank > 2 && i2 >= m->dim[2])) continue;
+      kiln_u32 a = src + r * 128 + e * m->esz;
+      a ^= ((a >> 7) & 7) << 4;
+      kiln_u8 *p = const_cast<kiln_u8 *>(m->base) + (i0 * m->stride[0] + i1 * m->stride[1] + i2 * m->stride[2]) * m->esz;
+      emu_check_global(p, m->esz);
+      memcpy(p, emu_sh(a, m->esz), m->esz);
+    }
+  }
+  emu_self->bulk[threadIdx.x].open.push_back(box);
+}
+inline void kiln_tma_store_2d(const kiln_tmap *m, kiln_u32 src, int c0, int c1) {
+  const int c[2] = {c0, c1};
+  emu_tma_store(m, src, c, 2);
+}
+inline void kiln_tma_store_3d(const kiln_tmap *m, kiln_u32 src, int c0, int c1, int c2) {
+  const int c[3] = {c0, c1, c2};
+  emu_tma_store(m, src, c, 3);
+}
+inline void kiln_bulk_commit() {
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  emu_bulk &me = emu_self->bulk[threadIdx.x];
+  me.groups.push_back(me.open);
+  me.open.clear();
+}
+// the model's stores are done at issue: a wait retires all but the newest N groups
+template <int N> inline void kiln_bulk_wait_read() {
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  auto &grp = emu_self->bulk[threadIdx.x].groups;
+  if (grp.size() > (size_t)N) grp.erase(grp.begin(), grp.end() - N);
+}
+template <int N> inline void kiln_bulk_wait() { kiln_bulk_wait_read<N>(); }
+
 // ---- wgmma.cuh (kiln_wgmma_desc is the kernel's own, kept from the source)
 // wgmma reads shared memory for the whole warpgroup; here each thread reads its own share at
 // issue, so completion (wait_group) waits for all 128 threads' reads
 inline void kiln_wgmma_fence() {}
 inline void kiln_wgmma_commit() {}
 template <int N> inline void kiln_wgmma_wait() { emu_self->wgbar[threadIdx.x / 128]->arrive_and_wait(); }
-inline void kiln_fence_proxy_async() {}
+inline void kiln_fence_proxy_async() {
+  std::lock_guard<std::mutex> g(emu_self->mu);
+  emu_self->bulk[threadIdx.x].lo = ~0u, emu_self->bulk[threadIdx.x].hi = 0;
+}
 template <int R> inline void kiln_setmaxnreg_inc() {}
 template <int R> inline void kiln_setmaxnreg_dec() {}
 

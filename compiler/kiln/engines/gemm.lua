@@ -35,6 +35,11 @@ E.REG_CONSUMER, E.REG_PRODUCER = 232, 40
 -- mma kernel built for other SMs launches with its own.
 E.SM90_TILES = { { bn = 256, stages = 4 }, { bn = 192, stages = 5 }, { bn = 128, stages = 6 } }
 E.SMEM_MAX_SM90, E.SMEM_MAX = 232448, 166912
+-- The cooperative sm90 kernel stages one 2- or 4-byte output through shared memory and stores
+-- it with the tensor copy engine: per consumer warpgroup two buffers of 64 rows x 128 bytes
+-- (a tile's columns go out in chunks of 128 bytes). A tile keeps the stages that still fit.
+-- KILN_GEMM_EPILOGUE=direct stores from the registers instead (for measuring).
+E.EPI_BYTES = 2 * 2 * 64 * 128
 -- The ping-pong sm90 kernel (KILN_GEMM_SCHEDULE=pingpong): one tile, 128 x 128 (a consumer
 -- warpgroup holds the whole tile: 128 fp32 accumulators per thread), 7 stages of 32 KB.
 E.SM90_PP_TILE = { bn = 128, stages = 7 }
@@ -244,6 +249,30 @@ local function streamk_settings()
   return true
 end
 
+-- KILN_GEMM_EPILOGUE: tma (the default) or direct; anything else is an error, as for the schedule
+local function epilogue_setting()
+  local v = c.getenv("KILN_GEMM_EPILOGUE")
+  if v == nil or v == "" or v == "tma" or v == "direct" then return v == "direct" and "direct" or "tma" end
+  return nil, string.format("KILN_GEMM_EPILOGUE=%s: want tma or direct", v)
+end
+
+-- The output the cooperative sm90 kernel stages through shared memory: the first element
+-- output of 2 or 4 bytes whose rows are 16-byte multiples (a tensor map's line stride).
+local function staged_output(info, group, g)
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    local size = dtypes.size(t.dtype)
+    if not info.amax_of[uid] and (size == 2 or size == 4) and info.N * size % 16 == 0 then return uid end
+  end
+end
+
+-- The stages of an sm90 tile: its own, or as many as still fit beside the staging buffers.
+local function sm90_stages(t, staged)
+  if not staged then return t.stages end
+  local fit = (E.SMEM_MAX_SM90 - 1024 - E.EPI_BYTES) // ((128 + t.bn) * 128 + 16)
+  return math.min(t.stages, fit)
+end
+
 -- KILN_GEMM_STREAMK: 0 off, 1 on also for fp8 (for measuring), unset: on but for fp8
 local function streamk_on(fp8)
   local v = c.getenv("KILN_GEMM_STREAMK")
@@ -258,14 +287,14 @@ end
 -- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
 local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SMS * 128 * bn * 4 end
 
-local function launch(info, tile, grid_tile, cm)
+local function launch(info, tile, grid_tile, cm, staged)
   local l = { block = { 384, 1, 1 } }
   -- CTAs come in clusters of cm along grid y (no cluster on the mma kernel: it only reads
   -- the CTA's linear index)
   cm = grid_tile and cm or 1
   l.cluster = { 1, tile and cm or 1, 1 }
   if tile then
-    l.smem = tile.stages * (128 + tile.bn) * 128 + 16 * tile.stages + 1024
+    l.smem = tile.stages * (128 + tile.bn) * 128 + 16 * tile.stages + 1024 + (staged and E.EPI_BYTES or 0)
     assert(l.smem <= E.SMEM_MAX_SM90, "kiln.engines.gemm: a tile needs more shared memory than sm_90 gives a block")
   else
     l.smem = E.MMA_STAGES * (128 + E.MMA_BN) * 128
@@ -287,6 +316,8 @@ function E.propose(group, g, target)
   if not sched then return nil, bad end
   local sk_ok, sk_bad = streamk_settings()
   if not sk_ok then return nil, sk_bad end
+  local epi_how, epi_bad = epilogue_setting()
+  if not epi_how then return nil, epi_bad end
   local info, why = analyze(group, g, target)
   if not info then return nil, why end
   local plans = {}
@@ -303,22 +334,24 @@ function E.propose(group, g, target)
   -- 1.003-1.011x)
   local sk = order ~= nil and not pp and streamk_on(info.fp8)
   local cm = pp and 1 or cluster_m()
-  local suffix = (sk and ":sk" or "") .. (pp and ":pp" or "")
+  -- the staged output (the cooperative kernel's; the mma kernel takes its tensor map too)
+  local staged = order ~= nil and not pp and epi_how == "tma" and staged_output(info, group, g) or nil
+  local suffix = (sk and ":sk" or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "")
   -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
   local tma_bn = order and order[1].tile.bn
   if order and target.sm == 90 and target.arch_specific then
     for i, b in ipairs(order) do
-      local t = b.tile
+      local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged) }
       plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, suffix),
                             knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
-                                      streamk = sk, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note },
-                            rank = 100 - i, info = info, launch = launch(info, t, t, cm) }
+                                      streamk = sk, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note, staged = staged },
+                            rank = 100 - i, info = info, launch = launch(info, t, t, cm, staged) }
     end
   end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
   plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, suffix),
                         knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, streamk = sk,
-                                  sk_bn = tma_bn, cm = cm, tma_bn = tma_bn, note = "" },
+                                  sk_bn = tma_bn, cm = cm, tma_bn = tma_bn, note = "", staged = staged },
                         rank = 10, info = info, launch = launch(info, nil, order and order[1].tile, cm) }
   return plans
 end
@@ -354,7 +387,8 @@ local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2
 
 -- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row),
 -- plus what the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
-local function epilogue(K, info, group, g)
+-- Output `staged` (a uid, or nil) is written to shared memory at sd instead of to C's memory.
+local function epilogue(K, info, group, g, staged)
   local src, C, Ed = K.src, info.C, info.Ed
   local R = #Ed
   local setup, body, pre, post = {}, {}, {}, {}
@@ -416,13 +450,22 @@ local function epilogue(K, info, group, g)
       local p = K:ptr(uid, true)
       pre[#pre + 1] = string.format("    alignas(%d) %s w%d[2];", 2 * size, st.ctype, uid)
       body[#body + 1] = string.format("      w%d[j] = %s;", uid, fmt(st.store, value[uid]))
-      post[#post + 1] = pw.vector_copy(string.format("%s + i0", p), "w" .. uid, st.ctype, 2, size, "    ")
+      local words = string.format("reinterpret_cast<const kiln_u32 *>(w%d)", uid)
+      if uid == staged and size == 2 then
+        post[#post + 1] = string.format("    kiln_st_shared_b32(sd, %s[0]);", words)
+      elseif uid == staged then
+        post[#post + 1] = string.format("    kiln_st_shared_v2(sd, %s[0], %s[1]);", words, words)
+      else
+        post[#post + 1] = pw.vector_copy(string.format("%s + i0", p), "w" .. uid, st.ctype, 2, size, "    ")
+      end
       K:need_align(uid, 2 * size)
     end
   end
   local lines = {}
   lines[#lines + 1] = "  // the fused epilogue of columns col, col + 1 of one row of C (fp32 accumulators c0, c1)"
-  lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col) {"
+  -- sd: where the staged output's pair goes in shared memory (the sm90 kernel names it either way)
+  lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col, kiln_u32 sd = 0u) {"
+  if not staged then lines[#lines + 1] = "    (void)sd;" end
   lines[#lines + 1] = string.format("    const kiln_i64 i0 = (bt * M + row) * %dLL + col;  // flat index in C", info.N)
   for _, l in ipairs(pre) do lines[#lines + 1] = l end
   lines[#lines + 1] = "#pragma unroll"
@@ -504,6 +547,25 @@ local function tma_operands(K, info, bn, cm)
   return table.concat(decl, "\n"), table.concat(load, "\n"), table.concat(prefetch, "\n")
 end
 
+-- The tensor map of the staged output (parameter `tm<uid>`: 128-byte rows of 64 lines, then the
+-- batch axis when C has one) and the store of one chunk: shared memory at buf to columns c0..,
+-- rows c1.. of batch bt.
+local function tma_output(K, info, uid, g)
+  local t, R = g.by_uid[uid], #info.Ed
+  local dims = { { axis = R - 1, box = 128 // dtypes.size(t.dtype) }, { axis = R - 2, box = 64 } }
+  if R == 3 then dims[3] = { axis = 0, box = 1 } end
+  local name = "tm" .. uid
+  K.params[#K.params + 1] = "const __grid_constant__ kiln_tmap " .. name
+  K.mparams[#K.mparams + 1] = { kind = "tmap", uid = uid, dims = dims, swizzle = 3 }
+  K:need_align(uid, 16)
+  local axes, boxes = {}, {}
+  for i, d in ipairs(dims) do axes[i], boxes[i] = d.axis, d.box end
+  local decl = string.format("// kiln tmap %s: C axes %s box %s", name, table.concat(axes, ","), table.concat(boxes, ","))
+  local store = R == 3 and string.format("kiln_tma_store_3d(&%s, buf, c0, c1, (int)bt);", name)
+    or string.format("kiln_tma_store_2d(&%s, buf, c0, c1);", name)
+  return decl, store
+end
+
 -- The element loader's element read: one element of A or B converted to the 16-bit smem type.
 local function elem_fns(src, info, smem_t)
   local out = {}
@@ -542,8 +604,14 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/tma.cuh")
     tmaps, tma_load, tma_prefetch = tma_operands(K, info, knobs.tma_bn, knobs.cm)
   end
+  local store_chunk = "(void)c0, (void)c1;  // nothing is staged"
+  if knobs.staged then
+    local decl
+    decl, store_chunk = tma_output(K, info, knobs.staged, g)
+    tmaps = tmaps .. "\n" .. decl
+  end
   local setup = setup_lines(K, info)
-  local epi = epilogue(K, info, group, g)
+  local epi = epilogue(K, info, group, g, knobs.path == "sm90" and knobs.staged or nil)
   for _, l in ipairs(epi.setup) do setup[#setup + 1] = l end
   local amax_decl = #epi.amax > 0 and ("  kiln_u32 " .. (function()
     local t = {}
@@ -584,11 +652,14 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/cluster.cuh")
     src:need("common/flag.cuh")
     src:need("common/pdl.cuh")
+    src:need("common/named_barrier.cuh")
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
     local vars = sm90_vars(bn, stages)
     if knobs.note ~= "" then src:add(knobs.note) end
     vars.PROMOTE, vars.CM = knobs.promote and "true" or "false", plan.launch.cluster[2]
+    vars.EPI, vars.OSZ = knobs.staged and "true" or "false", knobs.staged and dtypes.size(g.by_uid[knobs.staged].dtype) or 2
+    vars.store_chunk = store_chunk
     vars.SK, vars.SK_SLOTS, vars.SK_PIECES = ws and "true" or "false", E.SMS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
     vars.sk_decl = ws and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"

@@ -45,6 +45,9 @@ return {
                  inputs = { a = { "Bt", "M", "K" }, b = { "K", "N" } },
                  body = function(g, a, b) return { c = g:matmul(a, b) } end }),
   g("epilogue", epilogue()),
+  -- an fp32 output (staged through shared memory in 32-column chunks)
+  g("f32out", { inputs = { a = { "M", "K" }, b = { "K", "N" } },
+                body = function(g, a, b) return { c = g:cast(g:matmul(a, b), "fp32") } end }),
   g("fp8", fp8(208)),
   g("nn_sk", { dims = { M = k.dynamic, N = N, K = 712 }, inputs = { a = { "M", "K" }, b = { "K", "N" } },
                body = function(g, a, b) return { c = g:matmul(a, b) } end }),
