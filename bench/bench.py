@@ -184,7 +184,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pack", required=True)
     ap.add_argument("--out", default=".")
-    ap.add_argument("--only", default=None)
+    ap.add_argument("--only", default=None, help="case names, comma-separated (default: all)")
     ap.add_argument("--group", default=None, help="pointwise,norms (default: all)")
     args = ap.parse_args()
     torch.manual_seed(int(time.time()))
@@ -196,7 +196,7 @@ def main():
     groups = {"pointwise": pointwise_cases, "norms": norm_cases}
     for group in (args.group.split(",") if args.group else groups):
         for c in groups[group](pack):
-            if args.only and c["name"] != args.only:
+            if args.only and c["name"] not in args.only.split(","):
                 continue
             plan, kw = c["plan"], c["kiln"]
             run_kiln = lambda plan=plan, kw=kw: plan(**kw)  # noqa: E731

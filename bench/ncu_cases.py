@@ -2,7 +2,8 @@
 """Runs a few kiln kernels and their peers a handful of times, for a profiler (ncu) to read.
 
 Cases (--case, repeatable): gemm (bf16 8192^3, kiln and torch.matmul), ln_bwd and rms_bwd
-(bf16 backward norms at 4096x4096 and 32768x2048). Each call runs 3 times; the third inside
+(bf16 backward norms at 4096x4096 and 32768x2048), rms_fwd (bf16 RMSNorm at 16384x8192, kiln
+and torch.compile's kernel). Each call runs 3 times; the third inside
 the NVTX range "prof", which the profiler is told to read. Usage:
 
     ncu --clock-control none --nvtx --nvtx-include prof/ python3 bench/ncu_cases.py --pack PACK
@@ -17,6 +18,7 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import kiln  # noqa: E402
 
@@ -47,6 +49,16 @@ def norm_bwd(pack, graph):
             yield lambda plan=plan, kw=dict(dy=dy, x=x, w=w, inv_rms=inv, dx=dx, dw=dw): plan(**kw)
 
 
+def rms_fwd(pack):
+    x, w = bf16(16384, 8192), bf16(8192)
+    y = torch.empty_like(x)
+    plan = pack.plan("rmsnorm", "H=8192")
+    yield lambda: plan(x=x, w=w, y=y)
+    compiled = torch.compile(lambda x, w: F.rms_norm(x, (8192,), w, 1e-6))  # bench.py's peer
+    compiled(x, w)
+    yield lambda: compiled(x, w)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pack", required=True)
@@ -55,7 +67,7 @@ def main():
     pack = kiln.Pack(args.pack)
     for case in args.case or ["gemm", "ln_bwd", "rms_bwd"]:
         fns = {"gemm": lambda: gemm(pack), "ln_bwd": lambda: norm_bwd(pack, "layernorm_bwd"),
-               "rms_bwd": lambda: norm_bwd(pack, "rmsnorm_bwd")}[case]()
+               "rms_bwd": lambda: norm_bwd(pack, "rmsnorm_bwd"), "rms_fwd": lambda: rms_fwd(pack)}[case]()
         for fn in fns:
             fn(), fn()
             torch.cuda.synchronize()

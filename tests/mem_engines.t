@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 11 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 13 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -64,6 +64,11 @@ expect_out "rmsnorm_backward:p128n2v8r4:staged-async" "rmsnorm_bwd at H = 2048 b
 # a misspelt build-time setting is a typed error, not the default build
 KILN_FAST_COMPILE=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
 expect_err "E_USAGE.*KILN_FAST_COMPILE=fast" "KILN_FAST_COMPILE=fast is E_USAGE"
+# KILN_ROW_N (for measuring) sets the forward kernels' vectors per thread; a bad value is named
+KILN_ROW_N=8 run_kiln explain specs/rmsnorm.lua --set H=8192 --sm 90a
+expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "KILN_ROW_N=8: rmsnorm at H = 8192 takes 8 vectors per thread"
+KILN_ROW_N=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.kpack"
+expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3 is refused by name"
 
 # a virtual tensor read by two anchors cannot fuse: typed error, and the reason is named
 cat > "$TMP/nofuse.lua" <<'EOF'

@@ -44,10 +44,26 @@ E.BWD_BLOCK = 512
 -- and fused pointwise ops get the smaller N (measured on the H200: no bandwidth lost).
 E.MAX_N = 4
 E.MAX_N_FUSED = 2
+-- Full occupancy (2048 threads per SM: at most 32 registers) for the forward kernels that hold
+-- little, softmax / log-softmax and RMSNorm without fused ops, at N = 2 vectors per thread:
+-- measured on the H200 (bench/RESULTS.md, fourth session) softmax 16384x8192 3.90 -> 4.18
+-- TB/s, rmsnorm 32768x2048 4.07 -> 4.19; layernorm (the mean) spills at 32 registers.
+E.FULL_OCCUPANCY_N = 2
+E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
+
+-- KILN_ROW_N=n (1, 2, 4, 8 or 16; for measuring) sets the vectors per thread of the forward
+-- kernels; anything else is refused by name
+local function row_n_setting()
+  local v = require("kiln.c").getenv("KILN_ROW_N")
+  if v == nil or v == "" then return true end
+  local n = math.tointeger(tonumber(v))
+  if n == 1 or n == 2 or n == 4 or n == 8 or n == 16 then return true, n end
+  return nil, string.format("KILN_ROW_N=%s: want 1, 2, 4, 8 or 16", v)
+end
 
 -- The trailing block of axes a norm normalizes (scale extent not 1), or nil.
 local function norm_suffix(x, scale)
@@ -187,6 +203,10 @@ local function analyze(group, g)
   local max_n = E.MAX_N
   if kind == "norm_bwd" or #prologue + #epilogue + #amax > 0 then max_n = E.MAX_N_FUSED end
   local target = hold > 0 and math.max(1, math.min(max_n, 128 // hold)) or max_n
+  local lean = E.FULL_OCCUPANCY_OPS[a.op] and #prologue + #epilogue + #amax == 0
+  if lean then target = math.min(target, E.FULL_OCCUPANCY_N) end
+  local _, want_n = row_n_setting()
+  if want_n and kind ~= "norm_bwd" then target = want_n end
   local L = rowgen.layout(H, V, target)
   if kind == "norm_bwd" and L.block < E.BWD_BLOCK then
     -- a few large CTAs: fewer partial rows for the second kernel to add
@@ -219,13 +239,17 @@ local function analyze(group, g)
     info.max_ctas = E.SMS * info.per_sm
     info.grid_div = L.RPC * E.MIN_ROWS
   end
+  if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
   info.L = L
-  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy)
+  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
+    info.full_occupancy and ":occ" or "")
   return info
 end
 
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
+  local n_ok, n_bad = row_n_setting()
+  if not n_ok then return nil, n_bad end
   local info, why = analyze(group, g)
   if not info then return nil, why end
   return { { id = info.id, knobs = { P = info.L.P, N = info.L.N, V = info.L.V, RPC = info.L.RPC, strategy = info.strategy },
@@ -817,7 +841,8 @@ function E.build(plan, group, g, target, symbol)
     ({ regs = "row held in registers", reread = "row re-read (L2)", stream = "one pass" })[info.strategy])
   src:add(render.fill(render.template("row.cuh"), {
     what = what, block = L.block, symbol = symbol, params = params,
-    min_blocks = persistent and string.format(", %d", info.per_sm) or "",
+    min_blocks = (persistent and string.format(", %d", info.per_sm))
+      or (info.full_occupancy and string.format(", %d", info.full_occupancy)) or "",
     shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }, "row.cuh"))
   local grid = persistent and { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }
