@@ -25,6 +25,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr bool EPI = ${EPI};
   constexpr int OSZ = ${OSZ}, CW = 128 / OSZ;  // staged output: bytes per element, columns per chunk
   constexpr kiln_u32 EPI_BYTES = EPI ? 4 * 64 * 128 : 0;
+  static_assert(!EPI || BN % CW == 0, "a staged tile is whole chunks of 128 bytes of columns");
   // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
   // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks
   constexpr int SK_SLOTS = ${SK_SLOTS}, SK_PIECES = ${SK_PIECES}, SK_FILL_PCT = ${SK_FILL_PCT}, SK_MIN_SAVED = ${SK_MIN_SAVED};
