@@ -17,6 +17,7 @@ local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowbwd = require "kiln.engines.rowbwd"
 local lower = require "kiln.lower"
+local settings = require "kiln.settings"
 
 local E = { id = "row", version = 1 }
 
@@ -58,7 +59,7 @@ local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 -- KILN_ROW_N (for measuring) sets the vectors per thread of the forward kernels: true and
 -- the number (nil when unset), or nil and the reason (kiln.settings)
 local function row_n_setting()
-  local v, bad = require("kiln.settings").choice("KILN_ROW_N", { "1", "2", "4", "8", "16" })
+  local v, bad = settings.choice("KILN_ROW_N", { "1", "2", "4", "8", "16" })
   if not v then return nil, bad end
   return true, tonumber(v)
 end
