@@ -220,7 +220,10 @@ ${epilogue}
           const kiln_i64 row = m0 + half * 64 + r, col = n0 + nb * 8 + (lane & 3) * 2;
           const kiln_u32 off = (kiln_u32)(((nb % NB_CH) * 8 + (lane & 3) * 2) * OSZ);  // byte in the 128-byte line
           const kiln_u32 sd = buf + r * 128 + ((off & ~15u) ^ ((kiln_u32)(r & 7) << 4)) + (off & 15u);
-          if (row < M && col < N) kiln_epilogue(acc[nb * 4 + 2 * h], acc[nb * 4 + 2 * h + 1], bt, row, col, sd);
+          // no branch: a pair past M or N reads at clamped indices and lands where the store
+          // clips it, so the chunk's loads can issue together
+          kiln_epilogue(acc[nb * 4 + 2 * h], acc[nb * 4 + 2 * h + 1], bt, row < M ? row : M - 1,
+                        col < N ? col : N - 2, sd, row < M && col < N);
         }
         if (nb % NB_CH == NB_CH - 1) {
           kiln_fence_proxy_async();  // the writes, visible to the tensor copy engine

@@ -430,7 +430,7 @@ local function epilogue(K, info, group, g, staged)
     if r then
       local var = "am" .. #amax
       amax[#amax + 1] = { var = var, out = uid }
-      body[#body + 1] = string.format("      %s = max(%s, __float_as_uint(fabsf(%s)));", var, var, value[r.inputs.input])
+      body[#body + 1] = string.format("      if (live) %s = max(%s, __float_as_uint(fabsf(%s)));", var, var, value[r.inputs.input])
     else
       local st = pw.storage(src, t.dtype)
       local size = dtypes.size(t.dtype)
@@ -443,6 +443,7 @@ local function epilogue(K, info, group, g, staged)
       elseif uid == staged then
         post[#post + 1] = string.format("    kiln_st_shared_v2(sd, %s[0], %s[1]);", words, words)
       else
+        post[#post + 1] = "    if (live)"
         post[#post + 1] = pw.vector_copy(string.format("%s + i0", p), "w" .. uid, st.ctype, 2, size, "    ")
       end
       K:need_align(uid, 2 * size)
@@ -450,9 +451,12 @@ local function epilogue(K, info, group, g, staged)
   end
   local lines = {}
   lines[#lines + 1] = "  // the fused epilogue of columns col, col + 1 of one row of C (fp32 accumulators c0, c1)"
-  -- sd: where the staged output's pair goes in shared memory (the sm90 kernel names it either way)
-  lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col, kiln_u32 sd = 0u) {"
+  -- sd: where the staged output's pair goes in shared memory (the sm90 kernel names it either way);
+  -- live: the pair is inside C (the staged loop computes the pairs past M and N too, at clamped
+  -- indices, and stores or counts only the live ones)
+  lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col, kiln_u32 sd = 0u, bool live = true) {"
   if not staged then lines[#lines + 1] = "    (void)sd;" end
+  lines[#lines + 1] = "    (void)live;"
   lines[#lines + 1] = string.format("    const kiln_i64 i0 = (bt * M + row) * %dLL + col;  // flat index in C", info.N)
   for _, l in ipairs(pre) do lines[#lines + 1] = l end
   lines[#lines + 1] = "#pragma unroll"

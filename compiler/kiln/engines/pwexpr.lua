@@ -34,6 +34,10 @@ M.STORAGE = {
   bool     = { ctype = "kiln_u8",   load = "(float)(%s)",            store = "(kiln_u8)((%s) != 0.0f)" },
 }
 
+-- The dtypes of 16 bits or fewer: an op's value stored in one of them (every read of a narrow
+-- value is of the rounded value) may take the op's cheaper `narrow` expression.
+M.NARROW = { bf16 = true, fp16 = true, fp8_e4m3 = true, fp8_e5m2 = true }
+
 -- "%s" in pattern replaced by x (x may contain '%').
 function M.fmt(pattern, x) return (pattern:gsub("%%s", function() return x end)) end
 
@@ -192,6 +196,9 @@ function M.emit_nodes(nodes, value, lines, opts)
         local inner = shape.product_value(names, const)
         expr = string.format("(float)((%s / %s) %% %s)", index, M.cdim(inner), M.cdim(space[k]))
       end
+    elseif def.narrow and M.NARROW[t.dtype] then
+      for _, sn in ipairs(def.narrow.snippets) do src:need(sn) end
+      expr = M.substitute(def, def.narrow.cexpr, args, node.attrs)
     else
       expr = M.substitute(def, def.cexpr, args, node.attrs)
     end

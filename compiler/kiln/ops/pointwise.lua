@@ -7,6 +7,9 @@
 --            parenthesized, so a float literal (0.0f, -0.1f: never a bare "0") may be pasted
 --            in as is. Only header-free NVRTC math builtins (expf, expm1f, log1pf, erff, ...).
 --   special  "gen_index" for the one op without a cexpr (the value is the coordinate)
+--   narrow   { cexpr, snippets }: a cheaper expression for an output stored in 16 bits or
+--            fewer (its error far under that dtype's half-ulp), with the template snippets
+--            it calls
 --   ref      function(a, b, c, attrs) -> number: the same math in Lua doubles (attrs may be
 --            nil or partial: defaults apply); bool operands are 0/1. For gen_index, a is the
 --            coordinate along the axis.
@@ -91,7 +94,8 @@ local MODES = {
   { "elu", "ELU_FWD", { "input" }, "((a) > 0.0f ? (a) : (@elu_alpha@) * expm1f(a))",
     function(a, _, _, p) return a > 0 and a or p.elu_alpha * expm1(a) end, { attrs = ELU_ATTRS } },
   { "gelu", "GELU_FWD", { "input" }, "(0.5f * (a) * (1.0f + erff((a) * " .. SQRT1_2 .. ")))",
-    function(a) return 0.5 * a * (1.0 + erf(a * 0.70710678118654752)) end },
+    function(a) return 0.5 * a * (1.0 + erf(a * 0.70710678118654752)) end,
+    { narrow = { cexpr = "kiln_gelu_narrow(a)", snippets = { "common/exp2.cuh", "common/gelu.cuh" } } } },
   { "gelu_approx_tanh", "GELU_APPROX_TANH_FWD", { "input" },
     "(0.5f * (a) * (1.0f + tanhf(" .. SQRT_2_PI .. " * ((a) + 0.044715f * (a) * (a) * (a)))))",
     function(a) return 0.5 * a * (1.0 + tanh(gelu_tanh_u(a))) end },
@@ -219,7 +223,7 @@ for _, m in ipairs(MODES) do
     alias_ports = extra.alias_ports,        -- alias -> {alias port = port}: the Python names
     alias_requires = extra.alias_requires,  -- alias -> attributes the alias must be given
     attrs = attrs,
-    arity = #ports, cexpr = cexpr, special = extra.special,
+    arity = #ports, cexpr = cexpr, special = extra.special, narrow = extra.narrow,
     ref = wrap_ref(ref, attrs),
     out_dtypes = out_dtypes,
     infer = make_infer(ports, extra),
