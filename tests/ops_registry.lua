@@ -404,6 +404,7 @@ local function fmax(x, y) if x ~= x then return y elseif y ~= y then return x en
 local function fmin(x, y) if x ~= x then return y elseif y ~= y then return x end return math.min(x, y) end
 local C_FUNCS = {
   expf = math.exp, __expf = math.exp, expm1f = util.expm1, logf = math.log, log1pf = util.log1p,
+  __fdividef = function(x, y) return x / y end,
   erff = util.erf, tanhf = util.tanh, sqrtf = math.sqrt,
   rsqrtf = function(x) return 1.0 / math.sqrt(x) end, powf = function(x, y) return x ^ y end,
   fmodf = function(x, y) return math.fmod(x + 0.0, y + 0.0) end,

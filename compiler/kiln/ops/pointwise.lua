@@ -5,7 +5,7 @@
 --   cexpr    fp32 CUDA expression over the operands a, b, c (inputs in port order, whole
 --            words) and attributes as @name@ placeholders; each placeholder and operand is
 --            parenthesized, so a float literal (0.0f, -0.1f: never a bare "0") may be pasted
---            in as is. Only header-free NVRTC math builtins (expf, expm1f, log1pf, erff, ...).
+--            in as is. Only header-free NVRTC math builtins (expf, expm1f, log1pf, erff, __fdividef, ...).
 --   special  "gen_index" for the one op without a cexpr (the value is the coordinate)
 --   narrow   { cexpr, snippets }: a cheaper expression for an output stored in 16 bits or
 --            fewer (its error far under that dtype's half-ulp), with the template snippets
@@ -90,7 +90,9 @@ local MODES = {
     end,
     { attrs = RELU_ATTRS, aliases = { "leaky_relu" }, alias_requires = { leaky_relu = { "negative_slope" } } } },
   { "tanh", "TANH_FWD", { "input" }, "tanhf(a)", function(a) return tanh(a) end },
-  { "sigmoid", "SIGMOID_FWD", { "input" }, "(1.0f / (1.0f + expf(-(a))))", function(a) return sigmoid(a) end },
+  -- sigmoid and swish divide by 1 + e^-x >= 1 with __fdividef (2 ulp; 0 past 2^126, the limit):
+  -- an IEEE division there cost 10 ms of NVRTC time per fused row kernel and its slow path
+  { "sigmoid", "SIGMOID_FWD", { "input" }, "__fdividef(1.0f, 1.0f + expf(-(a)))", function(a) return sigmoid(a) end },
   { "elu", "ELU_FWD", { "input" }, "((a) > 0.0f ? (a) : (@elu_alpha@) * expm1f(a))",
     function(a, _, _, p) return a > 0 and a or p.elu_alpha * expm1(a) end, { attrs = ELU_ATTRS } },
   { "gelu", "GELU_FWD", { "input" }, "(0.5f * (a) * (1.0f + erff((a) * " .. SQRT1_2 .. ")))",
@@ -107,7 +109,7 @@ local MODES = {
       local z = p.softplus_beta * a
       return (math.max(z, 0.0) + log1p(math.exp(-math.abs(z)))) / p.softplus_beta
     end, { attrs = SOFTPLUS_ATTRS } },
-  { "swish", "SWISH_FWD", { "input" }, "((a) / (1.0f + expf(-(@swish_beta@) * (a))))",
+  { "swish", "SWISH_FWD", { "input" }, "__fdividef((a), 1.0f + expf(-(@swish_beta@) * (a)))",
     function(a, _, _, p) return a * sigmoid(p.swish_beta * a) end, { attrs = SWISH_ATTRS } },
   -- activations, backward: a = dy (loss), b = x (the forward input)
   { "relu_backward", "RELU_BWD", { "loss", "input" },
