@@ -2,7 +2,8 @@
 """kiln GEMMs side by side with cuBLAS (through torch) in one process on the same tensors.
 
 Cases: bf16 C = A·B at 8192³, 4096³ and 16384×4096×4096 against torch.matmul; a linear layer
-with bias and GELU at 8192³ against F.linear + F.gelu; fp8 e4m3 (per-tensor descales, bf16
+with bias and GELU at 8192³ against F.linear + F.gelu; SwiGLU (bias, SiLU, times a gate) and a
+scaled residual at 8192×4096×4096 against F.silu(F.linear) * gate and torch.addmm; fp8 e4m3 (per-tensor descales, bf16
 out) at 8192³ against torch._scaled_mm. Times are bench.bench.time_ms medians; TFLOP/s count
 2·M·N·K. Every result (kiln's and torch's) is checked against the same math in fp32 in torch:
 rel L2 error at most 1e-2. Usage (after `kiln build specs/gemm*.lua --sm 90a -o PACK`):
@@ -53,6 +54,19 @@ def cases(pack):
     yield dict(name="gemm_bias_gelu", M=M, N=N, K=K, plan=pack.plan("gemm_bias_gelu", "K=%d,N=%d" % (K, N)),
                kiln=dict(x=x, w=w.t(), b=bias, y=y), out=y, peer=lambda: F.gelu(F.linear(x, w, bias)),
                peer_name="F.linear+F.gelu", ref=lambda: F.gelu(x.float() @ w.float().t() + bias.float()))
+    # the other fused epilogues of the shipped specs (N = K = 4096), against the fewest torch calls
+    M, N, K = 8192, 4096, 4096
+    x, w, bias, gate = bf16(M, K), bf16(N, K, scale=K ** -0.5), bf16(N), bf16(M, N)
+    y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    yield dict(name="gemm_swiglu", M=M, N=N, K=K, plan=pack.plan("gemm_swiglu", "K=%d,N=%d" % (K, N)),
+               kiln=dict(x=x, w=w.t(), b=bias, gate=gate, y=y), out=y, peer=lambda: F.silu(F.linear(x, w, bias)) * gate,
+               peer_name="F.silu(F.linear)*gate", ref=lambda: F.silu(x.float() @ w.float().t() + bias.float()) * gate.float())
+    wr, r = bf16(K, N, scale=K ** -0.5), bf16(M, N)
+    yr = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    yield dict(name="gemm_residual", M=M, N=N, K=K, plan=pack.plan("gemm_residual", "K=%d,N=%d" % (K, N)),
+               kiln=dict(x=x, w=wr, r=r, y=yr), out=yr, peer=lambda: torch.addmm(r, x, wr, alpha=0.5),
+               peer_name="torch.addmm(r, alpha=.5)", ref=lambda: (x.float() @ wr.float()) * 0.5 + r.float())
+    M = N = K = 8192
     e4m3 = torch.float8_e4m3fn
     a8 = torch.randn(M, K, device="cuda").clamp(-8, 8).to(e4m3)
     w8 = torch.randn(N, K, device="cuda").clamp(-8, 8).to(e4m3)
