@@ -22,6 +22,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, PROMOTE = ${PROMOTE};
   constexpr bool SK = ${SK};
+  constexpr int PF_KB = 8;  // k-blocks before a tile's end at which its epilogue inputs go to L2
   constexpr bool EPI = ${EPI};
   constexpr int OSZ = ${OSZ}, CW = 128 / OSZ;  // staged output: bytes per element, columns per chunk
   constexpr kiln_u32 EPI_BYTES = EPI ? 4 * 64 * 128 : 0;
@@ -130,6 +131,9 @@ ${epilogue}
       int kb0, kb1;
       work(w, tile, kb0, kb1);
       tile_of(tile, bt, m0, n0);
+      // the k-block after whose MMAs the CTA that runs the tile's epilogue prefetches its inputs
+      // (PF_KB ahead of the end, ~5 us: late enough that the mainloop's traffic leaves them in L2)
+      const int pf_kb = (!SK || kb1 == KB) ? (kb1 - kb0 > PF_KB ? kb1 - PF_KB : kb0) : -1;
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
 #pragma unroll 1
@@ -162,6 +166,7 @@ ${epilogue}
           kiln_wgmma_wait<1>();  // k-block it - 1 is done: its stage goes back to the producer
           if (kb > kb0 && lane == 0) release((it - 1) % STAGES);
         }
+        if (kb == pf_kb) kiln_epilogue_prefetch(bt, m0, n0);
       }
       if (!PROMOTE) {
         kiln_wgmma_wait<0>();

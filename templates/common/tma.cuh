@@ -8,6 +8,11 @@ struct __align__(64) kiln_tmap {
 __device__ __forceinline__ void kiln_tma_prefetch(const kiln_tmap *map) {
   asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<kiln_u64>(map)) : "memory");
 }
+// Fetches `bytes` (a multiple of 16) from a 16-byte aligned global address into L2, ahead of
+// their use: a hint, nothing waits for it.
+__device__ __forceinline__ void kiln_prefetch_l2_bulk(const void *p, kiln_u32 bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(reinterpret_cast<kiln_u64>(p)), "r"(bytes) : "memory");
+}
 // Arrives on the barrier and adds `bytes` to the transactions its current phase waits for.
 __device__ __forceinline__ void kiln_mbar_expect_tx(kiln_u32 bar, kiln_u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");

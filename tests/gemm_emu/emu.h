@@ -362,6 +362,14 @@ struct kiln_tmap {
   int box[3];
 };
 inline void kiln_tma_prefetch(const kiln_tmap *) {}
+// an L2 prefetch moves nothing, but its range must be aligned and inside the tensor: its first
+// and last bytes are read (AddressSanitizer checks them)
+inline void kiln_prefetch_l2_bulk(const void *p, kiln_u32 bytes) {
+  if ((reinterpret_cast<unsigned long long>(p) & 15) || bytes == 0 || (bytes & 15))
+    emu_fail("bulk prefetch of %u bytes at %p: want a 16-byte aligned address and size", bytes, p);
+  volatile kiln_u8 first = static_cast<const kiln_u8 *>(p)[0], last = static_cast<const kiln_u8 *>(p)[bytes - 1];
+  (void)first, (void)last;
+}
 inline void emu_tma_load(kiln_u32 dst, const kiln_tmap *m, const int *c, int nc, kiln_u32 bar, kiln_u16 mask = 0) {
   if (mask) {  // multicast: the same copy into every CTA of the mask, on each one's barrier
     emu_cta *self = emu_self;

@@ -375,10 +375,11 @@ local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2
 -- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row),
 -- plus what the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
 -- Output `staged` (a uid, or nil) is written to shared memory at sd instead of to C's memory.
-local function epilogue(K, info, group, g, staged)
+local function epilogue(K, info, group, g, staged, sm90)
   local src, C, Ed = K.src, info.C, info.Ed
   local R = #Ed
   local setup, body, pre, post = {}, {}, {}, {}
+  local full = {}  -- the inputs read per element of C (row-major like C): pointer, element size
   local value = {}
   local read_later = pw.read_set(group.nodes)
   -- inputs
@@ -396,6 +397,7 @@ local function epilogue(K, info, group, g, staged)
           setup[#setup + 1] = string.format("  const float q%d = %s;", uid, fmt(st.load, p .. "[0]"))
           value[uid] = "q" .. uid
         elseif how == "full" or how == "col" then
+          if how == "full" then full[#full + 1] = { p = p, size = size } end
           pre[#pre + 1] = string.format("    alignas(%d) %s r%d[2];", 2 * size, st.ctype, uid)
           pre[#pre + 1] = pw.vector_copy("r" .. uid, string.format("%s + %s", p, how == "full" and "i0" or "col"), st.ctype, 2, size, "    ")
           body[#body + 1] = string.format("      const float v%d = %s;", uid, fmt(st.load, string.format("r%d[j]", uid)))
@@ -465,6 +467,25 @@ local function epilogue(K, info, group, g, staged)
   lines[#lines + 1] = "    }"
   for _, l in ipairs(post) do lines[#lines + 1] = l end
   lines[#lines + 1] = "  };"
+  if sm90 then
+    -- the tile's rows of the per-element inputs go to L2 while its mainloop runs: the epilogue's
+    -- loads then wait on L2, not DRAM (thread t < 64 of a consumer warpgroup: row t of its half;
+    -- a hint, so a row that is not 16-byte aligned is skipped and a ragged end left out)
+    lines[#lines + 1] = "  auto kiln_epilogue_prefetch = [&](kiln_i64 bt, kiln_i64 m0, kiln_i64 n0) {"
+    if #full == 0 then
+      lines[#lines + 1] = "    (void)bt, (void)m0, (void)n0;"
+    else
+      lines[#lines + 1] = "    const kiln_i64 row = m0 + half * 64 + t;"
+      lines[#lines + 1] = "    if (t >= 64 || row >= M) return;"
+      lines[#lines + 1] = "    const kiln_i64 cols = N - n0 < BN ? N - n0 : BN;"
+      for _, f in ipairs(full) do
+        lines[#lines + 1] = string.format("    { const auto r_ = %s + ((bt * M + row) * %dLL + n0); const kiln_u32 b_ = (kiln_u32)(cols * %d) & ~15u;",
+          f.p, info.N, f.size)
+        lines[#lines + 1] = "      if (b_ && !(reinterpret_cast<kiln_u64>(r_) & 15)) kiln_prefetch_l2_bulk(r_, b_); }"
+      end
+    end
+    lines[#lines + 1] = "  };"
+  end
   return { setup = setup, lambda = table.concat(lines, "\n"), amax = amax }
 end
 
@@ -602,7 +623,7 @@ function E.build(plan, group, g, target, symbol)
     tmaps = tmaps .. "\n" .. decl
   end
   local setup = setup_lines(K, info)
-  local epi = epilogue(K, info, group, g, knobs.path == "sm90" and knobs.staged or nil)
+  local epi = epilogue(K, info, group, g, knobs.path == "sm90" and knobs.staged or nil, knobs.path == "sm90")
   for _, l in ipairs(epi.setup) do setup[#setup + 1] = l end
   local amax_decl = #epi.amax > 0 and ("  kiln_u32 " .. (function()
     local t = {}
