@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int PF_KB = 8;  // k-blocks before a tile's end at which its epilogue inputs go to L2
   constexpr bool EPI = ${EPI};
   constexpr int OSZ = ${OSZ}, CW = 128 / OSZ;  // staged output: bytes per element, columns per chunk
-  constexpr kiln_u32 EPI_BYTES = EPI ? 4 * 64 * 128 : 0;
+  constexpr kiln_u32 EPI_BYTES = ${EPI_BYTES};  // two 64 x 128-byte buffers per consumer warpgroup
   static_assert(!EPI || BN % CW == 0, "a staged tile is whole chunks of 128 bytes of columns");
   // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
   // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks

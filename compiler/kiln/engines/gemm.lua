@@ -257,11 +257,17 @@ local function staged_output(info, group, g)
   end
 end
 
+-- The dynamic shared memory of an sm90 tile: its stages (A and B lines, two barriers each),
+-- 1024 bytes of alignment slack and the staging buffers of a staged output.
+local function sm90_smem(bn, stages, staged)
+  return stages * ((128 + bn) * 128 + 16) + 1024 + (staged and E.EPI_BYTES or 0)
+end
+
 -- The stages of an sm90 tile: its own, or as many as still fit beside the staging buffers.
 local function sm90_stages(t, staged)
-  if not staged then return t.stages end
-  local fit = (E.SMEM_MAX_SM90 - 1024 - E.EPI_BYTES) // ((128 + t.bn) * 128 + 16)
-  return math.min(t.stages, fit)
+  local s = t.stages
+  while s > 1 and sm90_smem(t.bn, s, staged) > E.SMEM_MAX_SM90 do s = s - 1 end
+  return s
 end
 
 -- KILN_GEMM_STREAMK: 0 off, 1 on also for fp8 (for measuring), unset: on but for fp8
@@ -285,7 +291,7 @@ local function launch(info, tile, grid_tile, cm, staged)
   cm = grid_tile and cm or 1
   l.cluster = { 1, tile and cm or 1, 1 }
   if tile then
-    l.smem = tile.stages * (128 + tile.bn) * 128 + 16 * tile.stages + 1024 + (staged and E.EPI_BYTES or 0)
+    l.smem = sm90_smem(tile.bn, tile.stages, staged)
     assert(l.smem <= E.SMEM_MAX_SM90, "kiln.engines.gemm: a tile needs more shared memory than sm_90 gives a block")
   else
     l.smem = E.MMA_STAGES * (128 + E.MMA_BN) * 128
@@ -671,6 +677,7 @@ function E.build(plan, group, g, target, symbol)
     if knobs.note ~= "" then src:add(knobs.note) end
     vars.PROMOTE, vars.CM = knobs.promote and "true" or "false", plan.launch.cluster[2]
     vars.EPI, vars.OSZ = knobs.staged and "true" or "false", knobs.staged and dtypes.size(g.by_uid[knobs.staged].dtype) or 2
+    vars.EPI_BYTES = knobs.staged and E.EPI_BYTES or 0
     vars.store_chunk = store_chunk
     vars.SK, vars.SK_SLOTS, vars.SK_PIECES = ws and "true" or "false", E.SMS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
