@@ -127,6 +127,9 @@ inline kiln_u16 kiln_f32_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1);
   return (kiln_u16)(u >> 16);
 }
+inline float kiln_bf16lo_to_f32(kiln_u32 w) { return __uint_as_float(w << 16); }
+inline float kiln_bf16hi_to_f32(kiln_u32 w) { return __uint_as_float(w & 0xffff0000u); }
+inline kiln_u32 kiln_f32x2_to_bf16x2(float lo, float hi) { return kiln_f32_to_bf16(lo) | ((kiln_u32)kiln_f32_to_bf16(hi) << 16); }
 inline float kiln_fp16_to_f32(kiln_u16 h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
 inline kiln_u16 kiln_f32_to_fp16(float f) { _Float16 x = (_Float16)f; kiln_u16 h; memcpy(&h, &x, 2); return h; }
 inline float kiln_fmax_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a > b ? a : b); }

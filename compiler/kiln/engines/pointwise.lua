@@ -118,8 +118,10 @@ function E.build(plan, group, g, target, symbol)
     local size = dtypes.size(t.dtype)
     params[#params + 1] = string.format("%s *__restrict__ p%d", st.ctype, uid)
     manifest_params[#manifest_params + 1] = { kind = "tensor", uid = uid }
-    prologue[#prologue + 1] = string.format("  alignas(16) %s w%d[%d];", st.ctype, uid, vec)
-    body[#body + 1] = string.format("    w%d[j] = %s;", uid, fmt(st.store, value[uid]))
+    local o = pw.out_regs(st, vec, "w" .. uid)
+    prologue[#prologue + 1] = "  " .. o.decl
+    body[#body + 1] = "    " .. o.set(value[uid])
+    if o.pack then epilogue[#epilogue + 1] = "#pragma unroll\n  " .. o.pack end
     epilogue[#epilogue + 1] = vector_copy(string.format("p%d + i0", uid), "w" .. uid, st.ctype, vec, size)
     align[uid] = math.min(16, vec * size)
   end

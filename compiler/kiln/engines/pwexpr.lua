@@ -53,6 +53,26 @@ function M.regs(st, V)
   return { ctype = st.ctype, n = V, read = function(a) return M.fmt(st.load, a .. "[j]") end }
 end
 
+-- How V output elements of storage st are staged in registers before one vector store, in
+-- array `name`: decl (its declaration), set(v) (element j's value), pack (after the element
+-- loop, or nil). bf16 with even V: the values stay fp32 and are rounded in pairs into 32-bit
+-- words (one instruction per pair instead of a rounding and a packing per element).
+function M.out_regs(st, V, name, align)
+  align = align or 16
+  if st.word and V % 2 == 0 then
+    return {
+      decl = string.format("float %s_f[%d]; alignas(%d) kiln_u32 %s[%d];", name, V, align, name, V // 2),
+      set = function(v) return string.format("%s_f[j] = %s;", name, v) end,
+      pack = string.format("for (int j = 0; j < %d; j++) %s[j] = %s;", V // 2, name,
+                           string.format(st.word.pack, name .. "_f[2 * j]", name .. "_f[2 * j + 1]")),
+    }
+  end
+  return {
+    decl = string.format("alignas(%d) %s %s[%d];", align, st.ctype, name, V),
+    set = function(v) return string.format("%s[j] = %s;", name, M.fmt(st.store, v)) end,
+  }
+end
+
 -- The storage of dtype dt, its helper snippet added to src.
 function M.storage(src, dt)
   local st = M.STORAGE[dt]
@@ -127,8 +147,11 @@ end
 function M.vector_copy(dst, src, ctype, vec, elem, indent)
   local ty, n = chunk_type(vec * elem)
   indent = indent or "  "
+  -- straight-line copies: each loop, even of one trip, costs NVVM time
+  local copies = {}
+  for i = 0, n - 1 do copies[#copies + 1] = string.format("d_[%d] = s_[%d];", i, i) end
   return string.format("%s{ const %s *s_ = reinterpret_cast<const %s *>(%s); %s *d_ = reinterpret_cast<%s *>(%s);\n" ..
-    "%s  for (int c_ = 0; c_ < %d; c_++) d_[c_] = s_[c_]; }", indent, ty, ty, src, ty, ty, dst, indent, n)
+    "%s  %s }", indent, ty, ty, src, ty, ty, dst, indent, table.concat(copies, " "))
 end
 
 -- The op's cexpr with attributes pasted in and operands replaced by `args[port]`.

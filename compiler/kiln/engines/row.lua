@@ -396,19 +396,21 @@ function E.build(plan, group, g, target, symbol)
     local pre = function(lines)
       for _, uid in ipairs(outs) do
         local st = pw.storage(src, g.by_uid[uid].dtype)
-        lines[#lines + 1] = string.format("      alignas(16) %s w%s_%d[%d];", st.ctype, ptag, uid, L.V)
+        lines[#lines + 1] = "      " .. pw.out_regs(st, L.V, string.format("w%s_%d", ptag, uid)).decl
       end
     end
     local body = function(lines)
       for _, uid in ipairs(outs) do
         local st = pw.STORAGE[g.by_uid[uid].dtype]
-        lines[#lines + 1] = string.format("        w%s_%d[j] = %s;", ptag, uid, pw.fmt(st.store, K.value[uid]))
+        lines[#lines + 1] = "        " .. pw.out_regs(st, L.V, string.format("w%s_%d", ptag, uid)).set(K.value[uid])
       end
     end
     local post = function(lines)
       for _, uid in ipairs(outs) do
         local t = g.by_uid[uid]
         local size = dtypes.size(t.dtype)
+        local pack = pw.out_regs(pw.STORAGE[t.dtype], L.V, string.format("w%s_%d", ptag, uid)).pack
+        if pack then lines[#lines + 1] = "#pragma unroll\n      " .. pack end
         lines[#lines + 1] = pw.vector_copy(string.format("%s + row * %dLL + c", K:ptr(uid, true), H),
           string.format("w%s_%d", ptag, uid), pw.STORAGE[t.dtype].ctype, L.V, size, "      ")
         K:need_align(uid, math.min(16, L.V * size))

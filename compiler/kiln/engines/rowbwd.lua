@@ -15,11 +15,20 @@ local pw = require "kiln.engines.pwexpr"
 local M = {}
 
 -- Named variants: stages in the ring and CTAs per SM (`legacy`: the shared-memory column
--- sums kernel, row.lua's generic passes).
-M.NAMED = { async = { S = 3, C = 1 }, deep = { S = 4, C = 1 }, twocta = { S = 2, C = 2 } }
+-- sums kernel, row.lua's generic passes). `reread`: as async, but the dx pass always reads
+-- the staged row again (for measuring the rule below).
+M.NAMED = { async = { S = 3, C = 1 }, deep = { S = 4, C = 1 }, twocta = { S = 2, C = 2 },
+            reread = { S = 3, C = 1, reread = true } }
 M.DEFAULT = "async"
 -- Column sums a thread keeps in registers at most (nsums * N * V floats).
 M.MAX_SUMS = 32
+-- The dx pass takes xh (fp32) and dy (as loaded) held in registers from the reduction's pass,
+-- instead of reading the staged row again, when the thread's long-lived registers (scale, column
+-- sums, held values) stay within this many words. Measured on the H200 (2026-11-30, graph
+-- timing): rmsnorm_backward (56 words at N x V = 16) 7% faster at 32768 x 2048, the same at
+-- 16384 x 8192, 2% slower at 4096 x 4096; layernorm_backward (72 words: 128 registers and a
+-- spill) 8% slower at 16384 x 8192, so it reads the row again.
+M.MAX_HELD_WORDS = 64
 
 -- The variant KILN_ROW_BWD asks for: { legacy = true } or { S =, C =, name = }.
 function M.mode()
@@ -28,11 +37,11 @@ function M.mode()
   if default then v = M.DEFAULT end
   if v == "legacy" then return { legacy = true, name = v } end
   local m = M.NAMED[v]
-  if m then return { S = m.S, C = m.C, name = v, default = default } end
+  if m then return { S = m.S, C = m.C, reread = m.reread, name = v, default = default } end
   local s, n = v:match("^s(%d)c(%d)$")
   s, n = tonumber(s), tonumber(n)
   if s and n and s >= 2 and s <= 8 and n >= 1 and n <= 2 then return { S = s, C = n, name = v } end
-  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, async, deep, twocta or sNcM (stages 2-8, CTAs per SM 1-2)", v)
+  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)", v)
 end
 
 -- Whether the staged kernel takes this backward (analyze's info, layout L): the sizes it
@@ -62,8 +71,10 @@ function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
   if L.RPC > 1 then smem = math.max(smem, L.RPC * #info.colsum * L.H * 4) end
   if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
   local per_sm = math.min(mode.C, 2048 // L.block, math.max(1, (227 * 1024) // smem))
+  -- words per thread: scale and sums (fp32), xh (fp32) and dy (its storage) held between passes
+  local held = L.N * L.V * (2 + #info.colsum) + (L.N * L.V * dtypes.size(dy.dtype) + 3) // 4
   return { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, max_ctas = SMS * per_sm,
-           grid_div = L.RPC * MIN_ROWS, name = mode.name }
+           grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
 end
 
 -- The kernel body (lines into K) for analyze's info with the plan from M.plan.
@@ -97,7 +108,7 @@ function M.emit(K, info, g, st)
   local add = function(...) K:add(...) end
   -- bf16 rows read and written as 32-bit words of element pairs (pwexpr.regs): a quarter
   -- fewer instructions per element, measured faster at 4096 x 4096
-  local rdy, rx, rdx = pw.regs(sdy, V), pw.regs(sx, V), pw.regs(sdx, V)
+  local rdy, rx = pw.regs(sdy, V), pw.regs(sx, V)
 
   add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][slot][dy row, x row]")
   add("  kiln_pdl_launch_dependents();  // the finalize kernel may take SMs as they free up: it waits for this grid")
@@ -169,32 +180,58 @@ function M.emit(K, info, g, st)
   add("    kiln_cp_async_wait<%d>();", S - 1)
   add("    const kiln_u8 *cur_ = sp_ + buf_ * %d;", st.stage)
   -- one pass over the staged row: the element values in v_dy, v_x, xh_, gg_
-  local function pass(body_pre, body, post)
+  -- (held: xh_ and dy from the first pass's registers instead; hold_dy: keep dy there)
+  local function pass(body_pre, body, post, held, hold_dy)
     add("#pragma unroll")
     add("    for (int k = 0; k < %d; k++) {", N)
     add("      const int c = (lane + k * %d) * %d;", P, V)
     add("      %s{", guard)
-    add("        alignas(16) %s ty_[%d];", rdy.ctype, rdy.n)
-    add("        alignas(16) %s tx_[%d];", rx.ctype, rx.n)
-    add(pw.vector_copy("ty_", string.format("cur_ + c * %d", zdy), sdy.ctype, V, zdy, "        "))
-    add(pw.vector_copy("tx_", string.format("cur_ + %d + c * %d", H * zdy, zx), sx.ctype, V, zx, "        "))
+    if not held then
+      add("        alignas(16) %s ty_[%d];", rdy.ctype, rdy.n)
+      add("        alignas(16) %s tx_[%d];", rx.ctype, rx.n)
+      add(pw.vector_copy("ty_", string.format("cur_ + c * %d", zdy), sdy.ctype, V, zdy, "        "))
+      add(pw.vector_copy("tx_", string.format("cur_ + %d + c * %d", H * zdy, zx), sx.ctype, V, zx, "        "))
+    end
     if body_pre then body_pre() end
+    if hold_dy then
+      add("#pragma unroll")
+      add("        for (int i = 0; i < %d; i++) hy_[k][i] = ty_[i];", rdy.n)
+    end
     add("#pragma unroll")
     add("        for (int j = 0; j < %d; j++) {", V)
-    add("          const float dy_ = %s, x_ = %s;", rdy.read("ty_"), rx.read("tx_"))
-    add("          const float xh_ = %s * rstd_;", is_ln and "(x_ - mean_)" or "x_")
-    add("          const float gg_ = dy_ * w_[k][j];")
+    if held then
+      add("          const float xh_ = hx_[k][j], gg_ = %s * w_[k][j];", rdy.read("hy_[k]"))
+    else
+      add("          const float dy_ = %s, x_ = %s;", rdy.read("ty_"), rx.read("tx_"))
+      add("          const float xh_ = %s * rstd_;", is_ln and "(x_ - mean_)" or "x_")
+      add("          const float gg_ = dy_ * w_[k][j];")
+    end
     body()
     add("        }")
     if post then post() end
     add("      }")
     add("    }")
   end
+  local hold = st.hold
+  local sums = {}
+  for i, uid in ipairs(info.colsum) do sums[i] = uid == a.outputs.DSCALE and "xh_ * dy_" or "dy_" end
+  -- the column sums need only this row's values: added in whichever pass reads the row last
+  local function add_sums()
+    if nsums == 0 then return end
+    local acc = {}
+    for i, e in ipairs(sums) do acc[#acc + 1] = string.format("cs_[%d][k][j] += %s;", i - 1, e) end
+    add("          if (valid) { %s }", table.concat(acc, " "))
+  end
   add("    float %s;", table.concat(vars, " = 0.0f, ") .. " = 0.0f")
+  if hold then add("    float hx_[%d][%d]; %s hy_[%d][%d];", N, V, rdy.ctype, N, rdy.n) end
   pass(nil, function()
     if is_ln then add("          a0 += gg_;") end
     add("          a1 = fmaf(gg_, xh_, a1);")
-  end)
+    if hold then
+      add_sums()
+      add("          hx_[k][j] = xh_;")
+    end
+  end, nil, false, hold)
   -- the row's sums: warp butterflies, then the row's warps in order through shared memory
   local sh = {}
   for _, v in ipairs(vars) do sh[#sh + 1] = string.format("%s += __shfl_xor_sync(0xffffffffu, %s, o_);", v, v) end
@@ -216,31 +253,21 @@ function M.emit(K, info, g, st)
     add("      for (int w_ = 1; w_ < %d; w_++) { %s } }", W, table.concat(addv, " "))
   end
   add("    const float c1_ = %s, c2_ = a1 * (1.0f / %d);", is_ln and string.format("a0 * (1.0f / %d)", H) or "0.0f", H)
-  local sums = {}
-  for i, uid in ipairs(info.colsum) do sums[i] = uid == a.outputs.DSCALE and "xh_ * dy_" or "dy_" end
+  local odx = pw.out_regs(sdx, V, "o_")
   pass(function()
-    if rdx.word then
-      add("        float of_[%d];", V)
-      add("        alignas(16) kiln_u32 o_[%d];", rdx.n)
-    else
-      add("        alignas(16) %s o_[%d];", sdx.ctype, V)
-    end
+    add("        %s", odx.decl)
   end, function()
     local dx = string.format("rstd_ * (gg_ - %sxh_ * c2_)", is_ln and "c1_ - " or "")
-    add(rdx.word and "          of_[j] = %s;" or "          o_[j] = %s;", rdx.word and dx or pw.fmt(sdx.store, dx))
-    if nsums > 0 then
-      local acc = {}
-      for i, e in ipairs(sums) do acc[#acc + 1] = string.format("cs_[%d][k][j] += %s;", i - 1, e) end
-      add("          if (valid) { %s }", table.concat(acc, " "))
-    end
+    add("          %s", odx.set(dx))
+    if not hold then add_sums() end
   end, function()
-    if rdx.word then
+    if odx.pack then
       add("#pragma unroll")
-      add("        for (int j = 0; j < %d; j++) o_[j] = %s;", rdx.n, string.format(sdx.word.pack, "of_[2 * j]", "of_[2 * j + 1]"))
+      add("        %s", odx.pack)
     end
     add("        if (valid)")
     add(pw.vector_copy(string.format("%s + row * %dLL + c", pdx, H), "o_", sdx.ctype, V, dtypes.size(dxt.dtype), "          "))
-  end)
+  end, hold)
   add("    buf_ = buf_ == %d ? 0 : buf_ + 1;", S - 1)
   add("    par_ ^= 1;")
   add("  }")
@@ -273,6 +300,7 @@ function M.emit(K, info, g, st)
       add("    }")
       add("  }")
       add("  __syncthreads();")
+      add("#pragma unroll 1  // once per CTA: unrolled, it cost 8 ms of NVRTC time and gained nothing")
       add("  for (int i = threadIdx.x; i < %d; i += %d) {", ncols, L.block)
       add("    const int s_ = i / %d, col = i - s_ * %d;", H, H)
       add("    float t_ = acc_[s_ * %d + col];", RPC * H)
