@@ -12,6 +12,13 @@
 // tiles are split along K over the CTAs and the partial sums meet in the workspace (below).
 // EPI: one output is staged per warpgroup through two shared buffers of 64 rows x 128 bytes
 // and written by tensor stores, so a warpgroup goes on to its next tile while they drain.
+// EWG (with EPI): warps 1-3 of warpgroup 0 (idle beside the producer thread; the warpgroup then
+// has ${REG_PRODUCER} registers, the consumers ${REG_CONSUMER}) run the epilogue. The consumers hand
+// each finished tile's fp32 sums to them through a per-CTA buffer in the workspace (it stays in
+// L2) and go on to the next tile's mainloop, so the epilogue runs under the tensor cores' work
+// instead of between tiles; ewg_full / ewg_empty (mbarriers) pass the buffer back and forth. An
+// epilogue warp takes a consumer warp's 16 rows at a time and stages them through four buffers
+// of its own (16 rows x 128 bytes), stored by its lane 0: no barrier beyond the warp.
 ${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BM = 128, BN = ${BN}, STAGES = ${STAGES}, ESZ = ${ESZ}, CM = ${CM};
@@ -23,10 +30,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, PROMOTE = ${PROMOTE};
   constexpr bool SK = ${SK};
   constexpr int PF_KB = 8;  // k-blocks before a tile's end at which its epilogue inputs go to L2
-  constexpr bool EPI = ${EPI};
+  constexpr bool EPI = ${EPI}, EWG = ${EWG};
   constexpr int OSZ = ${OSZ}, CW = 128 / OSZ;  // staged output: bytes per element, columns per chunk
   constexpr kiln_u32 EPI_BYTES = ${EPI_BYTES};  // two 64 x 128-byte buffers per consumer warpgroup
   static_assert(!EPI || BN % CW == 0, "a staged tile is whole chunks of 128 bytes of columns");
+  static_assert(!EWG || (EPI && !PROMOTE), "the epilogue warpgroup takes a staged output of a bf16/fp16 GEMM");
   // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
   // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks
   constexpr int SK_SLOTS = ${SK_SLOTS}, SK_PIECES = ${SK_PIECES}, SK_FILL_PCT = ${SK_FILL_PCT}, SK_MIN_SAVED = ${SK_MIN_SAVED};
@@ -34,6 +42,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   const kiln_u32 sbase = (kiln_smem_u32(kiln_smem) + 1023u) & ~1023u;
   const kiln_u32 epi_base = sbase + STAGES * STAGE;  // buffer b of warpgroup h at epi_base + 8192 (2 h + b)
   const kiln_u32 bars = epi_base + EPI_BYTES;       // full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s)
+  const kiln_u32 ewg_full = bars + 16 * STAGES, ewg_empty = ewg_full + 8;  // EWG: the sums buffer's handover
 ${setup}
 ${amax_decl}
   // units of CM vertically adjacent tiles (a cluster's; the last may reach past M: its copies
@@ -81,6 +90,10 @@ ${sk_decl}
       kiln_mbar_init(bars + 8 * s, 1);
       kiln_mbar_init(bars + 8 * (STAGES + s), 8 * CM);
     }
+    if (EWG) {
+      kiln_mbar_init(ewg_full, 8);   // the consumer warps, once their sums are in the buffer
+      kiln_mbar_init(ewg_empty, 3);  // the epilogue warps, once they have read them
+    }
   }
   if (CM > 1) {
     kiln_fence_mbar_init();
@@ -90,8 +103,68 @@ ${sk_decl}
   }
   const int wg = threadIdx.x >> 7, t = threadIdx.x & 127;
   if (wg == 0) {
-    // ---- producer: one thread issues every copy
+    // ---- producer: one thread issues every copy; with EWG, warps 1-3 run the epilogue
     kiln_setmaxnreg_dec<${REG_PRODUCER}>();
+    if (EWG && t >= 32) {
+      const int lane = t & 31, ew = (t >> 5) - 1;  // epilogue warp 0-2
+      int half = 0;
+${epilogue}
+      kiln_u32 handed = 0, ebuf = 0;  // ebuf: which of the warp's four staging buffers the next chunk fills
+#pragma unroll 1
+      for (kiln_i64 w = 0; w < n_work; w++) {
+        kiln_i64 tile, bt, m0, n0;
+        int kb0, kb1;
+        work(w, tile, kb0, kb1);
+        tile_of(tile, bt, m0, n0);
+        if (SK && kb1 < KB) continue;  // a stream-K range without the tile's last k-block: no epilogue here
+        kiln_mbar_wait(ewg_full, handed & 1);
+        // consumer warp f (half f / 4, warp f % 4) of the tile: epilogue warp ew takes f = ew, ew + 3, ...
+#pragma unroll 1
+        for (int f = ew; f < 8; f += 3) {
+          half = f >> 2;
+          const int cw = f & 3;
+          const float4 *src = reinterpret_cast<const float4 *>(ewg_buf + half * (64 * BN)) + cw * 32 + lane;
+          constexpr int NB_CH = CW / 8;
+#pragma unroll 1  // one chunk's code: unrolled, the warp's registers do not hold every chunk's addresses
+          for (int ch = 0; ch < BN / CW; ch++) {
+            float4 a4[NB_CH];
+#pragma unroll
+            for (int q = 0; q < NB_CH; q++) a4[q] = src[(ch * NB_CH + q) * 128];
+            if (f + 3 >= 8 && ch == BN / CW - 1) {  // the warp's last sums are in registers: its part of the buffer goes back
+              __syncwarp();
+              if (lane == 0) kiln_mbar_arrive(ewg_empty);
+            }
+            const kiln_u32 buf = epi_base + (kiln_u32)(ew * 4 + ebuf) * 2048u;
+            if (lane == 0) kiln_bulk_wait_read<3>();  // the store that read this buffer four chunks ago
+            __syncwarp();
+#pragma unroll
+            for (int q = 0; q < NB_CH; q++)
+#pragma unroll
+              for (int h = 0; h < 2; h++) {
+                const int nb = ch * NB_CH + q, r = (lane >> 2) + h * 8;
+                const kiln_i64 row = m0 + half * 64 + cw * 16 + r, col = n0 + nb * 8 + (lane & 3) * 2;
+                const kiln_u32 off = (kiln_u32)((q * 8 + (lane & 3) * 2) * OSZ);
+                const kiln_u32 sd = buf + r * 128 + ((off & ~15u) ^ ((kiln_u32)(r & 7) << 4)) + (off & 15u);
+                kiln_epilogue(h ? a4[q].z : a4[q].x, h ? a4[q].w : a4[q].y, bt, row < M ? row : M - 1,
+                              col < N ? col : N - 2, sd, row < M && col < N);
+                // at most four n8 blocks' inputs in flight: more spill (one warp's registers)
+                if (q % 4 == 3 && h == 1) asm volatile("" ::: "memory");
+              }
+            kiln_fence_proxy_async();  // the writes, visible to the tensor copy engine
+            __syncwarp();
+            if (lane == 0) {
+              const int c0 = (int)(n0 + ch * CW), c1 = (int)(m0 + half * 64 + cw * 16);
+              ${store_chunk}
+              kiln_bulk_commit();
+            }
+            ebuf = (ebuf + 1) & 3u;
+          }
+        }
+        handed++;
+      }
+      if (lane == 0) kiln_bulk_wait<0>();  // the staged stores are done before the CTA leaves
+${amax_publish}
+    }
     if (t == 0) {
 ${prefetch}
       kiln_u32 it = 0;  // k-blocks issued, over all tiles
@@ -124,7 +197,7 @@ ${epilogue}
       kiln_mbar_arrive(bars + 8 * (STAGES + s));
       for (kiln_u32 p = 1; p < (kiln_u32)CM; p++) kiln_mbar_arrive_peer(bars + 8 * (STAGES + s), (rank + p) % CM);
     };
-    kiln_u32 it = 0, ebuf = 0;  // ebuf: the staging buffer the next chunk fills
+    kiln_u32 it = 0, ebuf = 0, handed = 0;  // ebuf: the staging buffer the next chunk fills; handed: tiles to EWG
 #pragma unroll 1
     for (kiln_i64 w = 0; w < n_work; w++) {
       kiln_i64 tile, bt, m0, n0;
@@ -194,6 +267,16 @@ ${epilogue}
           for (int i = 0; i < BN / 2; i++) acc[i] += slot[i * 128];
         }
       }
+      if (EWG) {  // the sums to the epilogue warpgroup, once it has read the previous tile's
+        kiln_mbar_wait(ewg_empty, (handed & 1) ^ 1);
+        float4 *dst = reinterpret_cast<float4 *>(ewg_buf + half * (64 * BN)) + t;  // n8 block nb at dst[nb * 128]
+#pragma unroll
+        for (int nb = 0; nb < BN / 8; nb++) dst[nb * 128] = make_float4(acc[nb * 4], acc[nb * 4 + 1], acc[nb * 4 + 2], acc[nb * 4 + 3]);
+        __syncwarp();
+        if (lane == 0) kiln_mbar_arrive(ewg_full);  // release: the warp's stores before it
+        handed++;
+        continue;
+      }
       // accumulator i of n8 block b: rows warp * 16 + lane / 4 (+ 8 for i & 2), columns
       // 8 b + 2 (lane % 4) + (i & 1) of this warpgroup's 64-row half
       if (!EPI) {
@@ -242,7 +325,7 @@ ${epilogue}
         }
       }
     }
-    if (EPI && t == 0) kiln_bulk_wait<0>();  // the staged stores are done before the CTA leaves
+    if (EPI && !EWG && t == 0) kiln_bulk_wait<0>();  // the staged stores are done before the CTA leaves
 ${amax_publish}
   }
   // no CTA leaves while its peers may still arrive on its barriers or copy into it

@@ -23,6 +23,10 @@ sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
   "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
   "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
+  # the opt-in epilogue warps: with stream-K owners, an amax with its largest values in the tails,
+  # a 4-byte output, and the mma kernel that takes their workspace and ignores it
+  "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=warpgroup" "amax_tail sm_90a 192 2 300 0 KILN_GEMM_EPILOGUE=warpgroup"
+  "f32out sm_90a 128 2 300 0 KILN_GEMM_EPILOGUE=warpgroup" "nn_sk sm_80 - 3 200 0 KILN_GEMM_EPILOGUE=warpgroup"
 )
 # ping-pong, 128 x 128 tiles (N = 264: 3 n tiles): several tiles per CTA on both warpgroups, a
 # warpgroup with an empty last slot (an odd count per CTA), M tails, 12 k-blocks (the *_sk graphs:
@@ -33,7 +37,7 @@ pp=(
   "epilogue sm_90a 3 500 sm_90a-pingpong" "batched sm_90a 4 300 sm_90a-pingpong" "nn_sk sm_90a 5 500 sm_90a-pingpong"
   "epilogue_sk sm_90a 2 300 sm_90a-pingpong" "fp8 sm_90a 2 300 sm_90a" "nn sm_80 2 300 portable"
 )
-plan $(( ${#specs[@]} * 3 + 4 + 5 + 6 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
+plan $(( ${#specs[@]} * 3 + 4 + 5 + 6 + 3 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -75,6 +79,15 @@ groups=$(grep -c '^  group' "$OUTF"); ts=$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$
 ok "sm_90a: every one of the $groups GEMM groups stages its output (:ts plans: $ts)" test "$groups" -gt 0 -a "$ts" = "$groups"
 KILN_GEMM_EPILOGUE=direct run_kiln explain "${specs[@]}" --sm 90a
 ok "KILN_GEMM_EPILOGUE=direct: no :ts plan" test "$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF")" = 0
+# the epilogue warps (opt-in): every bf16/fp16 group, not fp8; one pack for every SM; no spills
+KILN_GEMM_EPILOGUE=warpgroup run_kiln explain "${specs[@]}" --sm 90a
+ewg=$(grep -c 'plan gemm:v1:sm90:.*:ts:ewg$' "$OUTF"); fp8=$(grep -c '^  group.*plan gemm:v1:sm90:.*:ts$' "$OUTF")
+ok "KILN_GEMM_EPILOGUE=warpgroup: $ewg groups take the epilogue warps, the $fp8 fp8 ones do not" test "$ewg" -gt 0 -a "$((ewg + fp8))" = "$groups"
+KILN_GEMM_EPILOGUE=warpgroup KILN_DUMP_DIR=$TMP/ewgdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/ewg.kpack"
+expect_rc 0 "KILN_GEMM_EPILOGUE=warpgroup: every GEMM spec builds for sm_80 sm_90a sm_100a in one pack"
+ewg_spill=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $(ls "$TMP"/ewgdump/*.log | grep -v _init_))
+ok "KILN_GEMM_EPILOGUE=warpgroup: ptxas reports no spills" test -z "$ewg_spill"
+for f in $ewg_spill; do echo "#   spills: $f"; done
 KILN_GEMM_EPILOGUE=tmastore run_kiln explain specs/gemm.lua --sm 90a
 ok "KILN_GEMM_EPILOGUE=tmastore is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_EPILOGUE=tmastore:' "$OUTF"
 

@@ -62,6 +62,8 @@ typedef long long kiln_i64;
 
 struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 
 [[noreturn]] void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

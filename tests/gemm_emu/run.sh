@@ -28,6 +28,8 @@ cm=$("$KILN" pack inspect "$work/p.kpack" | awk '/plan gemm:v1:/ && !/:init/ { k
 if grep -q kiln_wgmma_tile "$cu"; then smem=$((stages * (128 + bn) * 128 + 16 * stages + 1024)); else smem=$((stages * (128 + bn) * 128)); fi
 # the staging buffers of a staged epilogue (E.EPI_BYTES)
 if grep -q "constexpr bool EPI = true" "$cu"; then smem=$((smem + 2 * 2 * 64 * 128)); fi
+# the epilogue warps' two barriers (E.EWG)
+if grep -q "EWG = true;" "$cu"; then smem=$((smem + 16)); fi
 python3 "$root/tests/gemm_emu/transform.py" "$cu" "${KILN_TEMPLATE_PATH:-$root/templates}" "$work/kernel.cc"
 srcs=("$work/kernel.cc")
 init=$(ls "$work"/dump/*.cu | grep '_init_' | head -1 || true)

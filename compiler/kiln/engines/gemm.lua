@@ -28,7 +28,7 @@ local E = { id = "gemm", version = 1 }
 
 -- Persistent grids are sized for the H200's 132 SMs (any GPU runs them: the CTAs loop).
 E.SMS = 132
--- Consumer / producer registers after setmaxnreg (3 warpgroups: 2*128*232 + 128*40 <= 64K;
+-- Consumer / producer registers after setmaxnreg (3 warpgroups: 2 * 232 + 40 = 3 * 168;
 -- one producer thread issues TMA copies).
 E.REG_CONSUMER, E.REG_PRODUCER = 232, 40
 -- Tiles of the sm90 path: BN, stages (each stage (128 + BN) * 128 bytes), within the 227 KB of
@@ -41,6 +41,22 @@ E.SMEM_MAX_SM90, E.SMEM_MAX = 232448, 166912
 -- (a tile's columns go out in chunks of 128 bytes). A tile keeps the stages that still fit.
 -- KILN_GEMM_EPILOGUE=direct stores from the registers instead (for measuring).
 E.EPI_BYTES = 2 * 2 * 64 * 128
+-- Epilogue warps (a staged output of a bf16/fp16 GEMM): warps 1-3 of the producer warpgroup run
+-- the epilogue on the sums the consumers leave in a per-CTA workspace buffer (128 x BN fp32),
+-- under the consumers' next mainloop. Correct (GPU check, racecheck, emulator) but measured
+-- 3-4% slower than the consumers' own epilogue on the H200 (2026-11-30: bias+GELU 8192^3 1.710
+-- against 1.659 ms, plain 1.683 against 1.635, SwiGLU and residual at 8192x4096x4096 likewise),
+-- so `auto` (E.EWG.auto) leaves it off; KILN_GEMM_EPILOGUE=warpgroup turns it on (taken then for
+-- any K), for measuring. With auto on it would be taken from min_kb k-blocks (below that three
+-- warps cannot keep up with a tile's mainloop). Registers: 2 * 176 + 152 = 504 (a fourth warpgroup cannot be
+-- had: 512 threads leave 128 registers at launch, fewer than one wgmma m64n256 needs, and
+-- ptxas compiles the whole kernel within that).
+E.EWG = { auto = false, min_kb = 32, reg_consumer = 176, reg_producer = 152 }
+-- setmaxnreg only moves registers between warpgroups: the three must stay within the 168 each
+-- the launch gave (65536 / 384, in steps of 8), or a consumer's increase waits forever.
+for _, r in ipairs({ { E.REG_CONSUMER, E.REG_PRODUCER }, { E.EWG.reg_consumer, E.EWG.reg_producer } }) do
+  assert(2 * r[1] + r[2] <= 3 * 168 and r[1] % 8 == 0 and r[2] % 8 == 0, "kiln.engines.gemm: setmaxnreg budget")
+end
 -- The ping-pong sm90 kernel (KILN_GEMM_SCHEDULE=pingpong): one tile, 128 x 128 (a consumer
 -- warpgroup holds the whole tile: 128 fp32 accumulators per thread), 7 stages of 32 KB.
 E.SM90_PP_TILE = { bn = 128, stages = 7 }
@@ -228,14 +244,14 @@ local function cluster_m()
   return (want == 1 or want == 2) and want or E.CLUSTER_M
 end
 
--- KILN_GEMM_SCHEDULE (cooperative, the default, or pingpong), KILN_GEMM_EPILOGUE (tma, the
--- default, or direct), KILN_GEMM_STREAMK (0 or 1) and KILN_GEMM_SK_FILL (a percentage), all
--- for measuring: a bad value is declined by name (kiln.settings). Returns the schedule and
--- the epilogue, or nil and the reason.
+-- KILN_GEMM_SCHEDULE (cooperative, the default, or pingpong), KILN_GEMM_EPILOGUE (warpgroup,
+-- tma or direct; unset: "auto", E.EWG's rule), KILN_GEMM_STREAMK (0 or 1) and
+-- KILN_GEMM_SK_FILL (a percentage), all for measuring: a bad value is declined by name
+-- (kiln.settings). Returns the schedule and the epilogue, or nil and the reason.
 local function gemm_settings()
   local sched, bad = settings.choice("KILN_GEMM_SCHEDULE", { "cooperative", "pingpong" })
   if not sched then return nil, bad end
-  local epi, bad_epi = settings.choice("KILN_GEMM_EPILOGUE", { "tma", "direct" })
+  local epi, bad_epi = settings.choice("KILN_GEMM_EPILOGUE", { "warpgroup", "tma", "direct" })
   if not epi then return nil, bad_epi end
   local sk, bad_sk = settings.choice("KILN_GEMM_STREAMK", { "0", "1" })
   if not sk then return nil, bad_sk end
@@ -244,7 +260,7 @@ local function gemm_settings()
   if fill ~= nil and fill ~= "" and not (f and f >= 0 and f <= 100 and f == math.floor(f)) then
     return nil, string.format("KILN_GEMM_SK_FILL=%s: want a whole percentage, 0 to 100", fill)
   end
-  return sched == "pingpong" and "pingpong" or "cooperative", epi == "direct" and "direct" or "tma"
+  return sched == "pingpong" and "pingpong" or "cooperative", epi == "" and "auto" or epi
 end
 
 -- The output the cooperative sm90 kernel stages through shared memory: the first element
@@ -258,15 +274,16 @@ local function staged_output(info, group, g)
 end
 
 -- The dynamic shared memory of an sm90 tile: its stages (A and B lines, two barriers each),
--- 1024 bytes of alignment slack and the staging buffers of a staged output.
-local function sm90_smem(bn, stages, staged)
-  return stages * ((128 + bn) * 128 + 16) + 1024 + (staged and E.EPI_BYTES or 0)
+-- 1024 bytes of alignment slack, the staging buffers of a staged output and the epilogue
+-- warpgroup's two barriers.
+local function sm90_smem(bn, stages, staged, ewg)
+  return stages * ((128 + bn) * 128 + 16) + 1024 + (staged and E.EPI_BYTES or 0) + (ewg and 16 or 0)
 end
 
 -- The stages of an sm90 tile: its own, or as many as still fit beside the staging buffers.
-local function sm90_stages(t, staged)
+local function sm90_stages(t, staged, ewg)
   local s = t.stages
-  while s > 1 and sm90_smem(t.bn, s, staged) > E.SMEM_MAX_SM90 do s = s - 1 end
+  while s > 1 and sm90_smem(t.bn, s, staged, ewg) > E.SMEM_MAX_SM90 do s = s - 1 end
   return s
 end
 
@@ -283,15 +300,18 @@ end
 
 -- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
 local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SMS * 128 * bn * 4 end
+-- The epilogue warpgroup's buffers (after stream-K's, when both): one 128 x BN fp32 tile per CTA.
+local function ewg_bytes(bn) return E.SMS * 128 * bn * 4 end
 
-local function launch(info, tile, grid_tile, cm, staged)
+local function launch(info, tile, grid_tile, cm, staged, ewg)
+  -- (ewg: the epilogue warps' two barriers)
   local l = { block = { 384, 1, 1 } }
   -- CTAs come in clusters of cm along grid y (no cluster on the mma kernel: it only reads
   -- the CTA's linear index)
   cm = grid_tile and cm or 1
   l.cluster = { 1, tile and cm or 1, 1 }
   if tile then
-    l.smem = sm90_smem(tile.bn, tile.stages, staged)
+    l.smem = sm90_smem(tile.bn, tile.stages, staged, ewg)
     assert(l.smem <= E.SMEM_MAX_SM90, "kiln.engines.gemm: a tile needs more shared memory than sm_90 gives a block")
   else
     l.smem = E.MMA_STAGES * (128 + E.MMA_BN) * 128
@@ -328,23 +348,27 @@ function E.propose(group, g, target)
   local sk = order ~= nil and not pp and streamk_on(info.fp8)
   local cm = pp and 1 or cluster_m()
   -- the staged output (the cooperative kernel's; the mma kernel takes its tensor map too)
-  local staged = order ~= nil and not pp and epi_how == "tma" and staged_output(info, group, g) or nil
-  local suffix = (sk and ":sk" or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "")
+  local staged = order ~= nil and not pp and epi_how ~= "direct" and staged_output(info, group, g) or nil
+  -- the epilogue warpgroup: the sm90 kernel's; the mma kernel takes its workspace too (one
+  -- parameter list and workspace rule for every SM's kernel)
+  local ewg = staged ~= nil and not info.fp8 and
+    (epi_how == "warpgroup" or (epi_how == "auto" and E.EWG.auto and (info.K + 128 // info.esz - 1) // (128 // info.esz) >= E.EWG.min_kb))
+  local suffix = (sk and ":sk" or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
   -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
   local tma_bn = order and order[1].tile.bn
   if order and target.sm == 90 and target.arch_specific then
     for i, b in ipairs(order) do
-      local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged) }
+      local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg) }
       plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, suffix),
                             knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
-                                      streamk = sk, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note, staged = staged },
-                            rank = 100 - i, info = info, launch = launch(info, t, t, cm, staged) }
+                                      streamk = sk, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note, staged = staged, ewg = ewg },
+                            rank = 100 - i, info = info, launch = launch(info, t, t, cm, staged, ewg) }
     end
   end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
   plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, suffix),
                         knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, streamk = sk,
-                                  sk_bn = tma_bn, cm = cm, tma_bn = tma_bn, note = "", staged = staged },
+                                  sk_bn = tma_bn, cm = cm, tma_bn = tma_bn, note = "", staged = staged, ewg = ewg },
                         rank = 10, info = info, launch = launch(info, nil, order and order[1].tile, cm) }
   return plans
 end
@@ -443,8 +467,10 @@ local function epilogue(K, info, group, g, staged, sm90)
       local st = pw.storage(src, t.dtype)
       local size = dtypes.size(t.dtype)
       local p = K:ptr(uid, true)
-      pre[#pre + 1] = string.format("    alignas(%d) %s w%d[2];", 2 * size, st.ctype, uid)
-      body[#body + 1] = string.format("      w%d[j] = %s;", uid, fmt(st.store, value[uid]))
+      local o = pw.out_regs(st, 2, "w" .. uid, 2 * size)
+      pre[#pre + 1] = "    " .. o.decl
+      body[#body + 1] = "      " .. o.set(value[uid])
+      if o.pack then post[#post + 1] = "    " .. o.pack end
       local words = string.format("reinterpret_cast<const kiln_u32 *>(w%d)", uid)
       if uid == staged and size == 2 then
         post[#post + 1] = string.format("    kiln_st_shared_b32(sd, %s[0]);", words)
@@ -565,12 +591,12 @@ local function tma_operands(K, info, bn, cm)
   return table.concat(decl, "\n"), table.concat(load, "\n"), table.concat(prefetch, "\n")
 end
 
--- The tensor map of the staged output (parameter `tm<uid>`: 128-byte rows of 64 lines, then the
--- batch axis when C has one) and the store of one chunk: shared memory at buf to columns c0..,
--- rows c1.. of batch bt.
-local function tma_output(K, info, uid, g)
+-- The tensor map of the staged output (parameter `tm<uid>`: 128-byte rows of 64 lines, 16 with
+-- epilogue warps, then the batch axis when C has one) and the store of one chunk: shared memory
+-- at buf to columns c0.., rows c1.. of batch bt.
+local function tma_output(K, info, uid, g, ewg)
   local t, R = g.by_uid[uid], #info.Ed
-  local dims = { { axis = R - 1, box = 128 // dtypes.size(t.dtype) }, { axis = R - 2, box = 64 } }
+  local dims = { { axis = R - 1, box = 128 // dtypes.size(t.dtype) }, { axis = R - 2, box = ewg and 16 or 64 } }
   if R == 3 then dims[3] = { axis = 0, box = 1 } end
   local name = "tm" .. uid
   K.params[#K.params + 1] = "const __grid_constant__ kiln_tmap " .. name
@@ -625,7 +651,7 @@ function E.build(plan, group, g, target, symbol)
   local store_chunk = "(void)c0, (void)c1;  // nothing is staged"
   if knobs.staged then
     local decl
-    decl, store_chunk = tma_output(K, info, knobs.staged, g)
+    decl, store_chunk = tma_output(K, info, knobs.staged, g, knobs.ewg)
     tmaps = tmaps .. "\n" .. decl
   end
   local setup = setup_lines(K, info)
@@ -647,8 +673,10 @@ function E.build(plan, group, g, target, symbol)
         K:ptr(acc.out, true), acc.var)
     end
   end
-  -- the stream-K workspace (the mma kernel takes it too and ignores it: one parameter list)
-  local ws = knobs.streamk and K:workspace(0)
+  -- the stream-K and epilogue-warpgroup workspace (the mma kernel takes it too and ignores it:
+  -- one parameter list)
+  local sk = knobs.streamk
+  local ws = (sk or knobs.ewg) and K:workspace(0)
   local C = info.C
   local what = string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
     info.B.dtype, C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
@@ -659,7 +687,9 @@ function E.build(plan, group, g, target, symbol)
     return {
       what = what, symbol = symbol, params = K:finish_params(), BN = bn, STAGES = stages, ESZ = info.esz,
       N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
-      REG_CONSUMER = E.REG_CONSUMER, REG_PRODUCER = E.REG_PRODUCER, tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch,
+      REG_CONSUMER = knobs.ewg and E.EWG.reg_consumer or E.REG_CONSUMER,
+      REG_PRODUCER = knobs.ewg and E.EWG.reg_producer or E.REG_PRODUCER,
+      tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch,
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),
     }
@@ -679,11 +709,15 @@ function E.build(plan, group, g, target, symbol)
     vars.EPI, vars.OSZ = knobs.staged and "true" or "false", knobs.staged and dtypes.size(g.by_uid[knobs.staged].dtype) or 2
     vars.EPI_BYTES = knobs.staged and E.EPI_BYTES or 0
     vars.store_chunk = store_chunk
-    vars.SK, vars.SK_SLOTS, vars.SK_PIECES = ws and "true" or "false", E.SMS, E.STREAMK.pieces
+    vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SMS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
-    vars.sk_decl = ws and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
+    vars.EWG = knobs.ewg and "true" or "false"
+    local decl = { sk and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
       .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
-      or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;"
+      or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;" }
+    decl[2] = knobs.ewg and string.format("  float *const ewg_buf = %s + %d + (kiln_i64)blockIdx.x * (128 * BN);  // this CTA's sums",
+      ws, sk and streamk_bytes(knobs.sk_bn) // 4 or 0) or "  float *const ewg_buf = nullptr;"
+    vars.sk_decl = table.concat(decl, "\n")
     src:add(render.fill(render.template("gemm_sm90.cuh"), vars, "gemm_sm90.cuh"))
     kernel = { source = src:text() }
   elseif knobs.path == "sm90pp" then
@@ -720,29 +754,30 @@ function E.build(plan, group, g, target, symbol)
   kernel.symbol, kernel.engine, kernel.plan_id, kernel.options = symbol, E.id, plan.id, E.OPTIONS
   kernel.block, kernel.grid, kernel.smem, kernel.cluster = l.block, l.grid, l.smem, l.cluster
   kernel.params, kernel.align = K.mparams, K.align
-  if #epi.amax == 0 and not ws then return kernel end
+  local bytes = ws and (sk and streamk_bytes(knobs.sk_bn) or 0) + (knobs.ewg and ewg_bytes(knobs.tma_bn) or 0)
+  local workspace = ws and { rule = { mul = { bytes }, div = 1, max = 0 }, bytes_max = bytes } or nil
+  if #epi.amax == 0 and not sk then return { kernels = { kernel }, workspace = workspace } end
   -- amax outputs are raised with atomicMax and stream-K flags are set once: a one-CTA kernel
   -- zeroes them first; the GEMM launches at once (pdl) and waits for it only before those
   kernel.pdl = true
-  local init, threads = rowgen.kernel(g, symbol .. "_init"), ws and 256 or 32
+  local init, threads = rowgen.kernel(g, symbol .. "_init"), sk and 256 or 32
   init.src:need("common/pdl.cuh")
   if #epi.amax > 0 then
     local stores = {}
     for _, acc in ipairs(epi.amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
     init:add("  if (threadIdx.x == 0) { %s }", table.concat(stores, " "))
   end
-  if ws then
+  if sk then
     init:add("  for (int i = threadIdx.x; i < %d; i += %d) reinterpret_cast<kiln_u32 *>(%s)[i] = 0u;", E.SK_FLAG_WORDS, threads,
       init:workspace(0))
   end
   init.src:add(render.fill(render.template("gemm_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
     THREADS = threads, body = table.concat(init.lines, "\n") }, "gemm_init.cuh"))
-  local bytes = ws and streamk_bytes(knobs.sk_bn)
   return { kernels = {
     { symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = {},
       block = { threads, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align },
     kernel,
-  }, workspace = ws and { rule = { mul = { bytes }, div = 1, max = 0 }, bytes_max = bytes } or nil }
+  }, workspace = workspace }
 end
 
 return E
