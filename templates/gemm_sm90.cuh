@@ -84,6 +84,14 @@ ${sk_decl}
       kb0 = (int)((sk_lo > t0 ? sk_lo : t0) - t0), kb1 = (int)((sk_hi < t0 + KB ? sk_hi : t0 + KB) - t0);
     }
   };
+  // work item w, placed: what every role's loop over the CTA's work starts from
+  struct work_item { kiln_i64 tile, bt, m0, n0; int kb0, kb1; };
+  auto item = [&](kiln_i64 w) {
+    work_item i;
+    work(w, i.tile, i.kb0, i.kb1);
+    tile_of(i.tile, i.bt, i.m0, i.n0);
+    return i;
+  };
   if (threadIdx.x == 0) {
 #pragma unroll 1
     for (int s = 0; s < STAGES; s++) {
@@ -112,10 +120,7 @@ ${epilogue}
       kiln_u32 handed = 0, ebuf = 0;  // ebuf: which of the warp's four staging buffers the next chunk fills
 #pragma unroll 1
       for (kiln_i64 w = 0; w < n_work; w++) {
-        kiln_i64 tile, bt, m0, n0;
-        int kb0, kb1;
-        work(w, tile, kb0, kb1);
-        tile_of(tile, bt, m0, n0);
+        const auto [tile, bt, m0, n0, kb0, kb1] = item(w);
         if (SK && kb1 < KB) continue;  // a stream-K range without the tile's last k-block: no epilogue here
         kiln_mbar_wait(ewg_full, handed & 1);
         // consumer warp f (half f / 4, warp f % 4) of the tile: epilogue warp ew takes f = ew, ew + 3, ...
@@ -170,11 +175,8 @@ ${prefetch}
       kiln_u32 it = 0;  // k-blocks issued, over all tiles
 #pragma unroll 1
       for (kiln_i64 w = 0; w < n_work; w++) {
-        kiln_i64 tile, bt, m0, n0;
-        int kb0, kb1;
-        work(w, tile, kb0, kb1);
-        tile_of(tile, bt, m0, n0);
-        (void)bt;
+        const auto [tile, bt, m0, n0, kb0, kb1] = item(w);
+        (void)tile, (void)bt;
 #pragma unroll 1
         for (int kb = kb0; kb < kb1; kb++, it++) {
           const kiln_u32 s = it % STAGES, full = bars + 8 * s;
@@ -200,10 +202,7 @@ ${epilogue}
     kiln_u32 it = 0, ebuf = 0, handed = 0;  // ebuf: the staging buffer the next chunk fills; handed: tiles to EWG
 #pragma unroll 1
     for (kiln_i64 w = 0; w < n_work; w++) {
-      kiln_i64 tile, bt, m0, n0;
-      int kb0, kb1;
-      work(w, tile, kb0, kb1);
-      tile_of(tile, bt, m0, n0);
+      const auto [tile, bt, m0, n0, kb0, kb1] = item(w);
       // the k-block after whose MMAs the CTA that runs the tile's epilogue prefetches its inputs
       // (PF_KB ahead of the end, ~5 us: late enough that the mainloop's traffic leaves them in L2)
       const int pf_kb = (!SK || kb1 == KB) ? (kb1 - kb0 > PF_KB ? kb1 - PF_KB : kb0) : -1;
