@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int OSZ = ${OSZ}, CW = 128 / OSZ;  // staged output: bytes per element, columns per chunk
   constexpr kiln_u32 EPI_BYTES = ${EPI_BYTES};  // two 64 x 128-byte buffers per consumer warpgroup
   static_assert(!EPI || BN % CW == 0, "a staged tile is whole chunks of 128 bytes of columns");
-  static_assert(!EWG || (EPI && !PROMOTE), "the epilogue warpgroup takes a staged output of a bf16/fp16 GEMM");
+  static_assert(!EWG || (EPI && !PROMOTE), "the epilogue warps take a staged output of a bf16/fp16 GEMM");
   // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
   // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks
   constexpr int SK_SLOTS = ${SK_SLOTS}, SK_PIECES = ${SK_PIECES}, SK_FILL_PCT = ${SK_FILL_PCT}, SK_MIN_SAVED = ${SK_MIN_SAVED};
@@ -266,7 +266,7 @@ ${epilogue}
           for (int i = 0; i < BN / 2; i++) acc[i] += slot[i * 128];
         }
       }
-      if (EWG) {  // the sums to the epilogue warpgroup, once it has read the previous tile's
+      if (EWG) {  // the sums to the epilogue warps, once they have read the previous tile's
         kiln_mbar_wait(ewg_empty, (handed & 1) ^ 1);
         float4 *dst = reinterpret_cast<float4 *>(ewg_buf + half * (64 * BN)) + t;  // n8 block nb at dst[nb * 128]
 #pragma unroll

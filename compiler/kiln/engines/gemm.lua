@@ -48,9 +48,9 @@ E.EPI_BYTES = 2 * 2 * 64 * 128
 -- against 1.659 ms, plain 1.683 against 1.635, SwiGLU and residual at 8192x4096x4096 likewise),
 -- so `auto` (E.EWG.auto) leaves it off; KILN_GEMM_EPILOGUE=warpgroup turns it on (taken then for
 -- any K), for measuring. With auto on it would be taken from min_kb k-blocks (below that three
--- warps cannot keep up with a tile's mainloop). Registers: 2 * 176 + 152 = 504 (a fourth warpgroup cannot be
--- had: 512 threads leave 128 registers at launch, fewer than one wgmma m64n256 needs, and
--- ptxas compiles the whole kernel within that).
+-- warps cannot keep up with a tile's mainloop). Registers: 2 * 176 + 152 = 504. A fourth
+-- warpgroup cannot be had: 512 threads leave 128 registers at launch, fewer than one wgmma
+-- m64n256 needs, and ptxas compiles the whole kernel within that.
 E.EWG = { auto = false, min_kb = 32, reg_consumer = 176, reg_producer = 152 }
 -- setmaxnreg only moves registers between warpgroups: the three must stay within the 168 each
 -- the launch gave (65536 / 384, in steps of 8), or a consumer's increase waits forever.
@@ -275,7 +275,7 @@ end
 
 -- The dynamic shared memory of an sm90 tile: its stages (A and B lines, two barriers each),
 -- 1024 bytes of alignment slack, the staging buffers of a staged output and the epilogue
--- warpgroup's two barriers.
+-- warps' two barriers.
 local function sm90_smem(bn, stages, staged, ewg)
   return stages * ((128 + bn) * 128 + 16) + 1024 + (staged and E.EPI_BYTES or 0) + (ewg and 16 or 0)
 end
@@ -300,7 +300,7 @@ end
 
 -- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
 local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SMS * 128 * bn * 4 end
--- The epilogue warpgroup's buffers (after stream-K's, when both): one 128 x BN fp32 tile per CTA.
+-- The epilogue warps' buffers (after stream-K's, when both): one 128 x BN fp32 tile per CTA.
 local function ewg_bytes(bn) return E.SMS * 128 * bn * 4 end
 
 local function launch(info, tile, grid_tile, cm, staged, ewg)
@@ -349,10 +349,11 @@ function E.propose(group, g, target)
   local cm = pp and 1 or cluster_m()
   -- the staged output (the cooperative kernel's; the mma kernel takes its tensor map too)
   local staged = order ~= nil and not pp and epi_how ~= "direct" and staged_output(info, group, g) or nil
-  -- the epilogue warpgroup: the sm90 kernel's; the mma kernel takes its workspace too (one
+  -- the epilogue warps: the sm90 kernel's; the mma kernel takes their workspace too (one
   -- parameter list and workspace rule for every SM's kernel)
+  local kblocks = (info.K + 128 // info.esz - 1) // (128 // info.esz)
   local ewg = staged ~= nil and not info.fp8 and
-    (epi_how == "warpgroup" or (epi_how == "auto" and E.EWG.auto and (info.K + 128 // info.esz - 1) // (128 // info.esz) >= E.EWG.min_kb))
+    (epi_how == "warpgroup" or (epi_how == "auto" and E.EWG.auto and kblocks >= E.EWG.min_kb))
   local suffix = (sk and ":sk" or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
   -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
   local tma_bn = order and order[1].tile.bn
@@ -673,7 +674,7 @@ function E.build(plan, group, g, target, symbol)
         K:ptr(acc.out, true), acc.var)
     end
   end
-  -- the stream-K and epilogue-warpgroup workspace (the mma kernel takes it too and ignores it:
+  -- the stream-K and epilogue-warp workspace (the mma kernel takes it too and ignores it:
   -- one parameter list)
   local sk = knobs.streamk
   local ws = (sk or knobs.ewg) and K:workspace(0)
