@@ -6,7 +6,7 @@
 // common/wgmma) and run the fused epilogue on their fp32 accumulators. Stage handover: full[s]
 // (the producer's arrival plus the stage's bytes as TMA transactions) and empty[s] (8 consumer
 // warps, of every CTA of the cluster). Clusters of CM = ${CM} CTAs along M take units of CM
-// vertically adjacent tiles, round-robin in groups of 8 m tiles per column of n tiles
+// vertically adjacent tiles, round-robin in groups of ${GROUP_M} m tiles per column of n tiles
 // (operands shared in L2); each CTA copies 1/CM of the B tile, multicast to the cluster, and
 // its own A tile. Stream-K (SK, without clusters): when the last wave of tiles is partial, its
 // tiles are split along K over the CTAs and the partial sums meet in the workspace (below).
@@ -48,7 +48,7 @@ ${amax_decl}
   // units of CM vertically adjacent tiles (a cluster's; the last may reach past M: its copies
   // read zeros and its epilogue stores nothing)
   const kiln_u32 rank = CM > 1 ? kiln_cluster_rank() : 0;
-  constexpr int GROUP = 8 / CM;  // units per group of 8 m tiles
+  constexpr int GROUP = ${GROUP_M} / CM;  // units per group of ${GROUP_M} m tiles
   const kiln_i64 units_m = ((M + BM - 1) / BM + CM - 1) / CM, per_batch = units_m * NT, tiles = per_batch * batches;
   // unit index -> (batch, m0 of this CTA's tile, n0)
   auto tile_of = [&](kiln_i64 tile, kiln_i64 &bt, kiln_i64 &m0, kiln_i64 &n0) {

@@ -29,9 +29,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   const kiln_u32 bars = sbase + STAGES * STAGE;  // full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s)
 ${setup}
 ${amax_decl}
-  // tiles round-robin over the CTAs, in groups of 8 m tiles per column of n tiles (operands
+  // tiles round-robin over the CTAs, in groups of ${GROUP_M} m tiles per column of n tiles (operands
   // shared in L2)
-  constexpr int GROUP = 8;
+  constexpr int GROUP = ${GROUP_M};
   const kiln_i64 tiles_m = (M + BM - 1) / BM, per_batch = tiles_m * NT, tiles = per_batch * batches;
   auto tile_of = [&](kiln_i64 tile, kiln_i64 &bt, kiln_i64 &m0, kiln_i64 &n0) {
     bt = tile / per_batch;

@@ -65,6 +65,9 @@ E.SM90_PP_TILE = { bn = 128, stages = 7 }
 -- the H200 (0.85x vs 0.97x cuBLAS at 8192^3, bench/RESULTS.md), so off by default;
 -- KILN_GEMM_CLUSTER=2 turns it on (for measuring).
 E.CLUSTER_M = 1
+-- The sm90 kernels take tiles in groups of GROUP_M m tiles per column of n tiles, so one
+-- wave's tiles share few operand panels in L2. KILN_GEMM_GROUP=4|8|16|32 (for measuring).
+E.GROUP_M = 8
 -- Stream-K for the last partial wave of the sm90 kernel (docs/GEMM.md): its tiles are split
 -- along K over the CTAs, partial sums meet in the workspace. Taken at run time when the last
 -- wave is at most FILL_PCT % full (else the saving does not pay for the fixup), a tile splits
@@ -255,6 +258,8 @@ local function gemm_settings()
   if not epi then return nil, bad_epi end
   local sk, bad_sk = settings.choice("KILN_GEMM_STREAMK", { "0", "1" })
   if not sk then return nil, bad_sk end
+  local grp, bad_grp = settings.choice("KILN_GEMM_GROUP", { "4", "8", "16", "32" })
+  if not grp then return nil, bad_grp end
   local fill = c.getenv("KILN_GEMM_SK_FILL")
   local f = tonumber(fill or "")
   if fill ~= nil and fill ~= "" and not (f and f >= 0 and f <= 100 and f == math.floor(f)) then
@@ -294,6 +299,9 @@ local function streamk_on(fp8)
 end
 -- KILN_GEMM_SK_FILL=P (for measuring; checked by gemm_settings) overrides the last wave's
 -- fullness limit, in percent
+local function group_m()
+  return math.tointeger(tonumber(c.getenv("KILN_GEMM_GROUP") or "")) or E.GROUP_M
+end
 local function sk_fill_pct()
   return math.tointeger(tonumber(c.getenv("KILN_GEMM_SK_FILL") or "")) or E.STREAMK.fill_pct
 end
@@ -713,6 +721,7 @@ function E.build(plan, group, g, target, symbol)
     vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SMS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
     vars.EWG = knobs.ewg and "true" or "false"
+    vars.GROUP_M = group_m()
     local decl = { sk and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
       .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
       or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;" }
@@ -727,7 +736,9 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/named_barrier.cuh")
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
-    src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), sm90_vars(bn, stages), "gemm_sm90_pingpong.cuh"))
+    local vars = sm90_vars(bn, stages)
+    vars.GROUP_M = group_m()
+    src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), vars, "gemm_sm90_pingpong.cuh"))
     kernel = { source = src:text() }
   else
     src:need("common/gemm_tile.cuh")
