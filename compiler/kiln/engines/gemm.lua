@@ -66,8 +66,12 @@ E.SM90_PP_TILE = { bn = 128, stages = 7 }
 -- KILN_GEMM_CLUSTER=2 turns it on (for measuring).
 E.CLUSTER_M = 1
 -- The sm90 kernels take tiles in groups of GROUP_M m tiles per column of n tiles, so one
--- wave's tiles share few operand panels in L2. KILN_GEMM_GROUP=4|8|16|32 (for measuring).
-E.GROUP_M = 8
+-- wave's tiles share few operand panels in L2 (a wave of 132 128 x 256 tiles reads the fewest
+-- bytes of A and B at about 16 x 8). Measured on the H200 against 8 (bench/ab.py, same
+-- tensors): bf16 8192^3 1.3% faster, bias+GELU 1.5%, 16384x4096x4096 2.5%, 4096^3 and the
+-- 8192x4096x4096 epilogues level; 32 level with 8, 4 3% slower. KILN_GEMM_GROUP=4|8|16|32
+-- (for measuring).
+E.GROUP_M = 16
 -- Stream-K for the last partial wave of the sm90 kernel (docs/GEMM.md): its tiles are split
 -- along K over the CTAs, partial sums meet in the workspace. Taken at run time when the last
 -- wave is at most FILL_PCT % full (else the saving does not pay for the fixup), a tile splits

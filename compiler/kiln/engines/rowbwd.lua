@@ -160,12 +160,9 @@ function M.emit(K, info, g, st)
   add("  for (int s_ = 0; s_ < %d; s_++)", S - 1)
   issue("blockIdx.x + (kiln_i64)s_ * gridDim.x", "s_", "    ")
   -- the first row's statistics; later ones are loaded a row ahead
-  -- (zero past the last row: its staged copy is zero-filled too, so its column-sum terms are
-  -- exactly zero and need no guard)
   local function stats_load(row, indent)
     local ms = is_ln and string.format("nm_ = %s; ", stat("mean", row)) or ""
-    add("%sif (%s < rows_) { %snr_ = %s; } else { %snr_ = 0.0f; }", indent, row, ms, stat("inv_variance", row),
-      is_ln and "nm_ = " or "")
+    add("%sif (%s < rows_) { %snr_ = %s; }", indent, row, ms, stat("inv_variance", row))
   end
   add("  float nm_ = 0.0f, nr_ = 0.0f;")
   stats_load("(kiln_i64)blockIdx.x * " .. RPC .. " + slot", "  ")
@@ -223,7 +220,7 @@ function M.emit(K, info, g, st)
     if nsums == 0 then return end
     local acc = {}
     for i, e in ipairs(sums) do acc[#acc + 1] = string.format("cs_[%d][k][j] += %s;", i - 1, e) end
-    add("          %s", table.concat(acc, " "))
+    add("          if (valid) { %s }", table.concat(acc, " "))
   end
   add("    float %s;", table.concat(vars, " = 0.0f, ") .. " = 0.0f")
   if hold then add("    float hx_[%d][%d]; %s hy_[%d][%d];", N, V, rdy.ctype, N, rdy.n) end
@@ -305,12 +302,10 @@ function M.emit(K, info, g, st)
       add("  __syncthreads();")
       add("#pragma unroll 1  // once per CTA: unrolled, it cost 8 ms of NVRTC time and gained nothing")
       add("  for (int i = threadIdx.x; i < %d; i += %d) {", ncols, L.block)
-      -- column i of sum s sits at acc_[(s * RPC + slot) * H + i - s * H]: the slots in slot order,
-      -- written out as one expression (a loop over the slots cost ~2 ms of NVRTC time)
-      local terms = {}
-      for sl = 0, RPC - 1 do terms[#terms + 1] = string.format("a_[%d]", sl * H) end
-      add("    const float *a_ = acc_ + (i / %d) * %d + i;", H, (RPC - 1) * H)
-      add("    %s[(kiln_i64)blockIdx.x * %d + i] = %s;", ws, ncols, table.concat(terms, " + "))
+      add("    const int s_ = i / %d, col = i - s_ * %d;", H, H)
+      add("    float t_ = acc_[s_ * %d + col];", RPC * H)
+      add("    for (int sl = 1; sl < %d; sl++) t_ += acc_[(s_ * %d + sl) * %d + col];", RPC, RPC, H)
+      add("    %s[(kiln_i64)blockIdx.x * %d + i] = t_;", ws, ncols)
       add("  }")
     end
   end
