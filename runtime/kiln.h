@@ -190,7 +190,8 @@ typedef struct kiln_kernel_info {
   const char *grid[3]; /* grid rule per axis, e.g. "ceil(T*4096/2048)" */
   int nparams;
   int nimages; /* one per arch */
-  int pdl;     /* may start while the plan's previous kernel runs (SM 9.0+ images) */
+  int pdl;     /* SM 9.0+ images: bit 0, may start while the plan's previous kernel runs; bit 1,
+                  waits before touching memory, so may start while any kernel before it runs */
 } kiln_kernel_info;
 
 kiln_status kiln_plan_info_get(const kiln_plan *plan, kiln_plan_info *info);

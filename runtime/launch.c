@@ -294,8 +294,10 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
     CUresult r;
     const unsigned *cl = s->cluster[k];
     /* programmatic dependent launch: on SM 9.0+ a flagged kernel may start while the previous
-     * one runs (it waits in-kernel before reading that kernel's output) */
-    const int pdl = k > 0 && (kn->flags & KILN_PACK_KERNEL_PDL) && s->major[k] >= 9;
+     * one runs (it waits in-kernel before reading that kernel's output); one flagged "entry"
+     * waits before touching memory, so it may follow any kernel, also as the plan's first */
+    const int pdl = ((k > 0 && (kn->flags & KILN_PACK_KERNEL_PDL)) || (kn->flags & KILN_PACK_KERNEL_PDL_ENTRY)) &&
+                    s->major[k] >= 9;
     if (cl[0] * cl[1] * cl[2] == 1 && !pdl) {
       r = kiln__cu.LaunchKernel(fn, g[0], g[1], g[2], kn->block[0], kn->block[1], kn->block[2],
                                 s->smem[k], stream, args, NULL);

@@ -34,7 +34,9 @@
  *   kernel: str symbol, str engine, str plan_id, u32 block[3], u32 smem, u32 cluster[3],
  *           u32 flags (KILN_PACK_KERNEL_PDL: the kernel may start while the plan's previous
  *           kernel still runs, on SM 9.0+ images; it waits with griddepcontrol.wait before it
- *           reads what that kernel writes; other bits zero),
+ *           reads what that kernel writes. KILN_PACK_KERNEL_PDL_ENTRY: it waits before it
+ *           touches memory at all, so it may start while whatever precedes it on the stream
+ *           runs, also as the plan's first kernel; other bits zero),
  *           3 x grid: (str text, i64 div, i64 max, u8 nfactor, nfactor x i64 ref)
  *                     axis size = ceil(product of factors / div), clamped to max if > 0
  *           u32 nparam, nparam x (u8 kind, i64 arg [, tensor map])  enum kiln__param_kind
@@ -62,6 +64,8 @@
 #define KILN_PACK_VERSION 3u
 /* Kernel flags. */
 #define KILN_PACK_KERNEL_PDL 1u
+#define KILN_PACK_KERNEL_PDL_ENTRY 2u
+#define KILN_PACK_KERNEL_FLAGS (KILN_PACK_KERNEL_PDL | KILN_PACK_KERNEL_PDL_ENTRY)
 #define KILN_PACK_HEADER_SIZE 96u
 #define KILN_PACK_CHECKSUM_FROM 32u
 #define KILN_PACK_IMAGE_ALIGN 64u

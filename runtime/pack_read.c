@@ -334,8 +334,8 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
   for (int i = 0; i < 3; i++) k->cluster[i] = rd_u32(r);
   k->flags = rd_u32(r);
   if (r->bad) return truncated(r);
-  if (k->flags & ~KILN_PACK_KERNEL_PDL)
-    return BAD(r, "kernel '%s': unknown flags 0x%x", k->symbol, k->flags & ~KILN_PACK_KERNEL_PDL);
+  if (k->flags & ~KILN_PACK_KERNEL_FLAGS)
+    return BAD(r, "kernel '%s': unknown flags 0x%x", k->symbol, k->flags & ~KILN_PACK_KERNEL_FLAGS);
   uint64_t threads = (uint64_t)k->block[0] * k->block[1] * k->block[2];
   if (!k->block[0] || !k->block[1] || !k->block[2] || threads > 1024)
     return BAD(r, "kernel '%s': bad block [%u, %u, %u]", k->symbol, k->block[0], k->block[1],

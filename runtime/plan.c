@@ -204,7 +204,7 @@ kiln_status kiln_plan_kernel(const kiln_plan *plan, int index, kiln_kernel_info 
   info->smem = k->smem;
   info->nparams = k->nparams;
   info->nimages = k->nimages;
-  info->pdl = (k->flags & KILN_PACK_KERNEL_PDL) != 0;
+  info->pdl = ((k->flags & KILN_PACK_KERNEL_PDL) ? 1 : 0) | ((k->flags & KILN_PACK_KERNEL_PDL_ENTRY) ? 2 : 0);
   return KILN_OK;
 }
 

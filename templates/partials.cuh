@@ -10,6 +10,7 @@ extern "C" __global__ void __launch_bounds__(256) ${symbol}(${params}) {
   if (G > ${max}) G = ${max};
   float a = ${init};
   kiln_pdl_wait();  // launched early (pdl): the partial rows are complete past this point
+  kiln_pdl_launch_dependents();  // the stream's next kernel may start as this one's CTAs finish
   if (col < ${C}) {
     float v_[PER];  // the missing rows past G read as the neutral ${init}
 #pragma unroll

@@ -25,6 +25,31 @@ __device__ __forceinline__ void kiln_tma_load_3d(kiln_u32 dst, const kiln_tmap *
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
+// L2 eviction policies for the copies below (`.L2::cache_hint`): operands read again by later
+// tiles stay (evict_last), operands streamed once per wave leave first (evict_first).
+__device__ __forceinline__ kiln_u64 kiln_l2_evict_last() {
+  kiln_u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ kiln_u64 kiln_l2_evict_first() {
+  kiln_u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void kiln_tma_load_2d_hint(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, kiln_u32 bar,
+                                                      kiln_u64 policy) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+               " [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy) : "memory");
+}
+__device__ __forceinline__ void kiln_tma_load_3d_hint(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, int c2,
+                                                      kiln_u32 bar, kiln_u64 policy) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+               " [%0], [%1, {%2, %3, %4}], [%5], %6;"
+               :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+               : "memory");
+}
 // The same copy into the shared memory of every CTA of the cluster in `mask` (same offsets),
 // completing on each one's barrier at `bar`.
 __device__ __forceinline__ void kiln_tma_load_2d_mc(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, kiln_u32 bar,

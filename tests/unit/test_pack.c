@@ -38,7 +38,7 @@ static const char *manifest_bias_gelu =
     "   \"plan_id\": \"pointwise:v1:vec8\", \"options\": [\"--std=c++17\"],"
     "   \"block\": [256, 1, 1], \"grid\": [{\"mul\": [\"T\", 4096], \"div\": 2048, \"max\": 0}, 1, "
     "1],"
-    "   \"smem\": 0, \"cluster\": [1, 1, 1],"
+    "   \"smem\": 0, \"cluster\": [1, 1, 1], \"pdl_entry\": true,"
     "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"tensor\", \"uid\": 2},"
     "    {\"kind\": \"tensor\", \"uid\": 6}, {\"kind\": \"dim\", \"name\": \"T\"},"
     "    {\"kind\": \"scalar\", \"uid\": 5}, {\"kind\": \"scalar\", \"uid\": 4},"
@@ -303,10 +303,10 @@ static void test_plans(kiln_rt *rt, kiln_pack *pack) {
   kiln_kernel_info k;
   OK(kiln_plan_kernel(a, 0, &k) == KILN_OK && strcmp(k.symbol, "kiln_bias_gelu_0") == 0 &&
          strcmp(k.grid[0], "ceil(T*4096/2048)") == 0 && strcmp(k.grid[1], "1") == 0 &&
-         k.block[0] == 256 && k.nparams == 7 && k.nimages == 2 && !k.pdl,
-     "kernel 0: symbol, grid rule text (%s), block, params, images, no pdl", k.grid[0]);
+         k.block[0] == 256 && k.nparams == 7 && k.nimages == 2 && k.pdl == 2,
+     "kernel 0: symbol, grid rule text (%s), block, params, images, pdl at entry", k.grid[0]);
   OK(kiln_plan_kernel(a, 1, &k) == KILN_OK && strcmp(k.grid[0], "min(T, 1024)") == 0 &&
-         k.block[1] == 1 && k.smem == 65536 && k.pdl,
+         k.block[1] == 1 && k.smem == 65536 && k.pdl == 1,
      "kernel 1: clamped grid (%s), padded block, smem, pdl", k.grid[0]);
   const char *arch;
   const void *data;
@@ -488,6 +488,11 @@ static void test_writer_errors(void) {
       " \"kernels\": [{\"symbol\": \"k\", \"block\": [32], \"grid\": [1], \"pdl\": 1, \"params\": []}]}";
   OK(kiln_pack_writer_add_plan(w, bad_pdl, archs, 1, &im, &e) == -1 && strstr(e.msg, "pdl"),
      "non-boolean pdl -> E_PACK (%s)", e.msg);
+  const char *bad_entry =
+      "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"g3\", \"tensors\": [],"
+      " \"kernels\": [{\"symbol\": \"k\", \"block\": [32], \"grid\": [1], \"pdl_entry\": \"yes\", \"params\": []}]}";
+  OK(kiln_pack_writer_add_plan(w, bad_entry, archs, 1, &im, &e) == -1 && strstr(e.msg, "pdl_entry"),
+     "non-boolean pdl_entry -> E_PACK (%s)", e.msg);
   const char *bad_arch[] = {"sm90"};
   OK(kiln_pack_writer_add_plan(w, no_image, bad_arch, 1, &im, &e) == -1 && strstr(e.msg, "arch"),
      "bad arch string -> E_PACK (%s)", e.msg);

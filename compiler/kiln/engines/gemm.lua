@@ -72,6 +72,8 @@ E.CLUSTER_M = 1
 -- 8192x4096x4096 epilogues level; 32 level with 8, 4 3% slower. KILN_GEMM_GROUP=4|8|16|32
 -- (for measuring).
 E.GROUP_M = 16
+-- L2 eviction hints on the operand copies (KILN_GEMM_L2HINT): none by default.
+E.L2HINT = "none"
 -- Stream-K for the last partial wave of the sm90 kernel (docs/GEMM.md): its tiles are split
 -- along K over the CTAs, partial sums meet in the workspace. Taken at run time when the last
 -- wave is at most FILL_PCT % full (else the saving does not pay for the fixup), a tile splits
@@ -264,6 +266,8 @@ local function gemm_settings()
   if not sk then return nil, bad_sk end
   local grp, bad_grp = settings.choice("KILN_GEMM_GROUP", { "4", "8", "16", "32" })
   if not grp then return nil, bad_grp end
+  local hint, bad_hint = settings.choice("KILN_GEMM_L2HINT", { "none", "alast", "bfirst", "both" })
+  if not hint then return nil, bad_hint end
   local fill = c.getenv("KILN_GEMM_SK_FILL")
   local f = tonumber(fill or "")
   if fill ~= nil and fill ~= "" and not (f and f >= 0 and f <= 100 and f == math.floor(f)) then
@@ -303,6 +307,13 @@ local function streamk_on(fp8)
 end
 -- KILN_GEMM_SK_FILL=P (for measuring; checked by gemm_settings) overrides the last wave's
 -- fullness limit, in percent
+-- KILN_GEMM_L2HINT (for measuring; checked by gemm_settings): L2 eviction hints on the sm90
+-- kernel's operand copies (without clusters): alast (A evict_last: a group's m panels are read
+-- again by its later waves), bfirst (B evict_first), both. Returns { A = "last"|nil, B = "first"|nil }.
+local function l2_hints()
+  local v = c.getenv("KILN_GEMM_L2HINT") or E.L2HINT
+  return { A = (v == "alast" or v == "both") and "last" or nil, B = (v == "bfirst" or v == "both") and "first" or nil }
+end
 local function group_m()
   return math.tointeger(tonumber(c.getenv("KILN_GEMM_GROUP") or "")) or E.GROUP_M
 end
@@ -564,6 +575,7 @@ end
 -- MN-major: LINES/64 boxes of 64 k-rows, 8 KB apart (the layout the wgmma descriptors read).
 local function tma_operands(K, info, bn, cm)
   local decl, load, prefetch = {}, {}, {}
+  local hint = cm == 1 and l2_hints() or {}
   for _, which in ipairs({ "A", "B" }) do
     local o = which == "A" and info.oa or info.ob
     local t, R = o.t, o.rank
@@ -586,15 +598,20 @@ local function tma_operands(K, info, bn, cm)
     local batch = o.bs and ", (int)bt" or ""
     local fn = (o.bs and "kiln_tma_load_3d" or "kiln_tma_load_2d") .. (split > 1 and "_mc" or "")
     local mc = split > 1 and string.format(", (kiln_u16)%d", (1 << cm) - 1) or ""
+    if hint[which] then
+      -- the policy rides where the multicast mask would: the last argument
+      fn, mc = fn .. "_hint", ", pol_" .. which
+      prefetch[#prefetch + 1] = string.format("      const kiln_u64 pol_%s = kiln_l2_evict_%s();", which, hint[which])
+    end
     if o.kmajor and split == 1 then
-      load[#load + 1] = string.format("          %s(%s, &%s, k0, (int)%s%s, full);", fn, dst, name, mn0, batch)
+      load[#load + 1] = string.format("          %s(%s, &%s, k0, (int)%s%s, full%s);", fn, dst, name, mn0, batch, mc)
     elseif o.kmajor then
       load[#load + 1] = string.format("          %s(%s + rank * %du, &%s, k0, (int)%s + (int)rank * %d%s, full%s);", fn, dst,
         lines // split * 128, name, mn0, lines // split, batch, mc)
     elseif split == 1 then
       for j = 0, lines // 64 - 1 do
-        load[#load + 1] = string.format("          %s(%s + %du, &%s, (int)%s + %d, k0%s, full);", fn, dst, j * 8192, name, mn0,
-          j * 64, batch)
+        load[#load + 1] = string.format("          %s(%s + %du, &%s, (int)%s + %d, k0%s, full%s);", fn, dst, j * 8192, name, mn0,
+          j * 64, batch, mc)
       end
     else
       load[#load + 1] = string.format("          for (int j = (int)rank; j < %d; j += %d) %s(%s + j * 8192u, &%s, (int)%s + 64 * j, k0%s, full%s);",

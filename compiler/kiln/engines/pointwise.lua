@@ -134,6 +134,7 @@ function E.build(plan, group, g, target, symbol)
   end
   local names, const = shape.product(space)
   local numel = cdim(shape.product_value(names, const))
+  src:need("common/pdl.cuh")
   src:add(render.fill(render.template("pointwise.cuh"), {
     vec = vec, block = block, symbol = symbol, params = table.concat(params, ", "), numel = numel,
     prologue = table.concat(prologue, "\n"), body = table.concat(body, "\n"), epilogue = table.concat(epilogue, "\n"),
@@ -144,7 +145,7 @@ function E.build(plan, group, g, target, symbol)
   return {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = pw.OPTIONS,
     block = { block, 1, 1 }, grid = { { mul = factors, div = block * vec, max = 0 }, 1, 1 },
-    smem = 0, cluster = { 1, 1, 1 }, params = manifest_params, align = align,
+    smem = 0, cluster = { 1, 1, 1 }, params = manifest_params, align = align, pdl_entry = true,
   }
 end
 

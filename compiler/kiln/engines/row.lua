@@ -289,7 +289,7 @@ local function build_staged(plan, group, g, symbol, K)
   local kernels = { {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, 1, 1 },
-    smem = info.smem, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+    smem = info.smem, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   } }
   if ncols == 0 then return { kernels = kernels } end
   local workspace
@@ -324,6 +324,9 @@ function E.build(plan, group, g, target, symbol)
   for _, uid in ipairs(group.outputs) do K:ptr(uid, true) end
 
   if info.staged then return build_staged(plan, group, g, symbol, K) end
+  -- the plan's only kernel starts while the stream's previous kernel ends (pdl at entry)
+  local entry = not persistent and #amax == 0
+  if entry then rowgen.pdl_entry(K) end
   K:add("  const int lane = %s;", L.RPC > 1 and string.format("threadIdx.x %% %d", L.P) or "threadIdx.x")
   local slot = L.RPC > 1 and string.format("threadIdx.x / %d", L.P) or "0"
   local loop_start
@@ -861,7 +864,7 @@ function E.build(plan, group, g, target, symbol)
   kernels[#kernels + 1] = {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = persistent and info.smem or 0, cluster = { 1, 1, 1 },
-    params = K.mparams, align = K.align, pdl = #amax_acc > 0 or nil,
+    params = K.mparams, align = K.align, pdl = #amax_acc > 0 or nil, pdl_entry = entry or nil,
   }
   if kernels.final then
     kernels[#kernels + 1] = kernels.final

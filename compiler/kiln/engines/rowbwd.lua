@@ -111,6 +111,7 @@ function M.emit(K, info, g, st)
   local rdy, rx = pw.regs(sdy, V), pw.regs(sx, V)
 
   add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][slot][dy row, x row]")
+  add("  kiln_pdl_wait();  // launched early (pdl at entry): what ran before is complete past this point")
   add("  kiln_pdl_launch_dependents();  // the finalize kernel may take SMs as they free up: it waits for this grid")
   add("  const int lane = %s;", RPC > 1 and string.format("threadIdx.x %% %d", P) or "threadIdx.x")
   add("  const int slot = %s;", RPC > 1 and string.format("threadIdx.x / %d", P) or "0")

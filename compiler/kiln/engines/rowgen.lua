@@ -297,6 +297,14 @@ function M.with_const(factors, k)
   return out
 end
 
+-- A plan's first kernel launched `pdl_entry` (docs/INTERNALS.md): it waits for the stream's
+-- previous kernel before it touches memory, and lets the next one launch once all its CTAs run.
+function M.pdl_entry(K)
+  K.src:need("common/pdl.cuh")
+  K:add("  kiln_pdl_wait();  // launched early (pdl at entry): what ran before is complete past this point")
+  K:add("  kiln_pdl_launch_dependents();  // the next kernel may take SMs as this grid's last CTAs finish")
+end
+
 -- The kernel that adds the per-CTA partial rows ws[G][C] in a fixed order (each column:
 -- 8 strided slices, then the slices in order) and writes each output's columns; with
 -- `fold` the C columns fold into one value, in column order. opts: C, outs = {{uid, first,
