@@ -808,7 +808,8 @@ function E.build(plan, group, g, target, symbol)
     THREADS = threads, body = table.concat(init.lines, "\n") }, "gemm_init.cuh"))
   return { kernels = {
     { symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = {},
-      block = { threads, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align },
+      block = { threads, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
+      pdl_entry = true },
     kernel,
   }, workspace = workspace }
 end

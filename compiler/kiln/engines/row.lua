@@ -830,6 +830,7 @@ function E.build(plan, group, g, target, symbol)
     kernels[#kernels + 1] = {
       symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = rowgen.OPTIONS,
       block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
+      pdl_entry = true,
     }
     for i, acc in ipairs(amax_acc) do
       K.shared[#K.shared + 1] = string.format("  __shared__ kiln_u32 amr%d_[%d];", i - 1, L.block // 32)
