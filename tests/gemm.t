@@ -23,6 +23,8 @@ sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
   "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
   "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
+  # the tile order and operand-copy settings for measuring (KILN_GEMM_GROUP, KILN_GEMM_L2HINT)
+  "nn_sk sm_90a 256 3 500 16 KILN_GEMM_GROUP=4" "batched sm_90a 192 2 300 0 KILN_GEMM_L2HINT=both"
   # the opt-in epilogue warps: with stream-K owners, an amax with its largest values in the tails,
   # a 4-byte output, and the mma kernel that takes their workspace and ignores it
   "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=warpgroup" "amax_tail sm_90a 192 2 300 0 KILN_GEMM_EPILOGUE=warpgroup"
@@ -37,7 +39,7 @@ pp=(
   "epilogue sm_90a 3 500 sm_90a-pingpong" "batched sm_90a 4 300 sm_90a-pingpong" "nn_sk sm_90a 5 500 sm_90a-pingpong"
   "epilogue_sk sm_90a 2 300 sm_90a-pingpong" "fp8 sm_90a 2 300 sm_90a" "nn sm_80 2 300 portable"
 )
-plan $(( ${#specs[@]} * 3 + 4 + 5 + 6 + 3 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
+plan $(( ${#specs[@]} * 3 + 4 + 5 + 8 + 3 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -112,6 +114,10 @@ KILN_GEMM_STREAMK=yes run_kiln explain specs/gemm.lua --sm 90a
 ok "KILN_GEMM_STREAMK=yes is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_STREAMK=yes:' "$OUTF"
 KILN_GEMM_SK_FILL=101 run_kiln explain specs/gemm.lua --sm 90a
 ok "KILN_GEMM_SK_FILL=101 is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_SK_FILL=101:' "$OUTF"
+KILN_GEMM_GROUP=12 run_kiln explain specs/gemm.lua --sm 90a
+ok "KILN_GEMM_GROUP=12 is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_GROUP=12:' "$OUTF"
+KILN_GEMM_L2HINT=evict run_kiln explain specs/gemm.lua --sm 90a
+ok "KILN_GEMM_L2HINT=evict is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_L2HINT=evict:' "$OUTF"
 
 if sass_tools && command -v python3 >/dev/null; then
   mkdir -p "$TMP/cubins"

@@ -305,8 +305,6 @@ local function streamk_on(fp8)
   local v = c.getenv("KILN_GEMM_STREAMK")
   return v ~= "0" and (v == "1" or not fp8) and cluster_m() == 1
 end
--- KILN_GEMM_SK_FILL=P (for measuring; checked by gemm_settings) overrides the last wave's
--- fullness limit, in percent
 -- KILN_GEMM_L2HINT (for measuring; checked by gemm_settings): L2 eviction hints on the sm90
 -- kernel's operand copies (without clusters): alast (A evict_last: a group's m panels are read
 -- again by its later waves), bfirst (B evict_first), both. Returns { A = "last"|nil, B = "first"|nil }.
@@ -314,9 +312,12 @@ local function l2_hints()
   local v = c.getenv("KILN_GEMM_L2HINT") or E.L2HINT
   return { A = (v == "alast" or v == "both") and "last" or nil, B = (v == "bfirst" or v == "both") and "first" or nil }
 end
+-- KILN_GEMM_GROUP (for measuring; checked by gemm_settings): m tiles per group
 local function group_m()
   return math.tointeger(tonumber(c.getenv("KILN_GEMM_GROUP") or "")) or E.GROUP_M
 end
+-- KILN_GEMM_SK_FILL=P (for measuring; checked by gemm_settings) overrides the last wave's
+-- fullness limit, in percent
 local function sk_fill_pct()
   return math.tointeger(tonumber(c.getenv("KILN_GEMM_SK_FILL") or "")) or E.STREAMK.fill_pct
 end
