@@ -4,7 +4,6 @@
 // uses them. This kernel starts early too (pdl at entry): it lets the GEMM go only once what
 // ran before is complete, since the GEMM reads its operands before it waits.
 extern "C" __global__ void __launch_bounds__(${THREADS}) ${symbol}(${params}) {
-  kiln_pdl_wait();
-  kiln_pdl_launch_dependents();
+  kiln_pdl_entry();
 ${body}
 }

@@ -10,3 +10,9 @@ __device__ __forceinline__ void kiln_pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// The start of a kernel launched `pdl_entry` (docs/INTERNALS.md): it waits until whatever ran
+// before on the stream is complete, then lets the next kernel launch as its CTAs finish.
+__device__ __forceinline__ void kiln_pdl_entry() {
+  kiln_pdl_wait();
+  kiln_pdl_launch_dependents();
+}

@@ -358,6 +358,7 @@ inline void kiln_flag_wait(const kiln_u32 *flag) {
 // ---- pdl.cuh: the init kernel runs to its end before the GEMM starts
 inline void kiln_pdl_launch_dependents() {}
 inline void kiln_pdl_wait() {}
+inline void kiln_pdl_entry() {}
 
 // ---- tma.cuh
 struct kiln_tmap {

@@ -11,6 +11,7 @@ local errors = require "kiln.errors"
 local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
 
 local M = {}
 
@@ -84,7 +85,6 @@ function M.emit(K, info, g, st)
   local src = K.src
   local is_ln = a.op == "layernorm_backward"
   src:need("common/cp_async.cuh")
-  src:need("common/pdl.cuh")
   local dy, x, w = g.by_uid[a.inputs.grad], g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
   local sdy, sx, sw = pw.storage(src, dy.dtype), pw.storage(src, x.dtype), pw.storage(src, w.dtype)
   local zdy, zx = dtypes.size(dy.dtype), dtypes.size(x.dtype)
@@ -111,8 +111,7 @@ function M.emit(K, info, g, st)
   local rdy, rx = pw.regs(sdy, V), pw.regs(sx, V)
 
   add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][slot][dy row, x row]")
-  add("  kiln_pdl_wait();  // launched early (pdl at entry): what ran before is complete past this point")
-  add("  kiln_pdl_launch_dependents();  // the finalize kernel may take SMs as they free up: it waits for this grid")
+  rowgen.pdl_entry(K)  -- the finalize kernel also takes SMs as this grid's CTAs free them
   add("  const int lane = %s;", RPC > 1 and string.format("threadIdx.x %% %d", P) or "threadIdx.x")
   add("  const int slot = %s;", RPC > 1 and string.format("threadIdx.x / %d", P) or "0")
   add("  const kiln_i64 rows_ = %s, nrb_ = (rows_ + %d) / %d;", info.rows, RPC - 1, RPC)

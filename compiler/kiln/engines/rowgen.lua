@@ -301,8 +301,7 @@ end
 -- previous kernel before it touches memory, and lets the next one launch once all its CTAs run.
 function M.pdl_entry(K)
   K.src:need("common/pdl.cuh")
-  K:add("  kiln_pdl_wait();  // launched early (pdl at entry): what ran before is complete past this point")
-  K:add("  kiln_pdl_launch_dependents();  // the next kernel may take SMs as this grid's last CTAs finish")
+  K:add("  kiln_pdl_entry();  // launched early: what ran before is complete past this point")
 end
 
 -- The kernel that adds the per-CTA partial rows ws[G][C] in a fixed order (each column:
