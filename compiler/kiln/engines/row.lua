@@ -280,8 +280,8 @@ local function build_staged(plan, group, g, symbol, K)
   local ncols = #info.colsum * L.H
   local params = K:finish_params()
   local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA (persistent), %d vector%s of %d per thread, " ..
-    "dy and x staged by cp.async in %d stages, column sums in registers", info.anchor.op, L.P, L.P == 1 and "" or "s", L.H,
-    L.RPC, L.RPC == 1 and "" or "s", L.N, L.N == 1 and "" or "s", L.V, info.staged.S)
+    "dy and x staged by cp.async in %d stages, column sums in registers%s", info.anchor.op, L.P, L.P == 1 and "" or "s", L.H,
+    L.RPC, L.RPC == 1 and "" or "s", L.N, L.N == 1 and "" or "s", L.V, info.staged.S, info.staged.ptx and ", body in PTX" or "")
   K.src:add(render.fill(render.template("row.cuh"), {
     what = what, block = L.block, symbol = symbol, params = params, min_blocks = string.format(", %d", info.per_sm),
     shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),

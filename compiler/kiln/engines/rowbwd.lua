@@ -12,6 +12,8 @@ local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local rowbwd_ptx = require "kiln.engines.rowbwd_ptx"
+local settings = require "kiln.settings"
 
 local M = {}
 
@@ -74,12 +76,18 @@ function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
   local per_sm = math.min(mode.C, 2048 // L.block, math.max(1, (227 * 1024) // smem))
   -- words per thread: scale and sums (fp32), xh (fp32) and dy (its storage) held between passes
   local held = L.N * L.V * (2 + #info.colsum) + (L.N * L.V * dtypes.size(dy.dtype) + 3) // 4
-  return { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, max_ctas = SMS * per_sm,
-           grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
+  local st = { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, max_ctas = SMS * per_sm,
+              grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
+  -- the body in PTX (rowbwd_ptx.lua) unless KILN_ROW_BWD_CODE=cuda or that form declines
+  local code, bad = settings.choice("KILN_ROW_BWD_CODE", { "ptx", "cuda" })
+  if not code then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  if code ~= "cuda" then st.ptx, st.why_cuda = rowbwd_ptx.accepts(info, g, L, st) end
+  return st
 end
 
 -- The kernel body (lines into K) for analyze's info with the plan from M.plan.
 function M.emit(K, info, g, st)
+  if st.ptx then return rowbwd_ptx.emit(K, info, g, st) end
   local a, L = info.anchor, info.L
   local H, P, N, V, RPC, S = L.H, L.P, L.N, L.V, L.RPC, st.S
   local src = K.src
