@@ -212,18 +212,15 @@ function M.emit(K, info, g, st)
     issue(rb, s)
   end
 
-  -- the statistics of a row, loaded when the row exists (else the registers keep their values)
-  local nm, nr = def("b32", "mov.b32 %s, %s;", zero), def("b32", "mov.b32 %s, %s;", zero)
+  -- the statistics of a row (of the last row past the end: unpredicated loads, which ptxas
+  -- issues early, a row ahead of their use)
+  local last = def("b64", "add.s64 %s, %s, -1;", rows)
+  local nm, nr
   local function stats_load(row)
-    local p = def("pred", "setp.lt.s64 %s, %s, %s;", row, rows)
-    if gmean then
-      local am = def("b64", "mad.lo.s64 %s, %s, 4, %s;", row, gmean)
-      put("@%s ld.global.nc.f32 %s, [%s];", p, nm, am)
-    end
-    local ar = def("b64", "mad.lo.s64 %s, %s, 4, %s;", row, grstd)
-    put("@%s ld.global.nc.f32 %s, [%s];", p, nr, ar)
+    local rc = def("b64", "min.s64 %s, %s, %s;", row, last)
+    if gmean then nm = def("b32", "ld.global.nc.f32 %s, [%s];", def("b64", "mad.lo.s64 %s, %s, 4, %s;", rc, gmean)) end
+    nr = def("b32", "ld.global.nc.f32 %s, [%s];", def("b64", "mad.lo.s64 %s, %s, 4, %s;", rc, grstd))
   end
-  stats_load(slot and def("b64", "mad.lo.s64 %s, %s, %d, %s;", cta64, RPC, slot64) or cta64)
 
   -- the row loop
   local rb = def("b64", "mov.b64 %s, %s;", cta64)
@@ -243,6 +240,7 @@ function M.emit(K, info, g, st)
   local LOOP, DONE = P:label(), P:label()
   local p0 = def("pred", "setp.ge.s64 %s, %s, %s;", rb, nrb)
   put("@%s bra.uni %s;", p0, DONE)
+  stats_load(slot and def("b64", "mad.lo.s64 %s, %s, %d, %s;", cta64, RPC, slot64) or cta64)  -- rows >= 1 here
   P:at(LOOP)
   do
     local nb = def("b64", "add.s64 %s, %s, %s;", rb, ahead)
@@ -252,9 +250,12 @@ function M.emit(K, info, g, st)
   end
   local row = slot and def("b64", "mad.lo.s64 %s, %s, %d, %s;", rb, RPC, slot64) or rb
   local valid = slot and def("pred", "setp.lt.s64 %s, %s, %s;", row, rows) or nil
-  local mean = gmean and def("b32", "mov.b32 %s, %s;", nm)
-  local rstd = def("b32", "mov.b32 %s, %s;", nr)
+  local mean, rstd = nm, nr
   stats_load(def("b64", "add.s64 %s, %s, %s;", row, step))
+  -- the loop carries the next row's statistics in the registers of the first
+  local carry = {}
+  if gmean then carry[#carry + 1] = { mean, nm } end
+  carry[#carry + 1] = { rstd, nr }
   put("cp.async.wait_group %d;", S - 1)
   local cur = def("b32", "mul.lo.s32 %s, %s, %d;", buf, st.stage)
   local cdy = def("b32", "add.s32 %s, %s, %s;", sdy, cur)
@@ -362,6 +363,7 @@ function M.emit(K, info, g, st)
     local b1 = def("b32", "add.s32 %s, %s, 1;", buf)
     put("selp.b32 %s, 0, %s, %s;", buf, b1, pl)
     put("xor.b32 %s, %s, 1;", par, par)
+    for _, c in ipairs(carry) do put("mov.b32 %s, %s;", c[1], c[2]) end
     put("add.s64 %s, %s, %s;", rb, rb, nct64)
     local more = def("pred", "setp.lt.s64 %s, %s, %s;", rb, nrb)
     put("@%s bra.uni %s;", more, LOOP)
