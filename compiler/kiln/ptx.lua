@@ -47,6 +47,80 @@ function M.new()
     self.ops[#self.ops + 1] = string.format('"%s"(%s)', constraint, expr)
     return "%" .. (#self.ops - 1)
   end
+  -- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order.
+  function P:load(space, base, off, bytes)
+    local words, o = {}, 0
+    while o < bytes do
+      local n = bytes - o >= 16 and 4 or (bytes - o >= 8 and 2 or 1)
+      local r = self:regs("b32", n)
+      self:put("ld.%s%s.b32 %s, [%s+%d];", space, n == 1 and "" or ".v" .. n,
+        n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}", base, off + o)
+      for _, x in ipairs(r) do words[#words + 1] = x end
+      o = o + 4 * n
+    end
+    return words
+  end
+  -- Stores `words` at [base+off] likewise, under predicate `pred` when given.
+  function P:store(space, base, off, words, pred)
+    local i, g = 1, pred and ("@" .. pred .. " ") or ""
+    while i <= #words do
+      local left = #words - i + 1
+      local n = left >= 4 and 4 or (left >= 2 and 2 or 1)
+      local r = { table.unpack(words, i, i + n - 1) }
+      self:put("%sst.%s%s.b32 [%s+%d], %s;", g, space, n == 1 and "" or ".v" .. n, base, off + 4 * (i - 1),
+        n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}")
+      i = i + n
+    end
+  end
+  -- Element j (0-based) of a vector of `dtype` (fp32, bf16, fp16) held as words, as an fp32
+  -- register: reader(j). A bf16 is the high half of its fp32: `form` "shift" (default) shifts
+  -- the low element up and masks the high one, "prmt" moves their bytes, "bfi" inserts them. Passes over a held
+  -- row use different forms, so that ptxas converts the words again rather than keeping the
+  -- first pass's fp32 values live (registers decide occupancy).
+  function P:reader(words, dtype, form)
+    local halves = {}
+    return function(j)
+      if dtype == "fp32" then return words[j + 1] end
+      local w = words[(j >> 1) + 1]
+      if dtype == "bf16" then
+        if form == "prmt" then return self:def("b32", "prmt.b32 %s, %s, 0, %s;", w, (j & 1) == 0 and "0x1044" or "0x3244") end
+        if form == "bfi" then
+          return (j & 1) == 0 and self:def("b32", "bfi.b32 %s, %s, 0, 16, 16;", w) or self:def("b32", "bfi.b32 %s, 0, %s, 0, 16;", w)
+        end
+        return (j & 1) == 0 and self:def("b32", "shl.b32 %s, %s, 16;", w) or self:def("b32", "and.b32 %s, %s, -65536;", w)
+      end
+      local h = halves[w]
+      if not h then
+        h = self:regs("b16", 2)
+        self:put("mov.b32 {%s, %s}, %s;", h[1], h[2], w)
+        halves[w] = h
+      end
+      return self:def("b32", "cvt.f32.f16 %s, %s;", h[(j & 1) + 1])
+    end
+  end
+  -- fp32 values as the words of `dtype` (pairs rounded together; fp8 needs sm_89).
+  function P:pack(vals, dtype)
+    if dtype == "fp32" then return vals end
+    local words = {}
+    if dtype == "fp8_e4m3" or dtype == "fp8_e5m2" then
+      -- pairs round to 16 bits (saturating to the largest finite value), two pairs make a word
+      local cvt = dtype == "fp8_e4m3" and "cvt.rn.satfinite.e4m3x2.f32" or "cvt.rn.satfinite.e5m2x2.f32"
+      local halves = {}
+      for i = 1, #vals, 2 do halves[#halves + 1] = self:def("b16", cvt .. " %s, %s, %s;", vals[i + 1], vals[i]) end
+      for i = 1, #halves, 2 do words[#words + 1] = self:def("b32", "mov.b32 %s, {%s, %s};", halves[i], halves[i + 1]) end
+      return words
+    end
+    local cvt = dtype == "bf16" and "cvt.rn.bf16x2.f32" or "cvt.rn.f16x2.f32"
+    for i = 1, #vals, 2 do words[#words + 1] = self:def("b32", cvt .. " %s, %s, %s;", vals[i + 1], vals[i]) end
+    return words
+  end
+  -- An fp32 value rounded to `dtype` (bf16, fp16) and back: what a 16-bit tensor holds.
+  function P:round(v, dtype)
+    if dtype == "bf16" then
+      return self:def("b32", "and.b32 %s, %s, -65536;", self:def("b32", "cvt.rn.bf16x2.f32 %s, %s, %s;", v, v))
+    end
+    return self:def("b32", "cvt.f32.f16 %s, %s;", self:def("b16", "cvt.rn.f16.f32 %s, %s;", v))
+  end
   -- the asm statement, as source lines
   function P:statement(indent)
     local out = { indent .. 'asm volatile("{\\n"' }

@@ -16,6 +16,7 @@ local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowbwd = require "kiln.engines.rowbwd"
+local rowfwd_ptx = require "kiln.engines.rowfwd_ptx"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
 
@@ -251,6 +252,8 @@ function E.propose(group, g, target)
   if not n_ok then return nil, n_bad end
   local info, why = analyze(group, g)
   if not info then return nil, why end
+  -- the forward norm's body in PTX (rowfwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
+  if info.kind == "norm" and rowgen.ptx_wanted() then info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end
   return { { id = info.id, knobs = { P = info.L.P, N = info.L.N, V = info.L.V, RPC = info.L.RPC, strategy = info.strategy },
              rank = 1, info = info } }
 end
@@ -297,6 +300,64 @@ local function build_staged(plan, group, g, symbol, K)
   return { kernels = kernels, workspace = workspace }
 end
 
+-- The kernel zeroing a plan's amax outputs (`amax`: the group's amax nodes), launched first.
+local function amax_init(plan, g, symbol, amax)
+  local init = rowgen.kernel(g, symbol .. "_init")
+  local stores = {}
+  for _, r in ipairs(amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(r.outputs.Y, true)) end
+  init:add("    %s", table.concat(stores, " "))
+  init.src:need("common/pdl.cuh")
+  init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
+    body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
+  return {
+    symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = rowgen.OPTIONS,
+    block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
+    pdl_entry = true,
+  }
+end
+
+-- The plan's kernels: those before (`kernels`: an amax init), the row kernel K, then a column
+-- sums' finalize (kernels.final). o: strategy (words), persistent, pdl, entry.
+local function assemble(plan, symbol, K, kernels, workspace, o)
+  local info, src = plan.info, K.src
+  local a, L, H = info.anchor, info.L, info.L.H
+  local params = K:finish_params()
+  local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA%s, %d vector%s of %d per thread, %s", a.op,
+    L.P, L.P == 1 and "" or "s", H, L.RPC, L.RPC == 1 and "" or "s", o.persistent and " (persistent)" or "",
+    L.N, L.N == 1 and "" or "s", L.V, o.strategy)
+  src:add(render.fill(render.template("row.cuh"), {
+    what = what, block = L.block, symbol = symbol, params = params,
+    min_blocks = (o.persistent and string.format(", %d", info.per_sm))
+      or (info.full_occupancy and string.format(", %d", info.full_occupancy)) or "",
+    shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+  }, "row.cuh"))
+  local grid = o.persistent and { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }
+    or { mul = info.row_factors, div = L.RPC, max = 0 }
+  kernels[#kernels + 1] = {
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
+    block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = o.persistent and info.smem or 0, cluster = { 1, 1, 1 },
+    params = K.mparams, align = K.align, pdl = o.pdl, pdl_entry = o.entry,
+  }
+  if kernels.final then
+    kernels[#kernels + 1] = kernels.final
+    kernels.final = nil
+  end
+  if #kernels == 1 and not workspace then return kernels[1] end
+  return { kernels = kernels, workspace = workspace }
+end
+
+-- The forward norm with its body in PTX (rowfwd_ptx.lua).
+local function build_fwd_ptx(plan, group, g, target, symbol, K)
+  local amax = group.amax or {}
+  local amax_out = {}
+  for i, r in ipairs(amax) do amax_out[i] = r.outputs.Y end
+  rowfwd_ptx.emit(K, plan.info, group, g, target, amax_out)
+  local kernels = {}
+  if #amax > 0 then kernels[1] = amax_init(plan, g, symbol, amax) end
+  return assemble(plan, symbol, K, kernels, nil, { strategy = "row held in registers, body in PTX",
+    pdl = #amax > 0 or nil, entry = #amax == 0 or nil })
+end
+
 function E.build(plan, group, g, target, symbol)
   local info = plan.info
   local a, L, kind = info.anchor, info.L, info.kind
@@ -306,6 +367,9 @@ function E.build(plan, group, g, target, symbol)
   local H = L.H
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
   local read_later = pw.read_set(group.nodes)
+  -- values this group computes (a tensor another kernel wrote is a memory source here)
+  local made = {}
+  for _, n in ipairs(group.nodes) do for _, uid in pairs(n.outputs) do made[uid] = true end end
   local regs = info.strategy == "regs"
   local persistent = kind == "norm_bwd"
   local valid = L.RPC > 1 and "valid" or nil
@@ -324,6 +388,7 @@ function E.build(plan, group, g, target, symbol)
   for _, uid in ipairs(group.outputs) do K:ptr(uid, true) end
 
   if info.staged then return build_staged(plan, group, g, symbol, K) end
+  if info.fwd_ptx then return build_fwd_ptx(plan, group, g, target, symbol, K) end
   -- the plan's only kernel starts while the stream's previous kernel ends (pdl at entry)
   local entry = not persistent and #amax == 0
   if entry then rowgen.pdl_entry(K) end
@@ -370,7 +435,7 @@ function E.build(plan, group, g, target, symbol)
     local list, seen, produced = {}, {}, {}
     for _, n in ipairs(nodes) do for _, uid in pairs(n.outputs) do produced[uid] = true end end
     local function want(uid)
-      if uid and not produced[uid] and not seen[uid] and g.producers[uid] == nil and not base[uid] then
+      if uid and not produced[uid] and not seen[uid] and not made[uid] and not base[uid] then
         seen[uid] = true
         list[#list + 1] = uid
       end
@@ -456,7 +521,7 @@ function E.build(plan, group, g, target, symbol)
   if regs then
     for _, uid in ipairs(ein) do
       local st = pw.storage(src, g.by_uid[uid].dtype)
-      if g.producers[uid] ~= nil or info.access[uid] ~= "full" or p1_fused then
+      if made[uid] or info.access[uid] ~= "full" or p1_fused then
         K:add("  alignas(16) %s h_%d[%d][%d];", st.ctype, uid, L.N, L.V)
         hold_expr[uid] = { arr = "h_" .. uid, st = st, store = true }
       else
@@ -820,18 +885,7 @@ function E.build(plan, group, g, target, symbol)
   -- amax outputs: max over the CTA, then one atomic per CTA (zeroed by the init kernel)
   if #amax_acc > 0 then
     src:need("common/amax.cuh")
-    local init = rowgen.kernel(g, symbol .. "_init")
-    local stores = {}
-    for _, acc in ipairs(amax_acc) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
-    init:add("    %s", table.concat(stores, " "))
-    init.src:need("common/pdl.cuh")
-    init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
-      body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
-    kernels[#kernels + 1] = {
-      symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = rowgen.OPTIONS,
-      block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
-      pdl_entry = true,
-    }
+    kernels[#kernels + 1] = amax_init(plan, g, symbol, amax)
     for i, acc in ipairs(amax_acc) do
       K.shared[#K.shared + 1] = string.format("  __shared__ kiln_u32 amr%d_[%d];", i - 1, L.block // 32)
       K:add("  %s = kiln_warp_max_u32(%s);", acc.var, acc.var)
@@ -849,30 +903,9 @@ function E.build(plan, group, g, target, symbol)
     K:add("  }")
   end
 
-  local params = K:finish_params()
-  local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA%s, %d vector%s of %d per thread, %s", a.op,
-    L.P, L.P == 1 and "" or "s", H, L.RPC, L.RPC == 1 and "" or "s", persistent and " (persistent)" or "",
-    L.N, L.N == 1 and "" or "s", L.V,
-    ({ regs = "row held in registers", reread = "row re-read (L2)", stream = "one pass" })[info.strategy])
-  src:add(render.fill(render.template("row.cuh"), {
-    what = what, block = L.block, symbol = symbol, params = params,
-    min_blocks = (persistent and string.format(", %d", info.per_sm))
-      or (info.full_occupancy and string.format(", %d", info.full_occupancy)) or "",
-    shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
-  }, "row.cuh"))
-  local grid = persistent and { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }
-    or { mul = info.row_factors, div = L.RPC, max = 0 }
-  kernels[#kernels + 1] = {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
-    block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = persistent and info.smem or 0, cluster = { 1, 1, 1 },
-    params = K.mparams, align = K.align, pdl = #amax_acc > 0 or nil, pdl_entry = entry or nil,
-  }
-  if kernels.final then
-    kernels[#kernels + 1] = kernels.final
-    kernels.final = nil
-  end
-  if #kernels == 1 and not workspace then return kernels[1] end
-  return { kernels = kernels, workspace = workspace }
+  return assemble(plan, symbol, K, kernels, workspace, {
+    strategy = ({ regs = "row held in registers", reread = "row re-read (L2)", stream = "one pass" })[info.strategy],
+    persistent = persistent, pdl = #amax_acc > 0 or nil, entry = entry or nil })
 end
 
 return E

@@ -13,7 +13,6 @@ local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowbwd_ptx = require "kiln.engines.rowbwd_ptx"
-local settings = require "kiln.settings"
 
 local M = {}
 
@@ -78,10 +77,8 @@ function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
   local held = L.N * L.V * (2 + #info.colsum) + (L.N * L.V * dtypes.size(dy.dtype) + 3) // 4
   local st = { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, max_ctas = SMS * per_sm,
               grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
-  -- the body in PTX (rowbwd_ptx.lua) unless KILN_ROW_BWD_CODE=cuda or that form declines
-  local code, bad = settings.choice("KILN_ROW_BWD_CODE", { "ptx", "cuda" })
-  if not code then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  if code ~= "cuda" then st.ptx, st.why_cuda = rowbwd_ptx.accepts(info, g, L, st) end
+  -- the body in PTX (rowbwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
+  if rowgen.ptx_wanted() then st.ptx, st.why_cuda = rowbwd_ptx.accepts(info, g, L, st) end
   return st
 end
 

@@ -2,8 +2,8 @@
 -- PTX (kiln.ptx), the same algorithm instruction for instruction: the persistent row loop, the
 -- cp.async ring, the column sums in registers, the parity-buffered row reduction and the
 -- slot combine. NVRTC then spends ptxas's time only: layernorm_backward compiles in about
--- half the time of the CUDA form (docs/MEMORY_BOUND.md). KILN_ROW_BWD_CODE=cuda keeps the
--- CUDA form (for measuring; rowbwd.lua).
+-- half the time of the CUDA form (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda keeps the CUDA
+-- form (for measuring; rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
@@ -44,61 +44,6 @@ function M.accepts(info, g, L, st)
   end
   if st.S < 2 then return nil, "fewer than two stages" end
   return true
-end
-
--- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order.
-local function load_words(P, space, base, off, bytes)
-  local words, o = {}, 0
-  while o < bytes do
-    local n = bytes - o >= 16 and 4 or (bytes - o >= 8 and 2 or 1)
-    local r = P:regs("b32", n)
-    P:put("ld.%s%s.b32 %s, [%s+%d];", space, n == 1 and "" or ".v" .. n,
-      n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}", base, off + o)
-    for _, x in ipairs(r) do words[#words + 1] = x end
-    o = o + 4 * n
-  end
-  return words
-end
-
--- Stores `words` at [base+off] likewise, under predicate `pred` when given.
-local function store_words(P, space, base, off, words, pred)
-  local i, g = 1, pred and ("@" .. pred .. " ") or ""
-  while i <= #words do
-    local left = #words - i + 1
-    local n = left >= 4 and 4 or (left >= 2 and 2 or 1)
-    local r = { table.unpack(words, i, i + n - 1) }
-    P:put("%sst.%s%s.b32 [%s+%d], %s;", g, space, n == 1 and "" or ".v" .. n, base, off + 4 * (i - 1),
-      n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}")
-    i = i + n
-  end
-end
-
--- Element j (0-based) of a vector held as words, as an fp32 register (reader(j)).
-local function reader(P, words, dtype)
-  local halves = {}
-  return function(j)
-    if dtype == "fp32" then return words[j + 1] end
-    local w = words[(j >> 1) + 1]
-    if dtype == "bf16" then
-      -- a bf16 is the high half of its fp32: shift the low element up, mask the high one
-      return (j & 1) == 0 and P:def("b32", "shl.b32 %s, %s, 16;", w) or P:def("b32", "and.b32 %s, %s, -65536;", w)
-    end
-    local h = halves[w]
-    if not h then
-      h = P:regs("b16", 2)
-      P:put("mov.b32 {%s, %s}, %s;", h[1], h[2], w)
-      halves[w] = h
-    end
-    return P:def("b32", "cvt.f32.f16 %s, %s;", h[(j & 1) + 1])
-  end
-end
-
--- fp32 values as the words of `dtype` (pairs rounded together).
-local function pack(P, vals, dtype)
-  if dtype == "fp32" then return vals end
-  local words, cvt = {}, dtype == "bf16" and "cvt.rn.bf16x2.f32" or "cvt.rn.f16x2.f32"
-  for i = 1, #vals, 2 do words[#words + 1] = P:def("b32", cvt .. " %s, %s, %s;", vals[i + 1], vals[i]) end
-  return words
 end
 
 -- The kernel body (lines into K), as rowbwd.emit's.
@@ -167,7 +112,7 @@ function M.emit(K, info, g, st)
   local wv, cs = {}, {}
   local zero = ptx.f32(0)
   for k = 0, N - 1 do
-    local rd = reader(P, load_words(P, "global.nc", gw, k * KSTEP(zw), V * zw), w.dtype)
+    local rd = P:reader(P:load("global.nc", gw, k * KSTEP(zw), V * zw), w.dtype)
     wv[k] = {}
     for j = 0, V - 1 do wv[k][j] = rd(j) end
   end
@@ -263,7 +208,7 @@ function M.emit(K, info, g, st)
   local vg = valid and ("@" .. valid .. " ") or ""
   -- the element values of vector k of the staged row: dy, xh, gg (fp32 registers)
   local function values(k, ty, tx)
-    local rdy, rx = reader(P, ty, dy.dtype), reader(P, tx, x.dtype)
+    local rdy, rx = P:reader(ty, dy.dtype), P:reader(tx, x.dtype)
     local e = {}
     for j = 0, V - 1 do
       local d, xv = rdy(j), rx(j)
@@ -279,7 +224,7 @@ function M.emit(K, info, g, st)
     return e
   end
   local function staged(k)
-    return load_words(P, "shared", cdy, k * KSTEP(zdy), V * zdy), load_words(P, "shared", cx, H * zdy + k * KSTEP(zx), V * zx)
+    return P:load("shared", cdy, k * KSTEP(zdy), V * zdy), P:load("shared", cx, H * zdy + k * KSTEP(zx), V * zx)
   end
   -- the column sums take this row's values (only a row that exists)
   local function add_sums(k, e)
@@ -326,7 +271,7 @@ function M.emit(K, info, g, st)
     if bar then put("bar.sync %s, %d;", bar, Pn) else put("bar.sync 0;") end
     local base = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, vars * NW * 4, mine)
     for i = 1, vars do
-      local ws_ = load_words(P, "shared", base, (i - 1) * NW * 4, W * 4)
+      local ws_ = P:load("shared", base, (i - 1) * NW * 4, W * 4)
       local s = ws_[1]
       for q = 2, W do s = def("b32", "add.f32 %s, %s, %s;", s, ws_[q]) end
       acc[i] = s
@@ -342,7 +287,7 @@ function M.emit(K, info, g, st)
     local e
     if held[k] then
       -- gg again from the held dy words: fewer registers live across the reduction than gg itself
-      local rdy = reader(P, held[k].ty, dy.dtype)
+      local rdy = P:reader(held[k].ty, dy.dtype)
       e = {}
       for j = 0, V - 1 do e[j] = { xh = held[k].e[j].xh, gg = def("b32", "mul.f32 %s, %s, %s;", rdy(j), wv[k][j]) } end
     else
@@ -356,7 +301,7 @@ function M.emit(K, info, g, st)
       local u = def("b32", "fma.rn.f32 %s, %s, %s, %s;", e[j].xh, nc2, t)
       out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", rstd, u)
     end
-    store_words(P, "global", gdxr, k * KSTEP(zdx), pack(P, out, dxt.dtype), valid)
+    P:store("global", gdxr, k * KSTEP(zdx), P:pack(out, dxt.dtype), valid)
   end
   do
     local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)
@@ -381,7 +326,7 @@ function M.emit(K, info, g, st)
         for k = 0, N - 1 do
           local vals = {}
           for j = 0, V - 1 do vals[j + 1] = cs[i][k][j] end
-          store_words(P, "global", base, ((i - 1) * H + k * Pn * V) * 4, vals)
+          P:store("global", base, ((i - 1) * H + k * Pn * V) * 4, vals)
         end
       end
     else
@@ -392,7 +337,7 @@ function M.emit(K, info, g, st)
         for k = 0, N - 1 do
           local vals = {}
           for j = 0, V - 1 do vals[j + 1] = cs[i][k][j] end
-          store_words(P, "shared", base, ((i - 1) * RPC * H + k * Pn * V) * 4, vals)
+          P:store("shared", base, ((i - 1) * RPC * H + k * Pn * V) * 4, vals)
         end
       end
       put("bar.sync 0;")

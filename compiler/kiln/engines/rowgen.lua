@@ -7,6 +7,8 @@ local render = require "kiln.render"
 local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
+local settings = require "kiln.settings"
+local errors = require "kiln.errors"
 
 local M = {}
 
@@ -295,6 +297,14 @@ function M.with_const(factors, k)
   end
   out[#out + 1] = const
   return out
+end
+
+-- Whether the row kernels take their PTX form where one exists (rowbwd_ptx.lua,
+-- rowfwd_ptx.lua): KILN_ROW_CODE=cuda (read at build time, for measuring) keeps the CUDA form.
+function M.ptx_wanted()
+  local v, bad = settings.choice("KILN_ROW_CODE", { "ptx", "cuda" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  return v ~= "cuda"
 end
 
 -- A plan's first kernel launched `pdl_entry` (docs/INTERNALS.md): it waits for the stream's
