@@ -7,7 +7,7 @@
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
 specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.lua specs/add_rmsnorm_silu_gate.lua
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
-       tests/specs/mem/reduce.lua tests/specs/mem/variants.lua)
+       tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 13 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 20 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -70,6 +70,26 @@ expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "KILN_ROW_N=8: rmsnorm at H = 8
 KILN_ROW_N=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.kpack"
 expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3 is refused by name"
 
+# the norms' bodies in PTX (docs/INTERNALS.md): taken where the forms have everything, the
+# CUDA form elsewhere (gelu has no PTX form; fp8 outputs need sm_89) and with KILN_ROW_CODE=cuda
+run_kiln source specs/layernorm.lua
+expect_out 'asm volatile\("\{' "layernorm's body is one asm statement"
+run_kiln source tests/specs/mem/forward.lua --sm 90a
+ok "6 of the 7 forward norms of forward.lua take the PTX form on sm_90a (not the gelu epilogue)" \
+  test "$(grep -c 'body in PTX' "$OUTF")" = 6
+run_kiln source tests/specs/mem/forward.lua --sm 80
+ok "5 of them on sm_80 (not the fp8 output either)" test "$(grep -c 'body in PTX' "$OUTF")" = 5
+run_kiln source tests/specs/mem/backward.lua --sm 90a
+ok "7 of the 9 staged backwards of backward.lua take the PTX form (not the ragged row, not the legacy kernel)" \
+  test "$(grep -c 'body in PTX' "$OUTF")" = 7
+KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua
+ok "KILN_ROW_CODE=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF'"
+KILN_ROW_CODE=asm run_kiln build specs/layernorm.lua --sm 90a
+expect_err "E_USAGE.*KILN_ROW_CODE=asm: want ptx or cuda" "KILN_ROW_CODE=asm is refused by name"
+# a norm reading a tensor another kernel wrote loads it (it was taken for a fused value)
+run_kiln explain tests/specs/mem/forward.lua --sm 90a
+expect_out "group 1 \(rmsnorm\): plan row:" "rmsnorm_after_kernel's norm is its own kernel group"
+
 # a virtual tensor read by two anchors cannot fuse: typed error, and the reason is named
 cat > "$TMP/nofuse.lua" <<'EOF'
 local k = require "kiln"
@@ -88,7 +108,8 @@ expect_err "virtual tensor .* (made by|consumed by) another kernel group" "the d
 # cold compile times, one kernel at a time; each kernel's best of two cold builds, so that a
 # burst of load on a shared machine does not decide the result
 for round in 1 2; do
-  KILN_CACHE_DIR=$TMP/cold$round run_kiln build specs/rmsnorm_residual_fp8.lua specs/layernorm_bwd.lua specs/softmax.lua --set H=4096 --sm 90a -v -j 1
+  KILN_CACHE_DIR=$TMP/cold$round run_kiln build specs/rmsnorm_residual_fp8.lua specs/layernorm_bwd.lua specs/softmax.lua \
+    specs/layernorm.lua specs/rmsnorm_bwd.lua specs/add_rmsnorm_silu_gate.lua --set H=4096 --sm 90a -v -j 1
   grep -o 'compiled in [0-9.]*' "$OUTF" | awk '{print $3}' > "$TMP/cold$round.txt"
 done
 times=$(paste "$TMP/cold1.txt" "$TMP/cold2.txt" | awk '{print ($1 < $2 ? $1 : $2)}')
