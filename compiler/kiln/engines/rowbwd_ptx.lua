@@ -64,6 +64,7 @@ function M.emit(K, info, g, st)
   if Pn > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rd_[2][%d][%d];", vars, NW) end
   rowgen.pdl_entry(K)  -- the finalize kernel also takes SMs as this grid's CTAs free them
   local P = ptx.new()
+  local _, ST = rowgen.row_hint()
   local o_dy, o_x, o_w = P:input("l", K:ptr(dy.uid)), P:input("l", K:ptr(x.uid)), P:input("l", K:ptr(w.uid))
   local o_mean = is_ln and P:input("l", K:ptr(a.inputs.mean)) or nil
   local o_rstd = P:input("l", K:ptr(a.inputs.inv_variance))
@@ -301,7 +302,7 @@ function M.emit(K, info, g, st)
       local u = def("b32", "fma.rn.f32 %s, %s, %s, %s;", e[j].xh, nc2, t)
       out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", rstd, u)
     end
-    P:store("global", gdxr, k * KSTEP(zdx), P:pack(out, dxt.dtype), valid)
+    P:store(ST, gdxr, k * KSTEP(zdx), P:pack(out, dxt.dtype), valid)
   end
   do
     local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)

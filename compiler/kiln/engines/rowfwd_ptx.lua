@@ -140,6 +140,7 @@ function M.emit(K, info, group, g, target, amax_out)
   if #amax == 0 then rowgen.pdl_entry(K) end  -- the plan's only kernel: pdl at entry
   local P = ptx.new()
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  local LD, ST = rowgen.row_hint()
   local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
 
   -- the thread's place; a row past the end (RPC > 1) computes the last row and stores nothing
@@ -201,7 +202,8 @@ function M.emit(K, info, group, g, target, amax_out)
       local t = g.by_uid[uid]
       local z = dtypes.size(t.dtype)
       words[uid] = {}
-      for k = 0, N - 1 do words[uid][k] = P:load("global.nc", vaddr(uid), k * KSTEP(z), V * z) end
+      local space = info.access[uid] == "full" and LD or "global.nc"  -- a column tensor is read by every row
+      for k = 0, N - 1 do words[uid][k] = P:load(space, vaddr(uid), k * KSTEP(z), V * z) end
     end
     return words
   end
@@ -247,7 +249,7 @@ function M.emit(K, info, group, g, target, amax_out)
   end
   local function store_vector(uid, k, vals)
     local t = g.by_uid[uid]
-    P:store("global", vaddr(uid), k * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), valid)
+    P:store(ST, vaddr(uid), k * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), valid)
   end
 
   -- the anchor's element inputs (x; layernorm and rmsnorm read one), held in registers as

@@ -307,6 +307,17 @@ function M.ptx_wanted()
   return v ~= "cuda"
 end
 
+-- Cache qualifiers of the PTX forms' streaming accesses, KILN_ROW_HINT (read at build time, for
+-- measuring): "load" reads rows with .L1::no_allocate, "store" writes them with .cs (evict
+-- first), "both"; unset or "none": plain. Returns the load and store state-space strings.
+function M.row_hint()
+  local v, bad = settings.choice("KILN_ROW_HINT", { "none", "load", "store", "both" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local ld = (v == "load" or v == "both") and "global.nc.L1::no_allocate" or "global.nc"
+  local st = (v == "store" or v == "both") and "global.cs" or "global"
+  return ld, st
+end
+
 -- A plan's first kernel launched `pdl_entry` (docs/INTERNALS.md): it waits for the stream's
 -- previous kernel before it touches memory, and lets the next one launch once all its CTAs run.
 function M.pdl_entry(K)
