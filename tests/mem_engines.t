@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 20 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 21 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -86,6 +86,8 @@ KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua
 ok "KILN_ROW_CODE=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF'"
 KILN_ROW_CODE=asm run_kiln build specs/layernorm.lua --sm 90a
 expect_err "E_USAGE.*KILN_ROW_CODE=asm: want ptx or cuda" "KILN_ROW_CODE=asm is refused by name"
+KILN_ROW_HINT=evict run_kiln build specs/layernorm.lua --sm 90a
+expect_err "E_USAGE.*KILN_ROW_HINT=evict: want none, load, store or both" "KILN_ROW_HINT=evict is refused by name"
 # a norm reading a tensor another kernel wrote loads it (it was taken for a fused value)
 run_kiln explain tests/specs/mem/forward.lua --sm 90a
 expect_out "group 1 \(rmsnorm\): plan row:" "rmsnorm_after_kernel's norm is its own kernel group"
