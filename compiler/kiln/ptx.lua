@@ -14,6 +14,13 @@ function M.f32(x)
   return string.format("0f%08X", string.unpack("<I4", string.pack("<f", x)))
 end
 
+function M.pow2(n) return n >= 1 and n & (n - 1) == 0 end
+function M.log2(n)
+  local k = 0
+  while (1 << k) < n do k = k + 1 end
+  return k
+end
+
 function M.new()
   local P = { n = { pred = 0, b16 = 0, b32 = 0, b64 = 0 }, lines = {}, ops = {}, labels = 0 }
   -- a fresh register of class `t`
@@ -46,6 +53,14 @@ function M.new()
   function P:input(constraint, expr)
     self.ops[#self.ops + 1] = string.format('"%s"(%s)', constraint, expr)
     return "%" .. (#self.ops - 1)
+  end
+  -- The thread's place in a CTA of `rpc` groups of `p` threads (powers of two): tid, the
+  -- CTA's index, the lane in its group and the group (slot; nil when rpc is 1).
+  function P:place(p, rpc)
+    local tid = self:def("b32", "mov.u32 %s, %%tid.x;")
+    local cta = self:def("b32", "mov.u32 %s, %%ctaid.x;")
+    if rpc == 1 then return tid, cta, tid, nil end
+    return tid, cta, self:def("b32", "and.b32 %s, %s, %d;", tid, p - 1), self:def("b32", "shr.u32 %s, %s, %d;", tid, M.log2(p))
   end
   -- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order.
   function P:load(space, base, off, bytes)

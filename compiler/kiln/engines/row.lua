@@ -367,9 +367,7 @@ function E.build(plan, group, g, target, symbol)
   local H = L.H
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
   local read_later = pw.read_set(group.nodes)
-  -- values this group computes (a tensor another kernel wrote is a memory source here)
-  local made = {}
-  for _, n in ipairs(group.nodes) do for _, uid in pairs(n.outputs) do made[uid] = true end end
+  local made = rowgen.made(group)
   local regs = info.strategy == "regs"
   local persistent = kind == "norm_bwd"
   local valid = L.RPC > 1 and "valid" or nil
@@ -432,21 +430,8 @@ function E.build(plan, group, g, target, symbol)
   end
   -- element-loop reads of memory sources: vector loads ("full", "col") or gathers
   local function sources_of(nodes, extra)
-    local list, seen, produced = {}, {}, {}
-    for _, n in ipairs(nodes) do for _, uid in pairs(n.outputs) do produced[uid] = true end end
-    local function want(uid)
-      if uid and not produced[uid] and not seen[uid] and not made[uid] and not base[uid] then
-        seen[uid] = true
-        list[#list + 1] = uid
-      end
-    end
-    for _, n in ipairs(nodes) do
-      for _, p in ipairs(n.def.input_ports) do want(n.inputs[p.name]) end
-    end
-    for _, uid in ipairs(extra or {}) do want(uid) end
-    table.sort(list)
     local loads, gathers = {}, {}
-    for _, uid in ipairs(list) do
+    for _, uid in ipairs(rowgen.sources(nodes, extra, made, base)) do
       if info.access[uid] == "full" or info.access[uid] == "col" then loads[#loads + 1] = uid
       else gathers[#gathers + 1] = uid end
     end

@@ -14,12 +14,7 @@ local M = {}
 
 local ELEM = { fp32 = true, fp16 = true, bf16 = true }
 
-local function pow2(n) return n >= 1 and n & (n - 1) == 0 end
-local function log2(n)
-  local k = 0
-  while (1 << k) < n do k = k + 1 end
-  return k
-end
+local pow2, log2 = ptx.pow2, ptx.log2
 
 -- Whether this form takes the backward (analyze's info, layout L, plan st): true, or nil and why.
 function M.accepts(info, g, L, st)
@@ -76,14 +71,8 @@ function M.emit(K, info, g, st)
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
 
   -- the thread's place: lane, slot, CTA, and the per-thread bases of every address
-  local tid = def("b32", "mov.u32 %s, %%tid.x;")
-  local cta = def("b32", "mov.u32 %s, %%ctaid.x;")
+  local tid, cta, lane, slot = P:place(Pn, RPC)
   local nct = def("b32", "mov.u32 %s, %%nctaid.x;")
-  local lane, slot = tid, nil
-  if RPC > 1 then
-    lane = def("b32", "and.b32 %s, %s, %d;", tid, Pn - 1)
-    slot = def("b32", "shr.u32 %s, %s, %d;", tid, log2(Pn))
-  end
   local cta64 = def("b64", "cvt.u64.u32 %s, %s;", cta)
   local nct64 = def("b64", "cvt.u64.u32 %s, %s;", nct)
   local slot64 = slot and def("b64", "cvt.u64.u32 %s, %s;", slot)

@@ -56,12 +56,7 @@ local OPS = {
   add_square = function(P, a, b) return P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", b, b, a) end,
 }
 
-local function pow2(n) return n >= 1 and n & (n - 1) == 0 end
-local function log2(n)
-  local k = 0
-  while (1 << k) < n do k = k + 1 end
-  return k
-end
+local pow2 = ptx.pow2
 
 -- A tensor of one value per row (row-major), or of one value in all.
 local function per_row(t, info) return pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides) end
@@ -134,9 +129,7 @@ function M.emit(K, info, group, g, target, amax_out)
   local is_ln = a.op == "layernorm"
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
   local read_later = pw.read_set(group.nodes)
-  -- values this group computes (a tensor another kernel wrote is a memory source here)
-  local made = {}
-  for _, n in ipairs(group.nodes) do for _, uid in pairs(n.outputs) do made[uid] = true end end
+  local made = rowgen.made(group)
   if #amax == 0 then rowgen.pdl_entry(K) end  -- the plan's only kernel: pdl at entry
   local P = ptx.new()
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
@@ -144,13 +137,7 @@ function M.emit(K, info, group, g, target, amax_out)
   local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
 
   -- the thread's place; a row past the end (RPC > 1) computes the last row and stores nothing
-  local tid = def("b32", "mov.u32 %s, %%tid.x;")
-  local cta = def("b32", "mov.u32 %s, %%ctaid.x;")
-  local lane, slot = tid, nil
-  if RPC > 1 then
-    lane = def("b32", "and.b32 %s, %s, %d;", tid, Pn - 1)
-    slot = def("b32", "shr.u32 %s, %s, %d;", tid, log2(Pn))
-  end
+  local tid, cta, lane, slot = P:place(Pn, RPC)
   local row = def("b64", "cvt.u64.u32 %s, %s;", cta)
   local valid
   if slot then
@@ -212,21 +199,7 @@ function M.emit(K, info, group, g, target, amax_out)
     for uid, w in pairs(words) do r[uid] = P:reader(w[k], g.by_uid[uid].dtype, form) end
     return r
   end
-  -- the vector sources the nodes read (not produced by them, not per row or per kernel)
-  local function sources(nodes, extra)
-    local produced, seen, list = {}, {}, {}
-    for _, n in ipairs(nodes) do for _, uid in pairs(n.outputs) do produced[uid] = true end end
-    local function want(uid)
-      if uid and not produced[uid] and not seen[uid] and not made[uid] and not base[uid] then
-        seen[uid] = true
-        list[#list + 1] = uid
-      end
-    end
-    for _, n in ipairs(nodes) do for _, p in ipairs(n.def.input_ports) do want(n.inputs[p.name]) end end
-    for _, uid in ipairs(extra or {}) do want(uid) end
-    table.sort(list)
-    return list
-  end
+  local function sources(nodes, extra) return rowgen.sources(nodes, extra, made, base) end
   -- the nodes' values into `value` (element j), a 16-bit value read again rounded to its dtype
   local function run_nodes(nodes, value)
     for _, node in ipairs(nodes) do

@@ -299,6 +299,31 @@ function M.with_const(factors, k)
   return out
 end
 
+-- The tensors a group's nodes compute (a tensor another kernel wrote is a memory source).
+function M.made(group)
+  local made = {}
+  for _, n in ipairs(group.nodes) do for _, uid in pairs(n.outputs) do made[uid] = true end end
+  return made
+end
+
+-- The memory sources `nodes` and the `extra` uids read, sorted: not computed in the group
+-- (`made`, from M.made), not values loaded once per kernel or row (`base`).
+function M.sources(nodes, extra, made, base)
+  local list, seen = {}, {}
+  local function want(uid)
+    if uid and not seen[uid] and not made[uid] and not base[uid] then
+      seen[uid] = true
+      list[#list + 1] = uid
+    end
+  end
+  for _, n in ipairs(nodes) do
+    for _, p in ipairs(n.def.input_ports) do want(n.inputs[p.name]) end
+  end
+  for _, uid in ipairs(extra or {}) do want(uid) end
+  table.sort(list)
+  return list
+end
+
 -- Whether the row kernels take their PTX form where one exists (rowbwd_ptx.lua,
 -- rowfwd_ptx.lua): KILN_ROW_CODE=cuda (read at build time, for measuring) keeps the CUDA form.
 function M.ptx_wanted()
