@@ -1,8 +1,8 @@
 -- The forward norms over the dtypes, layouts and fused ops of their PTX form (and the CUDA
 -- form it falls back to): fp16 and fp32 rows, statistics outputs, a runtime epsilon, narrow
 -- rows (several rows per warp), a per-row and a per-tensor input, the ops with a PTX form,
--- an fp8 e5m2 output with amax, a norm of another kernel's output, and a gelu epilogue (no
--- PTX form: the CUDA form).
+-- an fp8 e5m2 output with amax, a norm of another kernel's output; and in the CUDA form a
+-- ragged row (H = 1000) and a gelu epilogue.
 local k = require "kiln"
 return {
   k.graph "layernorm_fp16_train" {
@@ -48,6 +48,11 @@ return {
       local h = g:max(x - r, x * 0.5)  -- not fused (two nodes): the norm reads what another kernel wrote
       return { h = h, y = g:rmsnorm(h, w, { epsilon = 1e-6 }) }
     end,
+  },
+  k.graph "rmsnorm_ragged" {
+    dims = { T = k.dynamic, H = { 1000 } }, dtype = "fp16",
+    inputs = { x = { "T", "H" }, w = { "H" }, b = { "H" } },
+    body = function(g, x, w, b) return { y = g:rmsnorm(x, w, b, { epsilon = 1e-6 }) } end,
   },
   k.graph "layernorm_gelu" {
     dims = { T = k.dynamic, H = { 1024 } }, dtype = "bf16",

@@ -1,5 +1,6 @@
 -- Variants the memory-bound engines must get right: statistics outputs, sinks, biases,
--- backward with dbias, fp32 and fp16 tensors, an fp32 prologue value held across passes.
+-- backward with dbias, fp32 and fp16 tensors, an fp32 prologue value held across passes, a
+-- ragged fp32 softmax.
 local k = require "kiln"
 local dims = { T = k.dynamic, H = { 1024 } }
 return {
@@ -42,6 +43,11 @@ return {
       local y = g:layernorm(x * 2.0 + r, w, b, { epsilon = 1e-5 })
       return { y = g:gelu(y) }
     end,
+  },
+  k.graph "softmax_fp32_ragged" {
+    dims = { T = k.dynamic, H = { 1000 } }, dtype = "fp32",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x) return { y = g:softmax(x) } end,
   },
   k.graph "softmax_bwd_residual" {
     dims = dims, dtype = "bf16",
