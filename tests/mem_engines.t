@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 21 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 22 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -75,10 +75,11 @@ expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3
 run_kiln source specs/layernorm.lua
 expect_out 'asm volatile\("\{' "layernorm's body is one asm statement"
 run_kiln source tests/specs/mem/forward.lua --sm 90a
-ok "6 of the 8 forward norms of forward.lua take the PTX form on sm_90a (not the ragged row, not the gelu epilogue)" \
-  test "$(grep -c 'body in PTX' "$OUTF")" = 6
+ok "8 of the 10 forward norms of forward.lua take the PTX form on sm_90a (not the ragged row, not the gelu epilogue)" \
+  test "$(grep -c 'body in PTX' "$OUTF")" = 8
+ok "2 of them re-read the row" test "$(grep -c 'row re-read (L2), body in PTX' "$OUTF")" = 2
 run_kiln source tests/specs/mem/forward.lua --sm 80
-ok "5 of them on sm_80 (not the fp8 output either)" test "$(grep -c 'body in PTX' "$OUTF")" = 5
+ok "6 of them on sm_80 (not the fp8 outputs either)" test "$(grep -c 'body in PTX' "$OUTF")" = 6
 run_kiln source tests/specs/mem/backward.lua --sm 90a
 ok "7 of the 9 staged backwards of backward.lua take the PTX form (not the ragged row, not the legacy kernel)" \
   test "$(grep -c 'body in PTX' "$OUTF")" = 7

@@ -354,7 +354,8 @@ local function build_fwd_ptx(plan, group, g, target, symbol, K)
   rowfwd_ptx.emit(K, plan.info, group, g, target, amax_out)
   local kernels = {}
   if #amax > 0 then kernels[1] = amax_init(plan, g, symbol, amax) end
-  return assemble(plan, symbol, K, kernels, nil, { strategy = "row held in registers, body in PTX",
+  local how = plan.info.strategy == "reread" and "row re-read (L2)" or "row held in registers"
+  return assemble(plan, symbol, K, kernels, nil, { strategy = how .. ", body in PTX",
     pdl = #amax > 0 or nil, entry = #amax == 0 or nil })
 end
 

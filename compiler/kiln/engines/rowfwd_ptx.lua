@@ -1,5 +1,5 @@
 -- kiln.engines.rowfwd_ptx: the forward norm kernel (rmsnorm / layernorm, inference or
--- training, the row held in registers) with its body written as PTX (kiln.ptx): the same
+-- training, the row held in registers or re-read) with its body written as PTX (kiln.ptx): the same
 -- passes as row.lua's CUDA form, with the fused prologue and epilogue ops that have a PTX
 -- form here (add, sub, mul, div, neg, abs, max, min, add_square, identity, exp, sigmoid,
 -- swish: residual adds, scales, casts, gates; fp8 outputs on sm_89+) and amax outputs. NVRTC then spends ptxas's time
@@ -70,10 +70,11 @@ end
 function M.accepts(info, group, g, target)
   local L = info.L
   if info.kind ~= "norm" then return nil, "not a forward norm" end
-  if info.strategy ~= "regs" then return nil, "the row is not held in registers" end
+  if info.strategy ~= "regs" and info.strategy ~= "reread" then return nil, "strategy " .. info.strategy end
   if not L.even then return nil, "a ragged row (H not a multiple of the threads' vectors)" end
   if not pow2(L.P) or not pow2(L.RPC) then return nil, "threads per row or rows per CTA not a power of two" end
-  if L.N > 4 then return nil, "more than 4 vectors per thread" end
+  if info.strategy == "regs" and L.N > 4 then return nil, "more than 4 vectors per thread held" end
+  if info.strategy == "reread" and L.N % math.min(L.N, 4) ~= 0 then return nil, "vectors per thread not a multiple of 4" end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
@@ -182,23 +183,6 @@ function M.emit(K, info, group, g, target, amax_out)
     vbase[uid] = b
     return b
   end
-  -- loads of the vector sources among `uids` for all N vectors: words[uid][k]
-  local function load_all(uids)
-    local words = {}
-    for _, uid in ipairs(uids) do
-      local t = g.by_uid[uid]
-      local z = dtypes.size(t.dtype)
-      words[uid] = {}
-      local space = info.access[uid] == "full" and LD or "global.nc"  -- a column tensor is read by every row
-      for k = 0, N - 1 do words[uid][k] = P:load(space, vaddr(uid), k * KSTEP(z), V * z) end
-    end
-    return words
-  end
-  local function readers(words, k, form)
-    local r = {}
-    for uid, w in pairs(words) do r[uid] = P:reader(w[k], g.by_uid[uid].dtype, form) end
-    return r
-  end
   local function sources(nodes, extra) return rowgen.sources(nodes, extra, made, base) end
   -- the nodes' values into `value` (element j), a 16-bit value read again rounded to its dtype
   local function run_nodes(nodes, value)
@@ -220,41 +204,108 @@ function M.emit(K, info, group, g, target, amax_out)
     table.sort(list)
     return list
   end
-  local function store_vector(uid, k, vals)
-    local t = g.by_uid[uid]
-    P:store(ST, vaddr(uid), k * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), valid)
+  -- Every vector of the row, as `body(q, value_at, store)`: value_at(j) gives element j's
+  -- values (the loaded sources, the per-kernel and per-row ones), store(uid, vals) writes
+  -- vector q of an element output. "regs": all N vectors' loads first, then the vectors
+  -- unrolled (k = q). "reread": a loop over groups of U vectors, the sources read again from
+  -- L2 in each pass; addresses advance by U vectors a trip.
+  local reread = info.strategy == "reread"
+  local U = reread and math.min(N, 4) or N
+  local function vectors(uids, outs, body, form)
+    local cur = setmetatable({}, { __index = function(_, uid) return vaddr(uid) end })  -- unrolled: bases
+    local TOP, trips
+    if reread then
+      for _, uid in ipairs(uids) do cur[uid] = def("b64", "mov.b64 %s, %s;", vaddr(uid)) end
+      for _, uid in ipairs(outs) do cur[uid] = def("b64", "mov.b64 %s, %s;", vaddr(uid)) end
+      trips = def("b32", "mov.b32 %s, 0;")
+      TOP = P:label()
+      P:at(TOP)
+    end
+    local words = {}
+    for _, uid in ipairs(uids) do
+      local t = g.by_uid[uid]
+      local z = dtypes.size(t.dtype)
+      local space = info.access[uid] == "full" and LD or "global.nc"  -- a column tensor is read by every row
+      words[uid] = {}
+      for q = 0, U - 1 do words[uid][q] = P:load(space, cur[uid], q * KSTEP(z), V * z) end
+    end
+    for q = 0, U - 1 do
+      local rd = {}
+      for uid, w in pairs(words) do rd[uid] = P:reader(w[q], g.by_uid[uid].dtype, form) end
+      body(q, function(j)
+        local value = {}
+        for uid, v in pairs(base) do value[uid] = v end
+        for uid, r in pairs(rd) do value[uid] = r(j) end
+        return value
+      end, function(uid, vals)
+        local t = g.by_uid[uid]
+        P:store(ST, cur[uid], q * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), valid)
+      end, words)
+    end
+    if reread then
+      for uid, r in pairs(cur) do put("add.s64 %s, %s, %d;", r, r, U * KSTEP(dtypes.size(g.by_uid[uid].dtype))) end
+      put("add.s32 %s, %s, 1;", trips, trips)
+      put("@%s bra.uni %s;", def("pred", "setp.lt.s32 %s, %s, %d;", trips, N // U), TOP)
+    end
+  end
+  -- sums over the row's elements: a chain of fresh registers when unrolled (regs), one register
+  -- updated in place when a loop carries it (reread). acc_add(a, x) = a + x, acc_sq(a, x) = a + x * x
+  local function acc_start() return reread and def("b32", "mov.b32 %s, %s;", ptx.f32(0)) or nil end
+  local function acc_add(acc, x)
+    if reread then put("add.f32 %s, %s, %s;", acc, acc, x); return acc end
+    return acc and def("b32", "add.f32 %s, %s, %s;", acc, x) or x
+  end
+  local function acc_sq(acc, x)
+    if reread then put("fma.rn.f32 %s, %s, %s, %s;", acc, x, x, acc); return acc end
+    return acc and def("b32", "fma.rn.f32 %s, %s, %s, %s;", x, x, acc) or def("b32", "mul.f32 %s, %s, %s;", x, x)
   end
 
-  -- the anchor's element inputs (x; layernorm and rmsnorm read one), held in registers as
-  -- loaded words or, when the prologue computes them, as words of their dtype
+  -- the anchor's element input x, held in registers (regs) as loaded words or, when the
+  -- prologue computes it, as words of its dtype
   local xin = a.inputs.input
   local xt = g.by_uid[xin]
   local held = {}       -- held[k]: the words of x's vector k
-  local function x_reader(k, form) return P:reader(held[k], xt.dtype, form) end
+  local pro_out = element_outputs(prologue)
+  -- x of the held row (regs), or of the row read again and its prologue again (reread)
+  local function x_values(uids_extra, outs, form, body)
+    if not reread then
+      vectors(uids_extra, outs, function(q, value_at, store, words)
+        local rx = P:reader(held[q], xt.dtype, form)
+        body(q, function(j)
+          local value = value_at(j)
+          value[xin] = rx(j)
+          return value
+        end, store, words)
+      end)
+      return
+    end
+    local srcs = sources(prologue, { xin, table.unpack(uids_extra) })
+    vectors(srcs, outs, function(q, value_at, store, words)
+      body(q, function(j)
+        local value = value_at(j)
+        run_nodes(prologue, value)
+        return value
+      end, store, words)
+    end, form)
+  end
 
   -- pass 1: loads, prologue, its outputs stored, the row's sum (layernorm) or sum of squares
-  local pro_out = element_outputs(prologue)
-  local words1 = load_all(sources(prologue, { xin }))
-  local acc
-  for k = 0, N - 1 do
-    local rd = readers(words1, k, "prmt")  -- the output pass shifts: converted again there
+  local acc = acc_start()
+  vectors(sources(prologue, { xin }), pro_out, function(q, value_at, store, words)
     local outs = {}
     for _, uid in ipairs(pro_out) do outs[uid] = {} end
     local xs = {}
     for j = 0, V - 1 do
-      local value = {}
-      for uid, v in pairs(base) do value[uid] = v end
-      for uid, r in pairs(rd) do value[uid] = r(j) end
+      local value = value_at(j)
       run_nodes(prologue, value)
       local x = value[xin]
       xs[j + 1] = x
       for _, uid in ipairs(pro_out) do outs[uid][j + 1] = value[uid] end
-      if is_ln then acc = acc and def("b32", "add.f32 %s, %s, %s;", acc, x) or x
-      else acc = acc and def("b32", "fma.rn.f32 %s, %s, %s, %s;", x, x, acc) or def("b32", "mul.f32 %s, %s, %s;", x, x) end
+      if is_ln then acc = acc_add(acc, x) else acc = acc_sq(acc, x) end
     end
-    held[k] = words1[xin] and words1[xin][k] or P:pack(xs, xt.dtype)
-    for _, uid in ipairs(pro_out) do store_vector(uid, k, outs[uid]) end
-  end
+    if not reread then held[q] = words[xin] and words[xin][q] or P:pack(xs, xt.dtype) end
+    for _, uid in ipairs(pro_out) do store(uid, outs[uid]) end
+  end, "prmt")  -- the output pass shifts: converted again there
 
   -- a row's sum over its P threads: butterflies, then (P > 32) its warps in order through
   -- shared memory (array `tag`)
@@ -284,14 +335,10 @@ function M.emit(K, info, group, g, target, amax_out)
   local mean, rstd
   if is_ln then
     mean = def("b32", "mul.f32 %s, %s, %s;", sum, inv)
-    local acc1
-    for k = 0, N - 1 do
-      local rx = x_reader(k, "bfi")
-      for j = 0, V - 1 do
-        local d = def("b32", "sub.f32 %s, %s, %s;", rx(j), mean)
-        acc1 = acc1 and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc1) or def("b32", "mul.f32 %s, %s, %s;", d, d)
-      end
-    end
+    local acc1 = acc_start()
+    x_values({}, {}, "bfi", function(_, value_at)
+      for j = 0, V - 1 do acc1 = acc_sq(acc1, def("b32", "sub.f32 %s, %s, %s;", value_at(j)[xin], mean)) end
+    end)
     sum = allreduce(acc1, "red1_")
   end
   rstd = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", sum, inv, eps))
@@ -301,19 +348,14 @@ function M.emit(K, info, group, g, target, amax_out)
   local outs = {}
   if y and g.by_uid[y].role == "output" then outs[#outs + 1] = y end
   for _, uid in ipairs(element_outputs(epilogue)) do outs[#outs + 1] = uid end
-  local words2 = load_all(sources(epilogue, { scale, bias }))
   local am = {}
   for i in ipairs(amax) do am[i] = def("b32", "mov.b32 %s, 0;") end
-  for k = 0, N - 1 do
-    local rd = readers(words2, k)
-    local rx = x_reader(k)
+  x_values(sources(epilogue, { scale, bias }), outs, nil, function(_, value_at, store)
     local vals = {}
     for _, uid in ipairs(outs) do vals[uid] = {} end
     for j = 0, V - 1 do
-      local value = {}
-      for uid, v in pairs(base) do value[uid] = v end
-      for uid, r in pairs(rd) do value[uid] = r(j) end
-      local x = rx(j)
+      local value = value_at(j)
+      local x = value[xin]
       local xh = is_ln and def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", x, mean), rstd)
         or def("b32", "mul.f32 %s, %s, %s;", x, rstd)
       local v = bias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, value[scale], value[bias])
@@ -328,8 +370,8 @@ function M.emit(K, info, group, g, target, amax_out)
       end
       for _, uid in ipairs(outs) do vals[uid][j + 1] = value[uid] end
     end
-    for _, uid in ipairs(outs) do store_vector(uid, k, vals[uid]) end
-  end
+    for _, uid in ipairs(outs) do store(uid, vals[uid]) end
+  end)
 
   -- per-row statistics, written by the row's first thread
   local stats = {}

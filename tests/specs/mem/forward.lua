@@ -1,12 +1,12 @@
 -- The forward norms over the dtypes, layouts and fused ops of their PTX form (and the CUDA
 -- form it falls back to): fp16 and fp32 rows, statistics outputs, a runtime epsilon, narrow
--- rows (several rows per warp), a per-row and a per-tensor input, the ops with a PTX form,
--- an fp8 e5m2 output with amax, a norm of another kernel's output; and in the CUDA form a
--- ragged row (H = 1000) and a gelu epilogue.
+-- rows (several rows per warp), rows re-read from L2 (H = 65536), a per-row and a
+-- per-tensor input, the ops with a PTX form, an fp8 e5m2 output with amax, a norm of another
+-- kernel's output; and in the CUDA form a ragged row (H = 1000) and a gelu epilogue.
 local k = require "kiln"
 return {
   k.graph "layernorm_fp16_train" {
-    dims = { T = k.dynamic, H = { 256, 1024 } }, dtype = "fp16",
+    dims = { T = k.dynamic, H = { 256, 1024, 65536 } }, dtype = "fp16",
     inputs = { x = { "T", "H" }, w = { "H" }, b = { "H", dtype = "fp32" } },
     body = function(g, x, w, b)
       local y, mean, inv_std = g:layernorm(x, w, b, { epsilon = 1e-5, phase = "training" })
@@ -27,7 +27,7 @@ return {
     body = function(g, x, w, b) return { y = g:layernorm(x, w, b, { epsilon = 1e-5 }) } end,
   },
   k.graph "rmsnorm_ops_e5m2" {
-    dims = { T = k.dynamic, H = { 4096 } }, dtype = "bf16",
+    dims = { T = k.dynamic, H = { 4096, 65536 } }, dtype = "bf16",
     inputs = { x = { "T", "H" }, r = { "T", "H" }, w = { "H" }, gate = { "T", "H" },
                rs = { "T", 1, dtype = "fp32" }, s = { 1, dtype = "fp32" } },
     body = function(g, x, r, w, gate, rs, s)
