@@ -1,9 +1,10 @@
 -- kiln.engines.rowfwd_ptx: the forward norm kernel (rmsnorm / layernorm, inference or
--- training, the row held in registers or re-read) with its body written as PTX (kiln.ptx): the same
--- passes as row.lua's CUDA form, with the fused prologue and epilogue ops that have a PTX
--- form here (add, sub, mul, div, neg, abs, max, min, add_square, identity, exp, sigmoid,
--- swish: residual adds, scales, casts, gates; fp8 outputs on sm_89+) and amax outputs. NVRTC then spends ptxas's time
--- only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda keeps the CUDA form (for measuring; rowgen.ptx_wanted).
+-- training, the row held in registers or re-read from L2) with its body written as PTX
+-- (kiln.ptx): the same passes as row.lua's CUDA form, with the fused prologue and epilogue ops
+-- that have a PTX form here (add, sub, mul, div, neg, abs, max, min, add_square, identity,
+-- exp, sigmoid, swish: residual adds, scales, casts, gates; fp8 outputs on sm_89+) and amax
+-- outputs. NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda
+-- keeps the CUDA form (for measuring; rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
@@ -199,7 +200,9 @@ function M.emit(K, info, group, g, target, amax_out)
   local function element_outputs(nodes)
     local list = {}
     for _, n in ipairs(nodes) do
-      for _, uid in pairs(n.outputs) do if info.out_kind[uid] == "elem" and g.by_uid[uid].role == "output" then list[#list + 1] = uid end end
+      for _, uid in pairs(n.outputs) do
+        if info.out_kind[uid] == "elem" and g.by_uid[uid].role == "output" then list[#list + 1] = uid end
+      end
     end
     table.sort(list)
     return list
