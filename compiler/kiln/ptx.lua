@@ -54,6 +54,9 @@ function M.new()
     self.ops[#self.ops + 1] = string.format('"%s"(%s)', constraint, expr)
     return "%" .. (#self.ops - 1)
   end
+  -- A generic pointer operand as a global address (64 bits) or a shared one (32 bits).
+  function P:global(op) return self:def("b64", "cvta.to.global.u64 %s, %s;", op) end
+  function P:shared(op) return self:def("b32", "cvt.u32.u64 %s, %s;", self:def("b64", "cvta.to.shared.u64 %s, %s;", op)) end
   -- The thread's place in a CTA of `rpc` groups of `p` threads (powers of two): tid, the
   -- CTA's index, the lane in its group and the group (slot; nil when rpc is 1).
   function P:place(p, rpc)

@@ -418,7 +418,7 @@ function E.build(plan, group, g, target, symbol)
       base[uid] = K:scalar(uid)
     elseif info.access[uid] == "row" then
       local st = pw.storage(src, t.dtype)
-      local off = (pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides)) and "row"
+      local off = rowgen.per_row(t, info) and "row"
         or pw.offset_expr(t, info.E, string.format("(row * %dLL)", H))
       local load = pw.fmt(st.load, string.format("%s[%s]", K:ptr(uid), off))
       K:add("  const float q%d = %s;", uid, pass_valid and string.format("valid ? %s : 0.0f", load) or load)

@@ -104,7 +104,7 @@ function M.emit(K, info, g, st)
   local function stat(port, row)
     local t = g.by_uid[a.inputs[port]]
     local s = pw.storage(src, t.dtype)
-    local off = (pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides)) and row
+    local off = rowgen.per_row(t, info) and row
       or pw.offset_expr(t, info.E, string.format("(%s * %dLL)", row, H))
     return pw.fmt(s.load, string.format("%s[%s]", K:ptr(t.uid), off))
   end

@@ -5,8 +5,6 @@
 -- half the time of the CUDA form (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda keeps the CUDA
 -- form (for measuring; rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
-local shape = require "kiln.shape"
-local pw = require "kiln.engines.pwexpr"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 
@@ -32,7 +30,7 @@ function M.accepts(info, g, L, st)
     local uid = a.inputs[port]
     if uid and (a.op == "layernorm_backward" or port == "inv_variance") then
       local t = g.by_uid[uid]
-      if t.dtype ~= "fp32" or not (pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides)) then
+      if t.dtype ~= "fp32" or not rowgen.per_row(t, info) then
         return nil, t.name .. " is not one fp32 value per row"
       end
     end
@@ -81,18 +79,13 @@ function M.emit(K, info, g, st)
     local t = def("b64", "add.s64 %s, %s, %d;", rows, RPC - 1)
     nrb = def("b64", "shr.s64 %s, %s, %d;", t, log2(RPC))
   end
-  local function global(op) return def("b64", "cvta.to.global.u64 %s, %s;", op) end
-  local function shared(op)
-    local t = def("b64", "cvta.to.shared.u64 %s, %s;", op)
-    return def("b32", "cvt.u32.u64 %s, %s;", t)
-  end
   -- a global base plus this thread's first column (bytes per element z)
   local function lane_base(base, z) return def("b64", "mad.wide.u32 %s, %s, %d, %s;", lane, V * z, base) end
-  local gdy, gx = lane_base(global(o_dy), zdy), lane_base(global(o_x), zx)
-  local gw, gdx = lane_base(global(o_w), zw), lane_base(global(o_dx), zdx)
-  local grstd = global(o_rstd)
-  local gmean = o_mean and global(o_mean)
-  local stg = shared(o_stg)
+  local gdy, gx = lane_base(P:global(o_dy), zdy), lane_base(P:global(o_x), zx)
+  local gw, gdx = lane_base(P:global(o_w), zw), lane_base(P:global(o_dx), zdx)
+  local grstd = P:global(o_rstd)
+  local gmean = o_mean and P:global(o_mean)
+  local stg = P:shared(o_stg)
   local sb = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, st.rowb, stg) or stg
   local sdy = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * zdy, sb)
   local sx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * zx, sb)
@@ -164,7 +157,7 @@ function M.emit(K, info, g, st)
   local step = RPC > 1 and def("b64", "mul.lo.s64 %s, %s, %d;", nct64, RPC) or nct64
   local warp4, lead, bar, mine
   if Pn > 32 then
-    local rd = shared(o_rd)
+    local rd = P:shared(o_rd)
     local wid = def("b32", "shr.u32 %s, %s, 5;", tid)
     warp4 = def("b32", "mad.lo.s32 %s, %s, 4, %s;", wid, rd)
     local ln = def("b32", "and.b32 %s, %s, 31;", tid)
@@ -309,7 +302,7 @@ function M.emit(K, info, g, st)
   -- this CTA's partial row ws[blockIdx.x][nsums * H]: the slots' sums in slot order
   if nsums > 0 then
     local ncols = nsums * H
-    local gws = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, ncols * 4, global(o_ws))
+    local gws = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, ncols * 4, P:global(o_ws))
     if RPC == 1 then
       local base = def("b64", "mad.wide.u32 %s, %s, %d, %s;", lane, V * 4, gws)
       for i = 1, nsums do

@@ -60,7 +60,7 @@ local OPS = {
 local pow2 = ptx.pow2
 
 -- A tensor of one value per row (row-major), or of one value in all.
-local function per_row(t, info) return pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides) end
+local per_row = rowgen.per_row
 local function one_value(t)
   for _, d in ipairs(t.dims) do if d ~= 1 then return false end end
   return true
@@ -151,7 +151,7 @@ function M.emit(K, info, group, g, target, amax_out)
   -- every source: a register per element (vectors), per row or per kernel (scalars, constants)
   local base, ptr = {}, {}
   local function gptr(uid, writable)
-    if not ptr[uid] then ptr[uid] = def("b64", "cvta.to.global.u64 %s, %s;", P:input("l", K:ptr(uid, writable))) end
+    if not ptr[uid] then ptr[uid] = P:global(P:input("l", K:ptr(uid, writable))) end
     return ptr[uid]
   end
   for _, uid in ipairs(group.inputs) do
@@ -321,7 +321,7 @@ function M.emit(K, info, group, g, target, amax_out)
     if Pn <= 32 then return v end
     local W, NW = Pn // 32, L.block // 32
     K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, NW)
-    local arr = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "cvta.to.shared.u64 %s, %s;", P:input("l", tag)))
+    local arr = P:shared(P:input("l", tag))
     local lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
     local mine = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), arr)
     put("@%s st.shared.f32 [%s], %s;", lead, mine, v)
@@ -406,7 +406,7 @@ function M.emit(K, info, group, g, target, amax_out)
     for i in ipairs(amax) do
       local name = string.format("amr%d_", i - 1)
       K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) kiln_u32 %s[%d];", name, NW)
-      arrs[i] = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "cvta.to.shared.u64 %s, %s;", P:input("l", name)))
+      arrs[i] = P:shared(P:input("l", name))
       local r = def("b32", "redux.sync.max.u32 %s, %s, -1;", am[i])
       put("@%s st.shared.u32 [%s], %s;", lead, def("b32", "add.s32 %s, %s, %s;", arrs[i], wid4), r)
     end

@@ -299,6 +299,9 @@ function M.with_const(factors, k)
   return out
 end
 
+-- Whether tensor t holds one value per row of analyze's info, row-major (a row index is its offset).
+function M.per_row(t, info) return pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides) end
+
 -- The tensors a group's nodes compute (a tensor another kernel wrote is a memory source).
 function M.made(group)
   local made = {}
