@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 22 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 26 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -70,6 +70,15 @@ expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "KILN_ROW_N=8: rmsnorm at H = 8
 KILN_ROW_N=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.kpack"
 expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3 is refused by name"
 
+# rows whose column sums fit no CTA: dx in the row kernel, the sums in a column-tiled kernel of
+# their own, then the finalize; column reductions that wide take column tiles
+run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
+expect_rc 0 "layernorm_bwd at H = 65536 builds (the split column sums)"
+run_kiln pack inspect "$TMP/bwd65k.kpack"
+expect_out "kiln_layernorm_bwd_k0_colsum .*reread\+colsum:colsum" "its column sums are a kernel of their own"
+expect_out "grid \[min\(ceil\(T/16\), 33\), 32, 1\]" "32 column tiles of 2048, 33 row chunks at most"
+run_kiln explain tests/specs/mem/reduce.lua --sm 90a
+expect_out "colreduce:v1:add:lead:p5632n1v8r1:t22" "a column sum over 45000 columns takes 22 column tiles"
 # the norms' bodies in PTX (docs/INTERNALS.md): taken where the forms have everything, the
 # CUDA form elsewhere (gelu has no PTX form; fp8 outputs need sm_89) and with KILN_ROW_CODE=cuda
 run_kiln source specs/layernorm.lua
@@ -81,7 +90,7 @@ ok "2 of them re-read the row" test "$(grep -c 'row re-read (L2), body in PTX' "
 run_kiln source tests/specs/mem/forward.lua --sm 80
 ok "6 of them on sm_80 (not the fp8 outputs either)" test "$(grep -c 'body in PTX' "$OUTF")" = 6
 run_kiln source tests/specs/mem/backward.lua --sm 90a
-ok "7 of the 9 staged backwards of backward.lua take the PTX form (not the ragged row, not the legacy kernel)" \
+ok "7 of the 12 backwards of backward.lua take the PTX form (not the ragged row, the legacy kernel, the split ones)" \
   test "$(grep -c 'body in PTX' "$OUTF")" = 7
 KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua
 ok "KILN_ROW_CODE=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF'"

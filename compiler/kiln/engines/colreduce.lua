@@ -18,6 +18,11 @@ E.BLOCK = 512
 E.CTAS_PER_SM = 2
 E.MIN_ROWS = 4       -- rows each slot takes at least
 E.SMEM_MAX = 160 * 1024
+-- column tiles (partial rows wider than SMEM_MAX): threads per CTA, CTAs that fill the H200
+-- (8 per SM), rows each CTA takes at least
+E.TILE_THREADS = 256
+E.TILE_CTAS = 132 * 8
+E.TILE_MIN_ROWS = 16
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
@@ -82,16 +87,29 @@ local function analyze(group, g)
     C = W
   end
   info.C = C
-  local L = rowgen.layout(C, V, 4)
-  if info.full then L.P, L.N, L.RPC, L.even = 1, C // V, E.BLOCK, true end
-  L.RPC = math.max(1, E.BLOCK // L.P)
-  L.block = L.P * L.RPC
-  info.L = L
-  info.smem = C * 4
-  if info.smem > E.SMEM_MAX then return fail("%d kept columns need %d KB of shared memory (at most %d KB)", C, info.smem // 1024, E.SMEM_MAX // 1024) end
-  info.max_ctas = E.SMS * E.CTAS_PER_SM
-  info.grid_div = L.RPC * E.MIN_ROWS
-  info.id = string.format("colreduce:v%d:%s:%s:p%dn%dv%dr%d", E.version, a.attrs.mode, info.full and "all" or "lead", L.P, L.N, L.V, L.RPC)
+  if C * 4 > E.SMEM_MAX then
+    -- a partial row too wide for shared memory: column tiles (grid y), one vector per thread,
+    -- each thread's columns its own (nothing combines in the CTA)
+    local tiles = (C + E.TILE_THREADS * V - 1) // (E.TILE_THREADS * V)
+    info.tiles = tiles
+    info.L = { H = C, V = V, N = 1, P = tiles * E.TILE_THREADS, RPC = 1, block = E.TILE_THREADS,
+               even = C == tiles * E.TILE_THREADS * V }
+    info.smem = 0
+    info.max_ctas = math.max(1, (E.TILE_CTAS + tiles - 1) // tiles)
+    info.grid_div = E.TILE_MIN_ROWS
+  else
+    local L = rowgen.layout(C, V, 4)
+    if info.full then L.P, L.N, L.RPC, L.even = 1, C // V, E.BLOCK, true end
+    L.RPC = math.max(1, E.BLOCK // L.P)
+    L.block = L.P * L.RPC
+    info.L = L
+    info.smem = C * 4
+    info.max_ctas = E.SMS * E.CTAS_PER_SM
+    info.grid_div = L.RPC * E.MIN_ROWS
+  end
+  local L = info.L
+  info.id = string.format("colreduce:v%d:%s:%s:p%dn%dv%dr%d%s", E.version, a.attrs.mode, info.full and "all" or "lead", L.P, L.N, L.V,
+    L.RPC, info.tiles and string.format(":t%d", info.tiles) or "")
   return info
 end
 
@@ -120,10 +138,12 @@ function E.build(plan, group, g, target, symbol)
   local slot = L.RPC > 1 and string.format("threadIdx.x / %d", L.P) or "0"
   local dyn_smem = info.smem > 48 * 1024
   if dyn_smem then K:add("  extern __shared__ float cs_[];  // [column]")
-  else K.shared[#K.shared + 1] = string.format("  __shared__ float cs_[%d];", C) end
-  K:add("  const int lane = %s;", L.RPC > 1 and string.format("threadIdx.x %% %d", L.P) or "threadIdx.x")
+  elseif not info.tiles then K.shared[#K.shared + 1] = string.format("  __shared__ float cs_[%d];", C) end
+  K:add("  const int lane = %s;", info.tiles and string.format("blockIdx.y * %d + threadIdx.x", L.block)
+    or L.RPC > 1 and string.format("threadIdx.x %% %d", L.P) or "threadIdx.x")
   K:add("  float acc_[%d][%d];", L.N, L.V)
   K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[k][j] = %s;", L.N, L.V, mode.init)
+  if info.tiles then K:add("#pragma unroll 4  // rows in flight: a tile's CTA has one vector per thread per row") end
   K:add("  for (kiln_i64 rb_ = blockIdx.x; rb_ * %d < %s; rb_ += gridDim.x) {", L.RPC, info.rows)
   local loop_start = #K.lines + 1
   K:add("  const kiln_i64 row = rb_%s;", L.RPC > 1 and string.format(" * %d + %s", L.RPC, slot) or "")
@@ -166,39 +186,50 @@ function E.build(plan, group, g, target, symbol)
   })
   for i = loop_start, #K.lines do K.lines[i] = "  " .. K.lines[i]:gsub("\n", "\n  ") end
   K:add("  }")
-  -- the slots combine in a fixed order: within a warp by shuffles (P < 32), then group by
-  -- group into cs_
-  local comb_fn = COMBINE[mode.comb]
-  local groups, group, lead = L.RPC, slot, nil
-  if L.P < 32 and L.RPC > 1 then
-    K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++)\n#pragma unroll\n" ..
-      "      for (int o_ = %d; o_ < 32; o_ <<= 1) { const float b_ = __shfl_xor_sync(0xffffffffu, acc_[k][j], o_); %s }",
-      L.N, L.V, L.P, comb_fn({ "acc_[k][j]" }, { "b_" }))
-    groups, group, lead = L.block // 32, "(threadIdx.x >> 5)", string.format("(threadIdx.x & 31) < %d", L.P)
+  local ws
+  if info.tiles then
+    -- column tiles: the thread's own columns of this CTA's partial row
+    ws = K:workspace(0)
+    K:add("  const int c = lane * %d;", L.V)
+    K:add("  if (c < %d) {", C)
+    K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) %s[(kiln_i64)blockIdx.x * %d + c + j] = acc_[0][j];", L.V, ws, C)
+    K:add("  }")
+  else
+    -- the slots combine in a fixed order: within a warp by shuffles (P < 32), then group by
+    -- group into cs_
+    local comb_fn = COMBINE[mode.comb]
+    local groups, group, lead = L.RPC, slot, nil
+    if L.P < 32 and L.RPC > 1 then
+      K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++)\n#pragma unroll\n" ..
+        "      for (int o_ = %d; o_ < 32; o_ <<= 1) { const float b_ = __shfl_xor_sync(0xffffffffu, acc_[k][j], o_); %s }",
+        L.N, L.V, L.P, comb_fn({ "acc_[k][j]" }, { "b_" }))
+      groups, group, lead = L.block // 32, "(threadIdx.x >> 5)", string.format("(threadIdx.x & 31) < %d", L.P)
+    end
+    local comb = comb_fn({ "cs_[c + j]" }, { "acc_[k][j]" })
+    K:add("  for (int s_ = 0; s_ < %d; s_++) {", groups)
+    K:add("    if (%s == s_%s) {", group, lead and (" && " .. lead) or "")
+    K:add("#pragma unroll\n      for (int k = 0; k < %d; k++) {", L.N)
+    K:add("        const int c = (lane + k * %d) * %d;", L.P, L.V)
+    K:add("        if (%s) {", L.even and "true" or string.format("c < %d", C))
+    K:add("#pragma unroll\n          for (int j = 0; j < %d; j++) { if (s_ == 0) cs_[c + j] = acc_[k][j]; else { %s } }", L.V, comb)
+    K:add("        }")
+    K:add("      }")
+    K:add("    }")
+    K:add("    __syncthreads();")
+    K:add("  }")
+    ws = K:workspace(0)
+    K:add("  for (int i = threadIdx.x; i < %d; i += %d) %s[(kiln_i64)blockIdx.x * %d + i] = cs_[i];", C, L.block, ws, C)
   end
-  local comb = comb_fn({ "cs_[c + j]" }, { "acc_[k][j]" })
-  K:add("  for (int s_ = 0; s_ < %d; s_++) {", groups)
-  K:add("    if (%s == s_%s) {", group, lead and (" && " .. lead) or "")
-  K:add("#pragma unroll\n      for (int k = 0; k < %d; k++) {", L.N)
-  K:add("        const int c = (lane + k * %d) * %d;", L.P, L.V)
-  K:add("        if (%s) {", L.even and "true" or string.format("c < %d", C))
-  K:add("#pragma unroll\n          for (int j = 0; j < %d; j++) { if (s_ == 0) cs_[c + j] = acc_[k][j]; else { %s } }", L.V, comb)
-  K:add("        }")
-  K:add("      }")
-  K:add("    }")
-  K:add("    __syncthreads();")
-  K:add("  }")
-  local ws = K:workspace(0)
-  K:add("  for (int i = threadIdx.x; i < %d; i += %d) %s[(kiln_i64)blockIdx.x * %d + i] = cs_[i];", C, L.block, ws, C)
   local params = K:finish_params()
   src:add(rowgen.render_fill("colreduce.cuh", {
     what = string.format("%s over the leading axes of %s%s; %d rows per CTA pass, %d threads per row, %d vector%s of %d per thread",
-      a.attrs.mode, shape.format(info.E), info.full and " then over the last" or "", L.RPC, L.P, L.N, L.N == 1 and "" or "s", L.V),
+      a.attrs.mode, shape.format(info.E), info.full and " then over the last" or "", L.RPC, L.P, L.N, L.N == 1 and "" or "s", L.V)
+      .. (info.tiles and string.format(", %d column tiles of %d threads", info.tiles, L.block) or ""),
     block = L.block, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local main = {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
-    block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, 1, 1 },
+    block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, info.tiles or 1, 1 },
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
   local y = a.outputs.Y

@@ -16,6 +16,7 @@ local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowbwd = require "kiln.engines.rowbwd"
+local rowbwd_colsum = require "kiln.engines.rowbwd_colsum"
 local rowfwd_ptx = require "kiln.engines.rowfwd_ptx"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
@@ -226,7 +227,13 @@ local function analyze(group, g)
     -- dscale/dbias sums per slot in shared memory, then a partial row per CTA
     local smem = #info.colsum * L.RPC * H * 4
     if smem > E.SMEM_MAX then
-      return fail("the column sums of a %d-wide row need %d KB of shared memory (at most %d KB)", H, smem // 1024, E.SMEM_MAX // 1024)
+      -- too wide for the sums in shared memory: dx here, the sums in a kernel of their own
+      local ok, why = rowbwd_colsum.accepts(info, g)
+      if not ok then
+        return fail("the column sums of a %d-wide row need %d KB of shared memory (at most %d KB), and %s", H,
+          smem // 1024, E.SMEM_MAX // 1024, why)
+      end
+      info.split, smem = true, 0
     end
     -- dynamic plus static shared memory above 48 KB needs the opt-in the runtime sets only
     -- for dynamic sizes above 48 KB: never land just below it
@@ -241,8 +248,8 @@ local function analyze(group, g)
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
   info.L = L
-  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
-    info.full_occupancy and ":occ" or "")
+  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
+    info.split and "+colsum" or "", info.full_occupancy and ":occ" or "")
   return info
 end
 
@@ -263,17 +270,19 @@ end
 
 -- The column sums' second kernel (the fixed-order sum of the CTAs' partial rows) and the
 -- workspace rule for those rows, shared by both backward kernels.
-local function colsum_finalize(plan, g, symbol)
+-- G: the partial rows' kernel grid (div, max; default the row kernel's).
+local function colsum_finalize(plan, g, symbol, G)
   local info = plan.info
   local H, ncols = info.L.H, #info.colsum * info.L.H
+  G = G or { div = info.grid_div, max = info.max_ctas }
   local outs = {}
   for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * H, count = H } end
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
     C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
-    G = { div = info.grid_div, max = info.max_ctas }, comb = "add", init = "0.0f",
+    G = G, comb = "add", init = "0.0f",
   })
-  return final, { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = info.max_ctas * ncols * 4 },
-                  bytes_max = info.max_ctas * ncols * 4 }
+  return final, { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = G.max * ncols * 4 },
+                  bytes_max = G.max * ncols * 4 }
 end
 
 -- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
@@ -316,8 +325,9 @@ local function amax_init(plan, g, symbol, amax)
   }
 end
 
--- The plan's kernels: those before (`kernels`: an amax init), the row kernel K, then a column
--- sums' finalize (kernels.final). o: strategy (words), persistent, pdl, entry.
+-- The plan's kernels: those before (`kernels`: an amax init), the row kernel K, then those after
+-- it (kernels.after: the column sums' finalize, with the split sums' own kernel before it).
+-- o: strategy (words), persistent, pdl, entry.
 local function assemble(plan, symbol, K, kernels, workspace, o)
   local info, src = plan.info, K.src
   local a, L, H = info.anchor, info.L, info.L.H
@@ -338,10 +348,8 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = o.persistent and info.smem or 0, cluster = { 1, 1, 1 },
     params = K.mparams, align = K.align, pdl = o.pdl, pdl_entry = o.entry,
   }
-  if kernels.final then
-    kernels[#kernels + 1] = kernels.final
-    kernels.final = nil
-  end
+  for _, k in ipairs(kernels.after or {}) do kernels[#kernels + 1] = k end
+  kernels.after = nil
   if #kernels == 1 and not workspace then return kernels[1] end
   return { kernels = kernels, workspace = workspace }
 end
@@ -395,9 +403,11 @@ function E.build(plan, group, g, target, symbol)
   local slot = L.RPC > 1 and string.format("threadIdx.x / %d", L.P) or "0"
   local loop_start
   if persistent then
-    K:add("  extern __shared__ float acc_[];  // [sum][slot][column]")
-    K:add("  for (int i = threadIdx.x; i < %d; i += %d) acc_[i] = 0.0f;", #info.colsum * L.RPC * H, L.block)
-    K:add("  __syncthreads();")
+    if #info.colsum > 0 and not info.split then
+      K:add("  extern __shared__ float acc_[];  // [sum][slot][column]")
+      K:add("  for (int i = threadIdx.x; i < %d; i += %d) acc_[i] = 0.0f;", #info.colsum * L.RPC * H, L.block)
+      K:add("  __syncthreads();")
+    end
     K:add("  for (kiln_i64 rb_ = blockIdx.x; rb_ * %d < %s; rb_ += gridDim.x) {", L.RPC, info.rows)
     loop_start = #K.lines + 1
     K:add("  const kiln_i64 row = rb_%s;", L.RPC > 1 and string.format(" * %d + %s", L.RPC, slot) or "")
@@ -697,7 +707,7 @@ function E.build(plan, group, g, target, symbol)
     end
     local dx = a.outputs.DX
     local sums = {}   -- colsum outputs: expression per element
-    for i, uid in ipairs(info.colsum) do
+    for i, uid in ipairs(info.split and {} or info.colsum) do
       sums[i] = { uid = uid, expr = uid == a.outputs.DSCALE and "xh_ * " .. "%dy" or "%dy" }
     end
     output_pass(function(lines)
@@ -850,7 +860,12 @@ function E.build(plan, group, g, target, symbol)
     for i = loop_start, #K.lines do K.lines[i] = "  " .. K.lines[i]:gsub("\n", "\n  ") end
     K:add("  }")
     local ncols = #info.colsum * H
-    if ncols > 0 then
+    if info.split then
+      -- the column sums' own kernel (rowbwd_colsum.lua), then the finalize over its partial rows
+      local gr = rowbwd_colsum.grid(info)
+      kernels.after = { rowbwd_colsum.build(info, g, symbol .. "_colsum", plan.id .. ":colsum", E.id) }
+      kernels.after[2], workspace = colsum_finalize(plan, g, symbol, { div = gr.div, max = gr.max })
+    elseif ncols > 0 then
       -- this CTA's partial row: the slots' sums added in slot order
       local ws = K:workspace(0)
       K:add("  __syncthreads();")
@@ -864,7 +879,8 @@ function E.build(plan, group, g, target, symbol)
         K:add("    %s[(kiln_i64)blockIdx.x * %d + i] = acc_[i];", ws, ncols)
       end
       K:add("  }")
-      kernels.final, workspace = colsum_finalize(plan, g, symbol)
+      kernels.after = {}
+      kernels.after[1], workspace = colsum_finalize(plan, g, symbol)
     end
   end
 

@@ -1,6 +1,8 @@
 -- The backward norms over the dtypes and layouts of the staged kernel (its PTX body and the
 -- CUDA form it falls back to): fp16 and fp32 rows, mixed scale dtypes, dbias, narrow rows
--- (two threads' groups per warp), a ragged row and one past the staged kernel's reach.
+-- (two threads' groups per warp), a ragged row and one past the staged kernel's reach, and rows
+-- whose column sums fit no CTA (dx and the sums in kernels of their own: rowbwd_colsum.lua),
+-- one of them with a partial last column tile.
 local k = require "kiln"
 local function norm_bwd(name, dtype, H, opts)
   opts = opts or {}
@@ -27,4 +29,7 @@ return {
   norm_bwd("layernorm_bwd_wide", "bf16", { 16384 }, { layernorm = true }),
   norm_bwd("rmsnorm_bwd_fp32_dbias", "fp32", { 4096 }, { dbias = true }),
   norm_bwd("rmsnorm_bwd_fp16_wfp32", "fp16", { 8192 }, { w = "fp32" }),
+  norm_bwd("layernorm_bwd_split", "bf16", { 32768 }, { layernorm = true }),
+  norm_bwd("layernorm_bwd_split_tail", "fp16", { 40000 }, { layernorm = true, w = "fp32" }),
+  norm_bwd("rmsnorm_bwd_split_dbias", "bf16", { 65536 }, { dbias = true }),
 }

@@ -20,6 +20,15 @@ return {
   graph("col_mul", "mul", nil, { 0 }),
   graph("all_amax", "amax", { 1, 1 }),
   graph("all_norm1", "norm1", { 1, 1 }),
+  -- partial rows too wide for shared memory: column tiles, the last one partial
+  k.graph "col_add_wide" {
+    dims = { T = k.dynamic, H = { 45000, 65536 } },
+    dtype = "fp16",
+    inputs = { x = { "T", "H" }, s = { "T", 1, dtype = "fp32" } },
+    body = function(g, x, s)
+      return { y = g:reduction(x * s, { mode = "add", axes = { 0 }, dtype = "fp32" }) }
+    end,
+  },
   k.graph "row_sumsq_prologue" {
     dims = dims,
     dtype = "bf16",
