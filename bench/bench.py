@@ -116,6 +116,44 @@ def rms_train(x, w, eps=1e-6):
     return (x.float() * r * w.float()).to(x.dtype), r
 
 
+def bwd_cases(pack, T, H, x, w, b, dy):
+    """layernorm_bwd and rmsnorm_bwd (when the pack has it) of x [T, H] with weight w, bias b."""
+    shape, inst = "%dx%d" % (T, H), "H=%d" % H
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    inv_std = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    dxl, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+
+    def ln_bwd(dy=dy, x=x, w=w, mean=mean, inv_std=inv_std, H=H):
+        return torch.ops.aten.native_layer_norm_backward(dy, x, (H,), mean, inv_std, w, b,
+                                                          [True, True, True])[0]
+    yield dict(name="layernorm_bwd", shape=shape, plan=pack.plan("layernorm_bwd", inst),
+               kiln=dict(dy=dy, x=x, w=w, mean=mean, inv_std=inv_std, dx=dxl, dw=dw, db=db),
+               eager=ln_bwd, out=dxl, bytes=nbytes(dy, x, w, mean, inv_std, dxl, dw, db))
+    if "rmsnorm_bwd" in {p.graph for p in pack.plans()}:
+        inv_rms = rms_train(x, w)[1]
+        dxr, dwr = torch.empty_like(x), torch.empty_like(w)
+
+        def rms_bwd(dy=dy, x=x, w=w, H=H):
+            xx = x.detach().requires_grad_(True)
+            ww = w.detach().requires_grad_(True)
+            yy = F.rms_norm(xx, (H,), ww, 1e-6)
+            return torch.autograd.grad(yy, (xx,), dy)[0]
+        yield dict(name="rmsnorm_bwd", shape=shape, plan=pack.plan("rmsnorm_bwd", inst),
+                   kiln=dict(dy=dy, x=x, w=w, inv_rms=inv_rms, dx=dxr, dw=dwr), eager=rms_bwd, out=dxr,
+                   bytes=nbytes(dy, x, w, inv_rms, dxr, dwr))
+
+
+WIDE = (4096, 65536)
+
+
+def wide_cases(pack):
+    """The backward norms past a CTA's column sums (dx and the sums in kernels of their own)."""
+    T, H = WIDE
+    x, w, b, dy = bf16(T, H), bf16(H), bf16(H), bf16(T, H)
+    yield from bwd_cases(pack, T, H, x, w, b, dy)
+
+
 def norm_cases(pack):
     """The memory-bound family of issue 4, at the three benchmark shapes."""
     for T, H in SHAPES:
@@ -141,29 +179,7 @@ def norm_cases(pack):
                    kiln=dict(dy=dy, y=p, dx=dx),
                    eager=lambda dy=dy, p=p: torch._softmax_backward_data(dy, p, -1, torch.bfloat16), out=dx,
                    bytes=nbytes(dy, p, dx))
-        xf = x.float()
-        mean = xf.mean(-1, keepdim=True)
-        inv_std = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + 1e-5)
-        dxl, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
-
-        def ln_bwd(dy=dy, x=x, w=w, mean=mean, inv_std=inv_std, H=H):
-            return torch.ops.aten.native_layer_norm_backward(dy, x, (H,), mean, inv_std, w, b,
-                                                              [True, True, True])[0]
-        yield dict(name="layernorm_bwd", shape=shape, plan=pack.plan("layernorm_bwd", inst),
-                   kiln=dict(dy=dy, x=x, w=w, mean=mean, inv_std=inv_std, dx=dxl, dw=dw, db=db),
-                   eager=ln_bwd, out=dxl, bytes=nbytes(dy, x, w, mean, inv_std, dxl, dw, db))
-        if "rmsnorm_bwd" in {p.graph for p in pack.plans()}:
-            inv_rms = rms_train(x, w)[1]
-            dxr, dwr = torch.empty_like(x), torch.empty_like(w)
-
-            def rms_bwd(dy=dy, x=x, w=w, H=H):
-                xx = x.detach().requires_grad_(True)
-                ww = w.detach().requires_grad_(True)
-                yy = F.rms_norm(xx, (H,), ww, 1e-6)
-                return torch.autograd.grad(yy, (xx,), dy)[0]
-            yield dict(name="rmsnorm_bwd", shape=shape, plan=pack.plan("rmsnorm_bwd", inst),
-                       kiln=dict(dy=dy, x=x, w=w, inv_rms=inv_rms, dx=dxr, dw=dwr), eager=rms_bwd, out=dxr,
-                       bytes=nbytes(dy, x, w, inv_rms, dxr, dwr))
+        yield from bwd_cases(pack, T, H, x, w, b, dy)
     T, H = 16384, 8192
     x, r, w = bf16(T, H), bf16(T, H), bf16(H)
     scale = torch.full((1,), 0.5, device="cuda")
@@ -185,7 +201,8 @@ def main():
     ap.add_argument("--pack", required=True)
     ap.add_argument("--out", default=".")
     ap.add_argument("--only", default=None, help="case names, comma-separated (default: all)")
-    ap.add_argument("--group", default=None, help="pointwise,norms (default: all)")
+    ap.add_argument("--group", default=None, help="pointwise,norms,wide (default: all there are packs for)")
+    ap.add_argument("--wide-pack", default=None, help="a pack of layernorm_bwd / rmsnorm_bwd at H=%d (group wide)" % WIDE[1])
     args = ap.parse_args()
     torch.manual_seed(int(time.time()))
     pack = kiln.Pack(args.pack)
@@ -194,6 +211,9 @@ def main():
     print("device %s, copy ceiling %.2f TB/s" % (dev, ceiling))
     rows = []
     groups = {"pointwise": pointwise_cases, "norms": norm_cases}
+    if args.wide_pack:
+        wide = kiln.Pack(args.wide_pack)
+        groups["wide"] = lambda _pack: wide_cases(wide)
     for group in (args.group.split(",") if args.group else groups):
         for c in groups[group](pack):
             if args.only and c["name"] not in args.only.split(","):
