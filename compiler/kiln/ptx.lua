@@ -65,13 +65,15 @@ function M.new()
     if rpc == 1 then return tid, cta, tid, nil end
     return tid, cta, self:def("b32", "and.b32 %s, %s, %d;", tid, p - 1), self:def("b32", "shr.u32 %s, %s, %d;", tid, M.log2(p))
   end
-  -- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order.
-  function P:load(space, base, off, bytes)
+  -- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order (under
+  -- predicate `pred` when given, zeros where it is false).
+  function P:load(space, base, off, bytes, pred)
     local words, o = {}, 0
     while o < bytes do
       local n = bytes - o >= 16 and 4 or (bytes - o >= 8 and 2 or 1)
       local r = self:regs("b32", n)
-      self:put("ld.%s%s.b32 %s, [%s+%d];", space, n == 1 and "" or ".v" .. n,
+      if pred then for _, x in ipairs(r) do self:put("mov.b32 %s, 0;", x) end end  -- zeros where it does not load
+      self:put("%sld.%s%s.b32 %s, [%s+%d];", pred and ("@" .. pred .. " ") or "", space, n == 1 and "" or ".v" .. n,
         n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}", base, off + o)
       for _, x in ipairs(r) do words[#words + 1] = x end
       o = o + 4 * n

@@ -17,7 +17,6 @@ local pow2, log2 = ptx.pow2, ptx.log2
 -- Whether this form takes the backward (analyze's info, layout L, plan st): true, or nil and why.
 function M.accepts(info, g, L, st)
   local a = info.anchor
-  if not L.even then return nil, "a ragged row (H not a multiple of the threads' vectors)" end
   if not pow2(L.P) or not pow2(L.RPC) then return nil, "threads per row or rows per CTA not a power of two" end
   for _, port in ipairs({ "grad", "input", "scale" }) do
     local t = g.by_uid[a.inputs[port]]
@@ -90,12 +89,27 @@ function M.emit(K, info, g, st)
   local sdy = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * zdy, sb)
   local sx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * zx, sb)
   local KSTEP = function(z) return Pn * V * z end  -- bytes between a thread's vectors k and k + 1
+  -- a ragged row: vector k of lanes past the row's last vector copies, loads and stores nothing
+  -- (its dy and x read as zeros: no term in any sum); inrow(k) is its predicate, nil when every
+  -- lane's vector k is in the row
+  local inrows = {}
+  local function inrow(k)
+    if (k + 1) * Pn * V <= H then return nil end
+    inrows[k] = inrows[k] or def("pred", "setp.lt.u32 %s, %s, %d;", lane, H // V - k * Pn)
+    return inrows[k]
+  end
+  -- pred and inrow(k), either of which may be nil
+  local function both(pred, k)
+    local p = inrow(k)
+    if p and pred then return def("pred", "and.pred %s, %s, %s;", p, pred) end
+    return p or pred
+  end
 
   -- the scale in fp32 and the column sums (zero), per vector k
   local wv, cs = {}, {}
   local zero = ptx.f32(0)
   for k = 0, N - 1 do
-    local rd = P:reader(P:load("global.nc", gw, k * KSTEP(zw), V * zw), w.dtype)
+    local rd = P:reader(P:load("global.nc", gw, k * KSTEP(zw), V * zw, inrow(k)), w.dtype)
     wv[k] = {}
     for j = 0, V - 1 do wv[k][j] = rd(j) end
   end
@@ -127,9 +141,10 @@ function M.emit(K, info, g, st)
     for _, t in ipairs({ { g = gdy, d = ddy, z = zdy, off = 0 }, { g = gx, d = dx_, z = zx, off = H * zdy } }) do
       local src = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rs, H * t.z, t.g)
       for k = 0, N - 1 do
+        local p = inrow(k)
         for q = 0, (V * t.z) // 16 - 1 do
           local o = k * KSTEP(t.z) + q * 16
-          put("cp.async.cg.shared.global [%s+%d], [%s+%d], 16, %s;", t.d, so + t.off + o, src, o, sz)
+          put("%scp.async.cg.shared.global [%s+%d], [%s+%d], 16, %s;", p and ("@" .. p .. " ") or "", t.d, so + t.off + o, src, o, sz)
         end
       end
     end
@@ -207,7 +222,7 @@ function M.emit(K, info, g, st)
     return e
   end
   local function staged(k)
-    return P:load("shared", cdy, k * KSTEP(zdy), V * zdy), P:load("shared", cx, H * zdy + k * KSTEP(zx), V * zx)
+    return P:load("shared", cdy, k * KSTEP(zdy), V * zdy, inrow(k)), P:load("shared", cx, H * zdy + k * KSTEP(zx), V * zx, inrow(k))
   end
   -- the column sums take this row's values (only a row that exists)
   local function add_sums(k, e)
@@ -284,7 +299,7 @@ function M.emit(K, info, g, st)
       local u = def("b32", "fma.rn.f32 %s, %s, %s, %s;", e[j].xh, nc2, t)
       out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", rstd, u)
     end
-    P:store(ST, gdxr, k * KSTEP(zdx), P:pack(out, dxt.dtype), valid)
+    P:store(ST, gdxr, k * KSTEP(zdx), P:pack(out, dxt.dtype), both(valid, k))
   end
   do
     local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)
@@ -309,7 +324,7 @@ function M.emit(K, info, g, st)
         for k = 0, N - 1 do
           local vals = {}
           for j = 0, V - 1 do vals[j + 1] = cs[i][k][j] end
-          P:store("global", base, ((i - 1) * H + k * Pn * V) * 4, vals)
+          P:store("global", base, ((i - 1) * H + k * Pn * V) * 4, vals, inrow(k))
         end
       end
     else
@@ -320,7 +335,7 @@ function M.emit(K, info, g, st)
         for k = 0, N - 1 do
           local vals = {}
           for j = 0, V - 1 do vals[j + 1] = cs[i][k][j] end
-          P:store("shared", base, ((i - 1) * RPC * H + k * Pn * V) * 4, vals)
+          P:store("shared", base, ((i - 1) * RPC * H + k * Pn * V) * 4, vals, inrow(k))
         end
       end
       put("bar.sync 0;")

@@ -72,7 +72,7 @@ function M.accepts(info, group, g, target)
   local L = info.L
   if info.kind ~= "norm" then return nil, "not a forward norm" end
   if info.strategy ~= "regs" and info.strategy ~= "reread" then return nil, "strategy " .. info.strategy end
-  if not L.even then return nil, "a ragged row (H not a multiple of the threads' vectors)" end
+  if not L.even and info.strategy ~= "regs" then return nil, "a ragged row re-read (H not a multiple of the threads' vectors)" end
   if not pow2(L.P) or not pow2(L.RPC) then return nil, "threads per row or rows per CTA not a power of two" end
   if info.strategy == "regs" and L.N > 4 then return nil, "more than 4 vectors per thread held" end
   if info.strategy == "reread" and L.N % math.min(L.N, 4) ~= 0 then return nil, "vectors per thread not a multiple of 4" end
@@ -214,6 +214,19 @@ function M.emit(K, info, group, g, target, amax_out)
   -- L2 in each pass; addresses advance by U vectors a trip.
   local reread = info.strategy == "reread"
   local U = reread and math.min(N, 4) or N
+  -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
+  -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)
+  local inrows = {}
+  local function inrow(q)
+    if (q + 1) * Pn * V <= H then return nil end
+    inrows[q] = inrows[q] or def("pred", "setp.lt.u32 %s, %s, %d;", lane, H // V - q * Pn)
+    return inrows[q]
+  end
+  -- x where vector q is in the row, else 0 (what sums and amax see of a lane past the row)
+  local function masked(q, x)
+    local p = inrow(q)
+    return p and def("b32", "selp.b32 %s, %s, 0, %s;", x, p) or x
+  end
   local function vectors(uids, outs, body, form)
     local cur = setmetatable({}, { __index = function(_, uid) return vaddr(uid) end })  -- unrolled: bases
     local TOP, trips
@@ -230,7 +243,7 @@ function M.emit(K, info, group, g, target, amax_out)
       local z = dtypes.size(t.dtype)
       local space = info.access[uid] == "full" and LD or "global.nc"  -- a column tensor is read by every row
       words[uid] = {}
-      for q = 0, U - 1 do words[uid][q] = P:load(space, cur[uid], q * KSTEP(z), V * z) end
+      for q = 0, U - 1 do words[uid][q] = P:load(space, cur[uid], q * KSTEP(z), V * z, inrow(q)) end
     end
     for q = 0, U - 1 do
       local rd = {}
@@ -242,7 +255,9 @@ function M.emit(K, info, group, g, target, amax_out)
         return value
       end, function(uid, vals)
         local t = g.by_uid[uid]
-        P:store(ST, cur[uid], q * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), valid)
+        local pred = inrow(q)
+        if pred and valid then pred = def("pred", "and.pred %s, %s, %s;", pred, valid) end
+        P:store(ST, cur[uid], q * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), pred or valid)
       end, words)
     end
     if reread then
@@ -304,6 +319,7 @@ function M.emit(K, info, group, g, target, amax_out)
       local x = value[xin]
       xs[j + 1] = x
       for _, uid in ipairs(pro_out) do outs[uid][j + 1] = value[uid] end
+      x = masked(q, x)
       if is_ln then acc = acc_add(acc, x) else acc = acc_sq(acc, x) end
     end
     if not reread then held[q] = words[xin] and words[xin][q] or P:pack(xs, xt.dtype) end
@@ -339,8 +355,8 @@ function M.emit(K, info, group, g, target, amax_out)
   if is_ln then
     mean = def("b32", "mul.f32 %s, %s, %s;", sum, inv)
     local acc1 = acc_start()
-    x_values({}, {}, "bfi", function(_, value_at)
-      for j = 0, V - 1 do acc1 = acc_sq(acc1, def("b32", "sub.f32 %s, %s, %s;", value_at(j)[xin], mean)) end
+    x_values({}, {}, "bfi", function(q, value_at)
+      for j = 0, V - 1 do acc1 = acc_sq(acc1, masked(q, def("b32", "sub.f32 %s, %s, %s;", value_at(j)[xin], mean))) end
     end)
     sum = allreduce(acc1, "red1_")
   end
@@ -353,7 +369,7 @@ function M.emit(K, info, group, g, target, amax_out)
   for _, uid in ipairs(element_outputs(epilogue)) do outs[#outs + 1] = uid end
   local am = {}
   for i in ipairs(amax) do am[i] = def("b32", "mov.b32 %s, 0;") end
-  x_values(sources(epilogue, { scale, bias }), outs, nil, function(_, value_at, store)
+  x_values(sources(epilogue, { scale, bias }), outs, nil, function(q, value_at, store)
     local vals = {}
     for _, uid in ipairs(outs) do vals[uid] = {} end
     for j = 0, V - 1 do
@@ -369,7 +385,7 @@ function M.emit(K, info, group, g, target, amax_out)
       run_nodes(epilogue, value)
       for i, r in ipairs(amax) do
         -- the bits of |v|: their unsigned order is the float order (docs/INTERNALS.md)
-        put("max.u32 %s, %s, %s;", am[i], am[i], def("b32", "abs.f32 %s, %s;", value[r.inputs.input]))
+        put("max.u32 %s, %s, %s;", am[i], am[i], masked(q, def("b32", "abs.f32 %s, %s;", value[r.inputs.input])))
       end
       for _, uid in ipairs(outs) do vals[uid][j + 1] = value[uid] end
     end
