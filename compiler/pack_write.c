@@ -528,13 +528,14 @@ static int dim3(manifest *m, json_t *k, const char *key, int64_t max, uint32_t o
 }
 
 /* A grid axis or the workspace rule (label "grid[0]", "workspace"): an integer or
- * {"mul": [factors], "div": D, "max": M}; writes (str text, i64 div, i64 max, product). When
+ * {"mul": [factors], "div": D, "max": M, "add": A}; writes (str text, i64 div, i64 max,
+ * i64 add, product). When
  * literal is given, it gets the rule's value if it uses no dynamic dim, else -1. */
 static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const char *what,
                       int64_t *literal) {
   char text[512];
   product p = {1, 0, {0}};
-  int64_t div = 1, max = 0;
+  int64_t div = 1, max = 0, add = 0;
   if (json_is_integer(g)) {
     if (json_integer_value(g) < 0) return fail(m, "E_PACK", "%s: %s is negative", what, label);
     p.coef = json_integer_value(g);
@@ -543,13 +544,14 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
     const char *key;
     json_t *v;
     json_object_foreach(g, key, v) {
-      if (strcmp(key, "mul") && strcmp(key, "div") && strcmp(key, "max"))
+      if (strcmp(key, "mul") && strcmp(key, "div") && strcmp(key, "max") && strcmp(key, "add"))
         return fail(m, "E_PACK", "%s: %s has unknown key \"%s\"", what, label, key);
     }
     json_t *mul = json_object_get(g, "mul");
     if (!json_is_array(mul)) return fail(m, "E_PACK", "%s: %s.mul must be an array", what, label);
     if (get_int(m, g, "div", 1, 0, 1, INT64_MAX, &div, what) != 0 ||
-        get_int(m, g, "max", 0, 0, 0, INT64_MAX, &max, what) != 0)
+        get_int(m, g, "max", 0, 0, 0, INT64_MAX, &max, what) != 0 ||
+        get_int(m, g, "add", 0, 0, 0, INT64_MAX, &add, what) != 0)
       return -1;
     size_t len = 0;
     char prod[384] = "1";
@@ -570,10 +572,15 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
       snprintf(rule, sizeof rule, "ceil(%s/%" PRId64 ")", prod, div);
     else
       snprintf(rule, sizeof rule, "%s", prod);
+    char capped[480];
     if (max > 0)
-      snprintf(text, sizeof text, "min(%s, %" PRId64 ")", rule, max);
+      snprintf(capped, sizeof capped, "min(%s, %" PRId64 ")", rule, max);
     else
-      snprintf(text, sizeof text, "%s", rule);
+      snprintf(capped, sizeof capped, "%s", rule);
+    if (add > 0)
+      snprintf(text, sizeof text, "%s + %" PRId64, capped, add);
+    else
+      snprintf(text, sizeof text, "%s", capped);
   } else {
     return fail(m, "E_PACK", "%s: %s must be an integer or {mul, div, max}", what, label);
   }
@@ -581,12 +588,14 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
     *literal = -1;
     if (p.ndyn == 0) {
       int64_t v = p.coef / div + (p.coef % div != 0);
-      *literal = max > 0 && v > max ? max : v;
+      v = max > 0 && v > max ? max : v;
+      if (__builtin_add_overflow(v, add, literal)) return fail(m, "E_PACK", "%s: %s overflows", what, label);
     }
   }
   put_u32(b, intern(m->w, text));
   put_i64(b, div);
   put_i64(b, max);
+  put_i64(b, add);
   put_product(b, &p);
   return 0;
 }
@@ -866,8 +875,9 @@ static int add_plan_json(manifest *m, json_t *root, const char *const *archs, in
     if (lit > INT64_MAX - (a - 1)) return fail(m, "E_PACK", "workspace size overflows");
     if (lit >= 0) m->workspace_literal = (lit + a - 1) / a * a;
   } else {
-    put_u32(b, KILN_PACK_NOSTR); /* no workspace: div 1, max 0, no factors */
+    put_u32(b, KILN_PACK_NOSTR); /* no workspace: div 1, max 0, add 0, no factors */
     put_i64(b, 1);
+    put_i64(b, 0);
     put_i64(b, 0);
     put_u8(b, 0);
   }

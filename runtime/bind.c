@@ -44,14 +44,20 @@ int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out)
   return 0;
 }
 
+int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t *out) {
+  int64_t v;
+  if (kiln__product_eval(&g->prod, dyn, &v) != 0) return -1;
+  v = v / g->div + (v % g->div != 0);
+  if (g->max > 0 && v > g->max) v = g->max;
+  return __builtin_add_overflow(v, g->add, out) ? -1 : 0;
+}
+
 int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t *out) {
   const kiln__grid *g = &plan->workspace;
   int64_t v;
   *out = 0;
   if (!g->text) return 0;
-  if (kiln__product_eval(&g->prod, dyn, &v) != 0) return -1;
-  v = v / g->div + (v % g->div != 0);
-  if (g->max > 0 && v > g->max) v = g->max;
+  if (kiln__rule_eval(g, dyn, &v) != 0) return -1;
   const int64_t a = KILN_PACK_WORKSPACE_ALIGN;
   if (v > INT64_MAX - (a - 1)) return -1;
   *out = (v + a - 1) / a * a;

@@ -30,7 +30,7 @@ typedef struct kiln__product {
 typedef struct kiln__grid {
   const char *text;
   kiln__product prod;
-  int64_t div, max;
+  int64_t div, max, add;
 } kiln__grid;
 
 /* A tensor map over a plan tensor: map dim i is tensor axis axis[i] (dim 0 innermost). */
@@ -130,6 +130,9 @@ KILN__INTERNAL int kiln__select_image(const kiln__kernel *k, int major, int mino
 
 /* Evaluates a product with resolved dynamic dims; -1 on int64 overflow. */
 KILN__INTERNAL int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out);
+/* A grid axis or workspace rule: min(ceil(product / div), max when > 0) + add; -1 on int64
+ * overflow. */
+KILN__INTERNAL int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t *out);
 /* Workspace bytes for resolved dims (dyn may be NULL when the rule has no dynamic factor):
  * the rule's value rounded up to KILN_PACK_WORKSPACE_ALIGN; 0 when the plan needs none.
  * -1 on int64 overflow. */

@@ -18,11 +18,9 @@ kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, unsigned (*gri
     for (int a = 0; a < 3; a++) {
       const kiln__grid *g = &kn->grid[a];
       int64_t v;
-      if (kiln__product_eval(&g->prod, dyn, &v) != 0)
+      if (kiln__rule_eval(g, dyn, &v) != 0)
         return kiln__fail(RT(plan), KILN_ERR_SHAPE, "kernel '%s': grid %c = %s overflows",
                           kn->symbol, "xyz"[a], g -> text);
-      v = v / g->div + (v % g->div != 0);
-      if (g->max > 0 && v > g->max) v = g->max;
       if (v > limit[a])
         return kiln__fail(RT(plan), KILN_ERR_SHAPE,
                           "kernel '%s': grid %c = %s = %" PRId64 " exceeds the limit %" PRId64,

@@ -22,9 +22,10 @@
  *   plan:   str graph, str instance, str graph_json,
  *           u32 nspec, nspec x (str name, i64 value)            specialized dims
  *           u32 ndyn, ndyn x str name                           dynamic dims
- *           workspace: (str text or NOSTR when the plan needs none, i64 div, i64 max,
+ *           workspace: (str text or NOSTR when the plan needs none, i64 div, i64 max, i64 add,
  *                       u8 nfactor, nfactor x i64 ref)  same rule as a grid axis, in bytes,
- *                       rounded up to KILN_PACK_WORKSPACE_ALIGN; NOSTR: div 1, max 0, none
+ *                       rounded up to KILN_PACK_WORKSPACE_ALIGN; NOSTR: div 1, max 0, add 0,
+ *                       none
  *           u32 ntensor, ntensor x tensor, u32 nkernel, nkernel x kernel
  *   tensor: i64 uid, str name, u8 dtype (enum kiln_dtype), u8 role (enum kiln_role),
  *           u8 ndim, u8 zero, u32 align, f64 value,
@@ -37,8 +38,9 @@
  *           reads what that kernel writes. KILN_PACK_KERNEL_PDL_ENTRY: it waits before it
  *           touches memory at all, so it may start while whatever precedes it on the stream
  *           runs, also as the plan's first kernel; other bits zero),
- *           3 x grid: (str text, i64 div, i64 max, u8 nfactor, nfactor x i64 ref)
- *                     axis size = ceil(product of factors / div), clamped to max if > 0
+ *           3 x grid: (str text, i64 div, i64 max, i64 add, u8 nfactor, nfactor x i64 ref)
+ *                     axis size = ceil(product of factors / div), clamped to max if > 0,
+ *                     plus add
  *           u32 nparam, nparam x (u8 kind, i64 arg [, tensor map])  enum kiln__param_kind
  *           u32 nimage, nimage x (str arch, u64 offset in image data, u64 size, u32 smem,
  *                                 u32 cluster[3])
@@ -61,7 +63,7 @@
 #include <stdint.h>
 
 #define KILN_PACK_MAGIC "KILNPACK"
-#define KILN_PACK_VERSION 3u
+#define KILN_PACK_VERSION 4u
 /* Kernel flags. */
 #define KILN_PACK_KERNEL_PDL 1u
 #define KILN_PACK_KERNEL_PDL_ENTRY 2u

@@ -282,9 +282,11 @@ static kiln_status rd_rule(reader *r, kiln_plan *plan, kiln__grid *g, int option
   CHECK(rd_str(r, &g->text, optional, what));
   g->div = rd_i64(r);
   g->max = rd_i64(r);
+  g->add = rd_i64(r);
   if (r->bad) return truncated(r);
-  if (g->div < 1 || g->max < 0)
-    return BAD(r, "%s has div %lld, max %lld", what, (long long)g->div, (long long)g->max);
+  if (g->div < 1 || g->max < 0 || g->add < 0)
+    return BAD(r, "%s has div %lld, max %lld, add %lld", what, (long long)g->div, (long long)g->max,
+               (long long)g->add);
   return rd_product(r, &g->prod, plan->ndyn, what);
 }
 
@@ -451,7 +453,8 @@ static kiln_status rd_plan(reader *r, int index, kiln_plan *plan) {
   }
   CHECK(rd_rule(r, plan, &plan->workspace, 1, "workspace rule"));
   if (!plan->workspace.text) {
-    if (plan->workspace.div != 1 || plan->workspace.max != 0 || plan->workspace.prod.nfactor)
+    if (plan->workspace.div != 1 || plan->workspace.max != 0 || plan->workspace.add != 0 ||
+        plan->workspace.prod.nfactor)
       return BAD(r, "no workspace, but a workspace rule");
   } else {
     int64_t v;

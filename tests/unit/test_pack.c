@@ -189,7 +189,7 @@ static void test_corruption(kiln_rt *rt, const unsigned char *good, size_t size)
   p[0] = 'K';
   p[KILN_PACK_OFF_VERSION] = KILN_PACK_VERSION + 1;
   st = open_bytes(rt, p, size);
-  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "version 3"),
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "version 4"),
      "wrong version -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
   p[KILN_PACK_OFF_VERSION] = KILN_PACK_VERSION;
 
