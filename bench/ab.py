@@ -24,13 +24,13 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
-from bench.bench import graph_ms, norm_cases, pointwise_cases, time_ms  # noqa: E402
+from bench.bench import graph_ms, norm_cases, pointwise_cases, time_ms, wide_cases  # noqa: E402
 from bench.bench_gemm import cases as gemm_cases  # noqa: E402
 
 
 def find(pack, names, shapes):
     """The cases named in `names` (of the shapes in `shapes`, or all) from every generator."""
-    for gen in (gemm_cases, norm_cases, pointwise_cases):
+    for gen in (gemm_cases, norm_cases, pointwise_cases, wide_cases):
         try:
             for c in gen(pack):
                 c.setdefault("shape", "%dx%dx%d" % (c["M"], c["N"], c["K"]) if "M" in c else "")

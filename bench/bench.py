@@ -144,14 +144,19 @@ def bwd_cases(pack, T, H, x, w, b, dy):
                    bytes=nbytes(dy, x, w, inv_rms, dxr, dwr))
 
 
-WIDE = (4096, 65536)
+# TxH shapes of group wide (KILN_BENCH_WIDE, comma-separated); a pack holds the H it was built for
+WIDE = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("KILN_BENCH_WIDE", "4096x65536").split(",")]
 
 
 def wide_cases(pack):
-    """The backward norms past a CTA's column sums (dx and the sums in kernels of their own)."""
-    T, H = WIDE
-    x, w, b, dy = bf16(T, H), bf16(H), bf16(H), bf16(T, H)
-    yield from bwd_cases(pack, T, H, x, w, b, dy)
+    """The backward norms past a CTA's column sums (the split form), at the WIDE shapes the
+    pack has."""
+    have = {p.instance for p in pack.plans()}
+    for T, H in WIDE:
+        if "H=%d" % H not in have:
+            continue
+        x, w, b, dy = bf16(T, H), bf16(H), bf16(H), bf16(T, H)
+        yield from bwd_cases(pack, T, H, x, w, b, dy)
 
 
 def norm_cases(pack):
@@ -202,7 +207,7 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--only", default=None, help="case names, comma-separated (default: all)")
     ap.add_argument("--group", default=None, help="pointwise,norms,wide (default: all there are packs for)")
-    ap.add_argument("--wide-pack", default=None, help="a pack of layernorm_bwd / rmsnorm_bwd at H=%d (group wide)" % WIDE[1])
+    ap.add_argument("--wide-pack", default=None, help="a pack of layernorm_bwd / rmsnorm_bwd at the H of KILN_BENCH_WIDE (group wide)")
     args = ap.parse_args()
     torch.manual_seed(int(time.time()))
     pack = kiln.Pack(args.pack)

@@ -57,14 +57,21 @@ function M.manifest(g, target)
     end
   end
   -- Groups run one after another, so they share the workspace from offset 0: one group's
-  -- rule as it is, several groups' largest size as a constant.
+  -- rule as it is, several groups' largest size as a constant, or one unbounded rule (a
+  -- split backward norm's row sums: bytes_max nil) with the others' largest as its constant.
   local workspace
   if #workspaces == 1 then
     workspace = workspaces[1].rule
   elseif #workspaces > 1 then
-    local bytes = 0
-    for _, w in ipairs(workspaces) do bytes = math.max(bytes, w.bytes_max) end
-    workspace = { mul = c.json_array({ bytes }), div = 1, max = 0 }
+    local bytes, open = 0, nil
+    for _, w in ipairs(workspaces) do
+      if w.bytes_max then bytes = math.max(bytes, w.bytes_max)
+      elseif open then
+        errors.raise("E_NO_ENGINE", "graph '%s': two kernel groups need a workspace that grows with the rows (split backward norms); make them separate graphs", g.name)
+      else open = w.rule end
+    end
+    workspace = open and { mul = open.mul, div = open.div, max = open.max, add = math.max(open.add or 0, bytes) }
+      or { mul = c.json_array({ bytes }), div = 1, max = 0 }
   end
   if workspace then workspace.mul = c.json_array(workspace.mul) end
   local tensors = c.json_array()

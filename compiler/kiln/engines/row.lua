@@ -42,6 +42,11 @@ E.MIN_ROWS = 8
 E.SMEM_MAX = 160 * 1024
 -- Threads per CTA of the backward norms (several rows per CTA).
 E.BWD_BLOCK = 512
+-- Rows wider than this that the staged backward does not take build the split backward
+-- (rowbwd_colsum.lua) rather than the legacy kernel. Measured on the H200 (2026-12-01, graph
+-- timing, split against legacy): 0.95x (layernorm) and 0.70x (rmsnorm) at 16384 x 16384,
+-- 1.11x and 1.15x at 8192 x 20480.
+E.LEGACY_MAX_H = 16384
 -- Vectors per thread per pass (N): the row-held passes are fully unrolled, so N trades
 -- loads in flight per thread against code size (NVRTC time); the backward's work per element
 -- and fused pointwise ops get the smaller N (measured on the H200: no bandwidth lost).
@@ -226,14 +231,15 @@ local function analyze(group, g)
   elseif kind == "norm_bwd" then
     -- dscale/dbias sums per slot in shared memory, then a partial row per CTA
     local smem = #info.colsum * L.RPC * H * 4
-    if smem > E.SMEM_MAX then
-      -- too wide for the sums in shared memory: dx here, the sums in a kernel of their own
+    if #info.colsum > 0 and (smem > E.SMEM_MAX or H > E.LEGACY_MAX_H or rowbwd.mode().split) then
+      -- a wide row: the split backward (this kernel the row sums; dx and the column sums in
+      -- kernels of their own), or the legacy kernel where the split form declines and it fits
       local ok, why = rowbwd_colsum.accepts(info, g)
-      if not ok then
+      if ok then info.split, smem = true, 0
+      elseif smem > E.SMEM_MAX then
         return fail("the column sums of a %d-wide row need %d KB of shared memory (at most %d KB), and %s", H,
           smem // 1024, E.SMEM_MAX // 1024, why)
       end
-      info.split, smem = true, 0
     end
     -- dynamic plus static shared memory above 48 KB needs the opt-in the runtime sets only
     -- for dynamic sizes above 48 KB: never land just below it
@@ -693,7 +699,11 @@ function E.build(plan, group, g, target, symbol)
     end })
     rowgen.allreduce(K, L, is_ln and { "a0", "a1" } or { "a1" }, rowgen.combine_add, "red0")
     K:add("  const float c1_ = a0 * (1.0f / %d), c2_ = a1 * (1.0f / %d);", H, H)
-    if regs then
+    if info.split then
+      -- the split backward: this kernel's part ends with the row's two sums, for rowbwd_colsum's
+      K:add("  if (%slane == 0) { float2 *s_ = reinterpret_cast<float2 *>(%s); s_[row] = make_float2(c1_, c2_); }",
+        valid and "valid && " or "", K:workspace(rowbwd_colsum.rows_offset(info)))
+    elseif regs then
       -- the held rows as opaque bits: the output pass converts them again rather than the
       -- compiler keeping fp32 copies live across the reduction (registers decide occupancy)
       for _, uid in ipairs(ein) do
@@ -707,10 +717,10 @@ function E.build(plan, group, g, target, symbol)
     end
     local dx = a.outputs.DX
     local sums = {}   -- colsum outputs: expression per element
-    for i, uid in ipairs(info.split and {} or info.colsum) do
+    for i, uid in ipairs(info.colsum) do
       sums[i] = { uid = uid, expr = uid == a.outputs.DSCALE and "xh_ * " .. "%dy" or "%dy" }
     end
-    output_pass(function(lines)
+    if not info.split then output_pass(function(lines)
       xhat_line(lines)
       lines[#lines + 1] = string.format("        float v%d = %s * (gg_ - %sxh_ * c2_);", dx, rstd, is_ln and "c1_ - " or "")
       K.value[dx] = "v" .. dx
@@ -737,7 +747,7 @@ function E.build(plan, group, g, target, symbol)
           end
         end
       end,
-    })
+    }) end
   elseif kind == "softmax" then
     -- max over the row, then sum of exp(x - max): two reductions. A sink logit joins the max
     -- and the sum; a row of -inf (and no sink) gives y = 0, log y = -inf, like the reference.
@@ -861,10 +871,12 @@ function E.build(plan, group, g, target, symbol)
     K:add("  }")
     local ncols = #info.colsum * H
     if info.split then
-      -- the column sums' own kernel (rowbwd_colsum.lua), then the finalize over its partial rows
+      -- dx and the column sums in a kernel of their own (rowbwd_colsum.lua), then the finalize
+      -- over its partial rows; the workspace: the partial rows, then the row sums
       local gr = rowbwd_colsum.grid(info)
-      kernels.after = { rowbwd_colsum.build(info, g, symbol .. "_colsum", plan.id .. ":colsum", E.id) }
-      kernels.after[2], workspace = colsum_finalize(plan, g, symbol, { div = gr.div, max = gr.max })
+      kernels.after = { rowbwd_colsum.build(info, g, symbol .. "_dx", plan.id .. ":dx", E.id) }
+      kernels.after[2] = colsum_finalize(plan, g, symbol, { div = gr.div, max = gr.max })
+      workspace = rowbwd_colsum.workspace(info)
     elseif ncols > 0 then
       -- this CTA's partial row: the slots' sums added in slot order
       local ws = K:workspace(0)

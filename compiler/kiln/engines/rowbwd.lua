@@ -38,19 +38,20 @@ function M.mode()
   local default = v == nil or v == ""
   if default then v = M.DEFAULT end
   if v == "legacy" then return { legacy = true, name = v } end
+  if v == "split" then return { legacy = true, split = true, name = v } end
   local m = M.NAMED[v]
   if m then return { S = m.S, C = m.C, reread = m.reread, name = v, default = default } end
   local s, n = v:match("^s(%d)c(%d)$")
   s, n = tonumber(s), tonumber(n)
   if s and n and s >= 2 and s <= 8 and n >= 1 and n <= 2 then return { S = s, C = n, name = v } end
-  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)", v)
+  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, split, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)", v)
 end
 
 -- Whether the staged kernel takes this backward (analyze's info, layout L): the sizes it
 -- needs, or nil and why (then the legacy kernel builds it).
 function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
   local mode = M.mode()
-  if mode.legacy then return nil, "KILN_ROW_BWD=legacy" end
+  if mode.legacy then return nil, "KILN_ROW_BWD=" .. mode.name end
   local a = info.anchor
   if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) > 0 then
     return nil, "fused pointwise ops"

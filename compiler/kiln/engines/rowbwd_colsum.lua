@@ -1,10 +1,17 @@
--- kiln.engines.rowbwd_colsum: the column sums (dscale, dbias) of a backward norm whose rows are
--- too wide for the one-kernel forms (a CTA's sums of every column fit neither registers nor
--- shared memory). The row kernel then computes dx alone, and this kernel reads dy and x a
--- second time, column-tiled: CTA (g, t) takes the columns of tile t of rows g, g + G, ...; each
--- thread owns V columns, so nothing combines inside the CTA. It writes its sums to the partial
--- row ws[g][sum * H + column], which the finalize kernel adds in a fixed order (G from T
--- alone: deterministic).
+-- kiln.engines.rowbwd_colsum: the split backward norm, for rows too wide for the one-kernel
+-- forms (a CTA's sums of every column fit neither registers nor shared memory). Three
+-- kernels, each streaming its rows once:
+--   1. row.lua's row kernel reads dy, x and the scale and keeps only the row's two sums
+--      (c1 = mean(dy * w), c2 = mean(dy * w * xh)), written to the workspace;
+--   2. this file's kernel, column-tiled: CTA (g, t) takes the columns of tile t of rows g,
+--      g + G, ...; each thread owns V columns (its scale loaded once), writes dx of them and
+--      adds dscale / dbias in registers, so nothing combines inside the CTA; at the end it
+--      writes its sums to the partial row ws[g][sum * H + column];
+--   3. the finalize kernel adds the G partial rows in a fixed order (G from T alone:
+--      deterministic).
+-- dy and x are read twice (10 bytes an element in bf16 against 6), and no pass depends on
+-- a row staying in L2.
+local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 
@@ -14,7 +21,8 @@ M.BLOCK = 256
 M.CTAS = 132 * 8     -- CTAs that fill the H200 (8 of 256 threads per SM)
 M.MIN_ROWS = 16      -- rows each CTA takes at least
 
--- Whether this kernel can take the group's sums: dy and x row-major, V-wide vectors of them.
+-- Whether the split form can take the group: dy and x row-major, the statistics one fp32
+-- value per row or gathered, the scale one row.
 function M.accepts(info, g)
   local a = info.anchor
   for _, port in ipairs({ "grad", "input" }) do
@@ -31,15 +39,25 @@ function M.grid(info)
   return { tiles = tiles, div = M.MIN_ROWS, max = math.max(1, (M.CTAS + tiles - 1) // tiles) }
 end
 
--- The kernel (a plan kernel table): sums of dy * xh (dscale) and dy (dbias) per column.
+-- The workspace: the partial rows (G at most), then the row sums (two floats a row).
+function M.rows_offset(info)
+  return M.grid(info).max * #info.colsum * info.L.H * 4
+end
+function M.workspace(info)
+  return { rule = { mul = rowgen.with_const(info.row_factors, 8), div = 1, max = 0, add = M.rows_offset(info) },
+           bytes_max = nil }
+end
+
+-- Kernel 2 (a plan kernel table): dx, and the sums of dy * xh (dscale) and dy (dbias) per column.
 function M.build(info, g, symbol, plan_id, engine_id)
   local a, H, V = info.anchor, info.L.H, info.L.V
   local gr = M.grid(info)
   local K = rowgen.kernel(g, symbol)
   local src = K.src
   K:note_dyn(info.E)
-  local dy, x = a.inputs.grad, a.inputs.input
-  K:ptr(dy); K:ptr(x)
+  local dy, x, w = g.by_uid[a.inputs.grad], g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
+  local dxt = g.by_uid[a.outputs.DX]
+  local pdy, px, pwt = K:ptr(dy.uid), K:ptr(x.uid), K:ptr(w.uid)
   local function stat(port)
     local t = g.by_uid[a.inputs[port]]
     local off = rowgen.per_row(t, info) and "row" or pw.offset_expr(t, info.E, string.format("(row * %dLL)", H))
@@ -47,41 +65,51 @@ function M.build(info, g, symbol, plan_id, engine_id)
   end
   local mean = a.inputs.mean and stat("mean")
   local rstd = stat("inv_variance")
+  local pdx = K:ptr(dxt.uid, true)
   local ws = K:workspace(0)
+  local rsum = K:workspace(M.rows_offset(info), "rsum")
+  local sdy, sx, sw, sdx = pw.storage(src, dy.dtype), pw.storage(src, x.dtype), pw.storage(src, w.dtype), pw.storage(src, dxt.dtype)
+  for _, t in ipairs({ dy, x, w, dxt }) do K:need_align(t.uid, math.min(16, V * dtypes.size(t.dtype))) end
   local ncols = #info.colsum * H
-  -- one thread per V columns of the row: a virtual row of tiles * BLOCK threads, one vector each
-  local L = { H = H, V = V, N = 1, P = gr.tiles * M.BLOCK, RPC = 1, even = H == gr.tiles * M.BLOCK * V }
-  local sums = {}
-  for i, uid in ipairs(info.colsum) do sums[i] = { var = "s" .. (i - 1) .. "_", dscale = uid == a.outputs.DSCALE } end
-  K:add("  const int lane = blockIdx.y * %d + threadIdx.x;", M.BLOCK)
-  for _, s in ipairs(sums) do K:add("  float %s[%d] = {};", s.var, V) end
-  K:add("#pragma unroll 4")
-  K:add("  for (kiln_i64 row = blockIdx.x; row < %s; row += gridDim.x) {", info.rows)
-  local loop_start = #K.lines + 1
-  if mean then K:add("  const float mean = %s;", mean) end
-  K:add("  const float rstd = %s;", rstd)
-  rowgen.pass(K, L, {
-    tag = "1", loads = { dy, x }, access = info.access,
-    body = function(lines)
-      lines[#lines + 1] = string.format("        const float xh_ = %s * rstd;", mean and string.format("(%s - mean)", K.value[x]) or K.value[x])
-      for _, s in ipairs(sums) do
-        lines[#lines + 1] = s.dscale and string.format("        %s[j] = fmaf(%s, xh_, %s[j]);", s.var, K.value[dy], s.var)
-          or string.format("        %s[j] += %s;", s.var, K.value[dy])
-      end
-    end,
-  })
-  for i = loop_start, #K.lines do K.lines[i] = "  " .. K.lines[i]:gsub("\n", "\n  ") end
-  K:add("  }")
-  K:add("  const int c = lane * %d;", V)
-  K:add("  if (c < %d) {", H)
-  for i, s in ipairs(sums) do
-    K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) %s[(kiln_i64)blockIdx.x * %d + %d + c + j] = %s[j];", V, ws, ncols, (i - 1) * H, s.var)
+  local is_ln = a.op == "layernorm_backward"
+  local add = function(...) K:add(...) end
+  add("  const int c = (blockIdx.y * %d + threadIdx.x) * %d;  // this thread's first column", M.BLOCK, V)
+  add("  if (c >= %d) return;", H)
+  add("  alignas(16) %s wr_[%d];", sw.ctype, V)
+  add(pw.vector_copy("wr_", string.format("%s + c", pwt), sw.ctype, V, dtypes.size(w.dtype)))
+  add("  float w_[%d];", V)
+  add("#pragma unroll\n  for (int j = 0; j < %d; j++) w_[j] = %s;", V, pw.fmt(sw.load, "wr_[j]"))
+  for i in ipairs(info.colsum) do add("  float s%d_[%d] = {};", i - 1, V) end
+  add("  const float2 *rs_ = reinterpret_cast<const float2 *>(%s);", rsum)
+  add("#pragma unroll 4  // rows in flight: one vector per thread per row")
+  add("  for (kiln_i64 row = blockIdx.x; row < %s; row += gridDim.x) {", info.rows)
+  if mean then add("    const float mean = %s;", mean) end
+  add("    const float rstd = %s;", rstd)
+  add("    const float2 cs_ = rs_[row];  // the row's sums: mean(dy w), mean(dy w xh)")
+  add("    alignas(16) %s dyr_[%d];", sdy.ctype, V)
+  add("    alignas(16) %s xr_[%d];", sx.ctype, V)
+  add("    alignas(16) %s dxr_[%d];", sdx.ctype, V)
+  add(pw.vector_copy("dyr_", string.format("%s + row * %dLL + c", pdy, H), sdy.ctype, V, dtypes.size(dy.dtype), "    "))
+  add(pw.vector_copy("xr_", string.format("%s + row * %dLL + c", px, H), sx.ctype, V, dtypes.size(x.dtype), "    "))
+  add("#pragma unroll")
+  add("    for (int j = 0; j < %d; j++) {", V)
+  add("      const float d_ = %s;", pw.fmt(sdy.load, "dyr_[j]"))
+  add("      const float xh_ = %s * rstd;", mean and string.format("(%s - mean)", pw.fmt(sx.load, "xr_[j]")) or pw.fmt(sx.load, "xr_[j]"))
+  add("      const float gg_ = d_ * w_[j];")
+  add("      dxr_[j] = %s;", pw.fmt(sdx.store, string.format("rstd * (gg_ - %sxh_ * cs_.y)", is_ln and "cs_.x - " or "")))
+  for i, uid in ipairs(info.colsum) do
+    add(uid == a.outputs.DSCALE and "      s%d_[j] = fmaf(d_, xh_, s%d_[j]);" or "      s%d_[j] += d_;", i - 1, i - 1)
   end
-  K:add("  }")
+  add("    }")
+  add(pw.vector_copy(string.format("%s + row * %dLL + c", pdx, H), "dxr_", sdx.ctype, V, dtypes.size(dxt.dtype), "    "))
+  add("  }")
+  for i in ipairs(info.colsum) do
+    add("#pragma unroll\n  for (int j = 0; j < %d; j++) %s[(kiln_i64)blockIdx.x * %d + %d + c + j] = s%d_[j];", V, ws, ncols, (i - 1) * H, i - 1)
+  end
   local params = K:finish_params()
   src:add(rowgen.render_fill("colreduce.cuh", {
-    what = string.format("%s's column sums over row chunks, %d tiles of %d columns, %d threads, %d-wide vectors of %s",
-      a.op, gr.tiles, M.BLOCK * V, M.BLOCK, V, g.by_uid[dy].dtype),
+    what = string.format("%s's dx and column sums over row chunks (the row sums from the row kernel), %d tiles of %d columns, " ..
+      "%d threads, %d-wide vectors of %s", a.op, gr.tiles, M.BLOCK * V, M.BLOCK, V, dy.dtype),
     block = M.BLOCK, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   return {

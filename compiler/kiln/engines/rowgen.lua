@@ -126,10 +126,12 @@ function M.kernel(g, symbol)
     end
     return name
   end
-  function K:workspace(offset)
-    self.params[#self.params + 1] = "float *__restrict__ ws"
+  -- the workspace at byte `offset` as a float pointer parameter (named `name`, default ws)
+  function K:workspace(offset, name)
+    name = name or "ws"
+    self.params[#self.params + 1] = "float *__restrict__ " .. name
     self.mparams[#self.mparams + 1] = { kind = "workspace", offset = offset }
-    return "ws"
+    return name
   end
   function K:add(fmt_, ...) self.lines[#self.lines + 1] = select("#", ...) > 0 and string.format(fmt_, ...) or fmt_ end
   -- dynamic dims become the last parameters, sorted by name
