@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 26 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 28 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -70,13 +70,17 @@ expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "KILN_ROW_N=8: rmsnorm at H = 8
 KILN_ROW_N=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.kpack"
 expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3 is refused by name"
 
-# rows whose column sums fit no CTA: dx in the row kernel, the sums in a column-tiled kernel of
-# their own, then the finalize; column reductions that wide take column tiles
+# rows wider than the staged and legacy kernels take: the split backward (the row kernel keeps
+# the row sums, a column-tiled kernel writes dx and the column sums, then the finalize);
+# column reductions that wide take column tiles
 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
-expect_rc 0 "layernorm_bwd at H = 65536 builds (the split column sums)"
+expect_rc 0 "layernorm_bwd at H = 65536 builds (the split backward)"
 run_kiln pack inspect "$TMP/bwd65k.kpack"
-expect_out "kiln_layernorm_bwd_k0_colsum .*reread\+colsum:colsum" "its column sums are a kernel of their own"
+expect_out "kiln_layernorm_bwd_k0_dx .*reread\+colsum:dx" "dx and the column sums are a kernel of their own"
 expect_out "grid \[min\(ceil\(T/16\), 33\), 32, 1\]" "32 column tiles of 2048, 33 row chunks at most"
+expect_out "workspace: T\*8 \+ 17301504 bytes" "workspace: the row sums (8 bytes a row) after 33 partial rows"
+KILN_ROW_BWD=split run_kiln explain specs/rmsnorm_bwd.lua --set H=4096 --sm 90a
+expect_out "rmsnorm_backward:p512n1v8r1:regs\+colsum" "KILN_ROW_BWD=split forces the split backward"
 run_kiln explain tests/specs/mem/reduce.lua --sm 90a
 expect_out "colreduce:v1:add:lead:p5632n1v8r1:t22" "a column sum over 45000 columns takes 22 column tiles"
 # the norms' bodies in PTX (docs/INTERNALS.md): taken where the forms have everything, the
