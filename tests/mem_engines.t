@@ -80,7 +80,7 @@ expect_out "kiln_layernorm_bwd_k0_dx .*reread\+colsum:dx" "dx and the column sum
 expect_out "grid \[min\(ceil\(T/16\), 33\), 32, 1\]" "32 column tiles of 2048, 33 row chunks at most"
 expect_out "workspace: T\*8 \+ 17301504 bytes" "workspace: the row sums (8 bytes a row) after 33 partial rows"
 KILN_ROW_BWD=split run_kiln explain specs/rmsnorm_bwd.lua --set H=4096 --sm 90a
-expect_out "rmsnorm_backward:p512n1v8r1:regs\+colsum" "KILN_ROW_BWD=split forces the split backward"
+expect_out "rmsnorm_backward:p256n2v8r2:regs\+colsum" "KILN_ROW_BWD=split forces the split backward"
 run_kiln explain tests/specs/mem/reduce.lua --sm 90a
 expect_out "colreduce:v1:add:lead:p5632n1v8r1:t22" "a column sum over 45000 columns takes 22 column tiles"
 # the norms' bodies in PTX (docs/INTERNALS.md): taken where the forms have everything, the
