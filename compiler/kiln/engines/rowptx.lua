@@ -1,0 +1,220 @@
+-- kiln.engines.rowptx: what the row kernels with their bodies in PTX share (rowfwd_ptx: the
+-- forward norms; rowsm_ptx: softmax and its backward): the thread's place and row, the
+-- sources' registers and addresses, the passes over a row's vectors (held in registers or
+-- re-read from L2, a ragged row's last vector predicated), the reductions over a row's
+-- threads and the per-row outputs.
+local dtypes = require "kiln.dtypes"
+local shape = require "kiln.shape"
+local ptx = require "kiln.ptx"
+local rowgen = require "kiln.engines.rowgen"
+
+local M = {}
+
+M.IN = { fp32 = true, fp16 = true, bf16 = true }
+
+-- A tensor of one value in all.
+function M.one_value(t)
+  for _, d in ipairs(t.dims) do if d ~= 1 then return false end end
+  return true
+end
+
+-- Whether the layout and the inputs suit these forms: nil, or why not.
+function M.declines(info, group, g)
+  local L = info.L
+  if info.strategy ~= "regs" and info.strategy ~= "reread" then return "strategy " .. info.strategy end
+  if not L.even and info.strategy ~= "regs" then return "a ragged row re-read (H not a multiple of the threads' vectors)" end
+  if not ptx.pow2(L.P) or not ptx.pow2(L.RPC) then return "threads per row or rows per CTA not a power of two" end
+  if info.strategy == "regs" and L.N > 4 then return "more than 4 vectors per thread held" end
+  if info.strategy == "reread" and L.N % math.min(L.N, 4) ~= 0 then return "vectors per thread not a multiple of 4" end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      local how = info.access[uid]
+      if not M.IN[t.dtype] then return t.name .. " is " .. t.dtype end
+      if how == "row" then
+        if not rowgen.per_row(t, info) and not M.one_value(t) then return t.name .. " is not one value per row, row-major" end
+      elseif how ~= "full" and how ~= "col" then
+        return t.name .. " is gathered"
+      elseif (L.V * dtypes.size(t.dtype)) % 4 ~= 0 then
+        return "vectors narrower than a word"
+      end
+    end
+  end
+  return nil
+end
+
+-- The kernel's PTX builder R for the group (its inputs; `made`: what the group computes).
+-- R.P is the ptx builder; R.base[uid] the register of a constant, scalar or per-row source;
+-- R.lane, R.row (b64), R.valid (a row past the end: nil when RPC is 1), R.tid.
+function M.new(K, info, g, inputs, made)
+  local L = info.L
+  local H, Pn, N, V, RPC = L.H, L.P, L.N, L.V, L.RPC
+  local P = ptx.new()
+  local R = { P = P, K = K, info = info, g = g }
+  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  R.put, R.def = put, def
+  local LD, ST = rowgen.row_hint()
+  local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
+
+  -- the thread's place; a row past the end (RPC > 1) computes the last row and stores nothing
+  local tid, cta, lane, slot = P:place(Pn, RPC)
+  local row = def("b64", "cvt.u64.u32 %s, %s;", cta)
+  local valid
+  if slot then
+    local r0 = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, RPC, def("b64", "cvt.u64.u32 %s, %s;", slot))
+    valid = def("pred", "setp.lt.s64 %s, %s, %s;", r0, rows)
+    row = def("b64", "min.s64 %s, %s, %s;", r0, def("b64", "add.s64 %s, %s, -1;", rows))
+  end
+  R.tid, R.lane, R.slot, R.row, R.valid = tid, lane, slot, row, valid
+
+  -- every source: a register per element (vectors), per row or per kernel (scalars, constants)
+  local base, ptr = {}, {}
+  local function gptr(uid, writable)
+    if not ptr[uid] then ptr[uid] = P:global(P:input("l", K:ptr(uid, writable))) end
+    return ptr[uid]
+  end
+  R.gptr, R.base = gptr, base
+  for _, uid in ipairs(inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" then
+      base[uid] = ptx.f32(t.value)
+    elseif t.role == "scalar" then
+      base[uid] = P:input("f", K:scalar(uid))
+    elseif info.access[uid] == "row" then
+      local addr = M.one_value(t) and gptr(uid) or def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, dtypes.size(t.dtype), gptr(uid))
+      if t.dtype == "fp32" then base[uid] = def("b32", "ld.global.nc.f32 %s, [%s];", addr)
+      else
+        local h = def("b16", "ld.global.nc.b16 %s, [%s];", addr)
+        base[uid] = t.dtype == "bf16" and def("b32", "mov.b32 %s, {0, %s};", h) or def("b32", "cvt.f32.f16 %s, %s;", h)
+      end
+    end
+  end
+  -- a thread's first vector of tensor uid (row-major per element, or the one row of a column
+  -- tensor): the address register; vector k is KSTEP(z) * k bytes on
+  local KSTEP = function(z) return Pn * V * z end
+  local vbase = {}
+  local function vaddr(uid)
+    if vbase[uid] then return vbase[uid] end
+    local t = g.by_uid[uid]
+    local z = dtypes.size(t.dtype)
+    local writable = t.role == "output"
+    K:need_align(uid, math.min(16, V * z))
+    local b = def("b64", "mad.wide.u32 %s, %s, %d, %s;", lane, V * z, gptr(uid, writable))
+    if writable or info.access[uid] == "full" then b = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, H * z, b) end
+    vbase[uid] = b
+    return b
+  end
+  -- the graph sources of `nodes` and `extra` (what the group does not compute itself)
+  function R.sources(nodes, extra) return rowgen.sources(nodes, extra, made, base) end
+
+  -- Every vector of the row, as `body(q, value_at, store, words)`: value_at(j) gives element
+  -- j's values (the loaded sources, the per-kernel and per-row ones), store(uid, vals) writes
+  -- vector q of an element output. "regs": all N vectors' loads first, then the vectors
+  -- unrolled (k = q). "reread": a loop over groups of U vectors, the sources read again from
+  -- L2 in each pass; addresses advance by U vectors a trip.
+  local reread = info.strategy == "reread"
+  local U = reread and math.min(N, 4) or N
+  R.reread = reread
+  -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
+  -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)
+  local inrows = {}
+  local function inrow(q)
+    if (q + 1) * Pn * V <= H then return nil end
+    inrows[q] = inrows[q] or def("pred", "setp.lt.u32 %s, %s, %d;", lane, H // V - q * Pn)
+    return inrows[q]
+  end
+  -- x where vector q is in the row, else `other` (default 0): what a reduction sees of a lane
+  -- past the row
+  function R.masked(q, x, other)
+    local p = inrow(q)
+    return p and def("b32", "selp.b32 %s, %s, %s, %s;", x, other or 0, p) or x
+  end
+  function R.vectors(uids, outs, body, form)
+    local cur = setmetatable({}, { __index = function(_, uid) return vaddr(uid) end })  -- unrolled: bases
+    local TOP, trips
+    if reread then
+      for _, uid in ipairs(uids) do cur[uid] = def("b64", "mov.b64 %s, %s;", vaddr(uid)) end
+      for _, uid in ipairs(outs) do cur[uid] = def("b64", "mov.b64 %s, %s;", vaddr(uid)) end
+      trips = def("b32", "mov.b32 %s, 0;")
+      TOP = P:label()
+      P:at(TOP)
+    end
+    local words = {}
+    for _, uid in ipairs(uids) do
+      local t = g.by_uid[uid]
+      local z = dtypes.size(t.dtype)
+      local space = info.access[uid] == "full" and LD or "global.nc"  -- a column tensor is read by every row
+      words[uid] = {}
+      for q = 0, U - 1 do words[uid][q] = P:load(space, cur[uid], q * KSTEP(z), V * z, inrow(q)) end
+    end
+    for q = 0, U - 1 do
+      local rd = {}
+      for uid, w in pairs(words) do rd[uid] = P:reader(w[q], g.by_uid[uid].dtype, form) end
+      body(q, function(j)
+        local value = {}
+        for uid, v in pairs(base) do value[uid] = v end
+        for uid, r in pairs(rd) do value[uid] = r(j) end
+        return value
+      end, function(uid, vals)
+        local t = g.by_uid[uid]
+        local pred = inrow(q)
+        if pred and valid then pred = def("pred", "and.pred %s, %s, %s;", pred, valid) end
+        P:store(ST, cur[uid], q * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), pred or valid)
+      end, words)
+    end
+    if reread then
+      for uid, r in pairs(cur) do put("add.s64 %s, %s, %d;", r, r, U * KSTEP(dtypes.size(g.by_uid[uid].dtype))) end
+      put("add.s32 %s, %s, 1;", trips, trips)
+      put("@%s bra.uni %s;", def("pred", "setp.lt.s32 %s, %s, %d;", trips, N // U), TOP)
+    end
+  end
+
+  -- A row's reduction of v over its P threads (`op`: add.f32 or max.NaN.f32): butterflies,
+  -- then (P > 32) its warps in order through shared memory (array `tag`)
+  function R.allreduce(v, tag, op)
+    op = op or "add.f32"
+    local o = math.min(Pn, 32) // 2
+    while o > 0 do
+      v = def("b32", op .. " %s, %s, %s;", v, def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", v, o))
+      o = o // 2
+    end
+    if Pn <= 32 then return v end
+    local W, NW = Pn // 32, L.block // 32
+    K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, NW)
+    local arr = P:shared(P:input("l", tag))
+    local lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
+    local mine = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), arr)
+    put("@%s st.shared.f32 [%s], %s;", lead, mine, v)
+    put("bar.sync 0;")
+    local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arr) or arr
+    local ws = P:load("shared", first, 0, W * 4)
+    local s = ws[1]
+    for q = 2, W do s = def("b32", op .. " %s, %s, %s;", s, ws[q]) end
+    return s
+  end
+
+  -- Per-row outputs { {uid, register}, ... }, written by the row's first thread.
+  function R.row_outputs(list)
+    if #list == 0 then return end
+    local first = def("pred", "setp.eq.s32 %s, %s, 0;", lane)
+    if valid then first = def("pred", "and.pred %s, %s, %s;", first, valid) end
+    for _, s in ipairs(list) do
+      local t = g.by_uid[s[1]]
+      local addr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, dtypes.size(t.dtype), gptr(s[1], true))
+      if t.dtype == "fp32" then put("@%s st.global.f32 [%s], %s;", first, addr, s[2])
+      else
+        local cvt = t.dtype == "bf16" and "cvt.rn.bf16.f32" or "cvt.rn.f16.f32"
+        put("@%s st.global.b16 [%s], %s;", first, addr, def("b16", cvt .. " %s, %s;", s[2]))
+      end
+    end
+  end
+  return R
+end
+
+-- A per-row output row_outputs can write: nil, or why not.
+function M.row_output_declines(t)
+  if not M.IN[t.dtype] or not shape.is_row_major(t.dims, t.strides) then return "row output " .. t.name end
+  return nil
+end
+
+return M
