@@ -18,6 +18,7 @@ local rowgen = require "kiln.engines.rowgen"
 local rowbwd = require "kiln.engines.rowbwd"
 local rowbwd_colsum = require "kiln.engines.rowbwd_colsum"
 local rowfwd_ptx = require "kiln.engines.rowfwd_ptx"
+local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
 
@@ -267,6 +268,10 @@ function E.propose(group, g, target)
   if not info then return nil, why end
   -- the forward norm's body in PTX (rowfwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
   if info.kind == "norm" and rowgen.ptx_wanted() then info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end
+  -- softmax's likewise (rowsm_ptx.lua)
+  if (info.kind == "softmax" or info.kind == "softmax_bwd") and rowgen.ptx_wanted() then
+    info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g)
+  end
   return { { id = info.id, knobs = { P = info.L.P, N = info.L.N, V = info.L.V, RPC = info.L.RPC, strategy = info.strategy },
              rank = 1, info = info } }
 end
@@ -402,6 +407,11 @@ function E.build(plan, group, g, target, symbol)
 
   if info.staged then return build_staged(plan, group, g, symbol, K) end
   if info.fwd_ptx then return build_fwd_ptx(plan, group, g, target, symbol, K) end
+  if info.sm_ptx then
+    rowsm_ptx.emit(K, info, group, g)
+    return assemble(plan, symbol, K, {}, nil, { entry = true,
+      strategy = (info.strategy == "reread" and "row re-read (L2)" or "row held in registers") .. ", body in PTX" })
+  end
   -- the plan's only kernel starts while the stream's previous kernel ends (pdl at entry)
   local entry = not persistent and #amax == 0
   if entry then rowgen.pdl_entry(K) end

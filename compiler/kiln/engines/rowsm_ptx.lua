@@ -1,0 +1,210 @@
+-- kiln.engines.rowsm_ptx: softmax, log_softmax and their backward with the kernel body written
+-- as PTX (kiln.ptx, rowptx.lua): the same passes and instructions as row.lua's CUDA form (the
+-- row held in registers or re-read from L2 with an online max and sum; the sink logit; the
+-- statistics outputs; expf's ex2.approx and logf's sequence), so NVRTC spends ptxas's time
+-- only. Groups with fused pointwise ops keep the CUDA form. KILN_ROW_CODE=cuda keeps the CUDA
+-- form everywhere (for measuring; rowgen.ptx_wanted).
+local dtypes = require "kiln.dtypes"
+local ptx = require "kiln.ptx"
+local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
+
+local M = {}
+
+local NEG_INF, POS_INF, LOG2E = "0fFF800000", "0f7F800000", ptx.f32(1.4426950408889634)
+
+-- Whether this form takes the softmax group (analyze's info with its layout): true, or nil
+-- and why (then row.lua writes the CUDA form).
+function M.accepts(info, group, g)
+  if info.kind ~= "softmax" and info.kind ~= "softmax_bwd" then return nil, "not a softmax" end
+  if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) > 0 then return nil, "fused pointwise ops" end
+  local why = rowptx.declines(info, group, g)
+  if why then return nil, why end
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    local kind = info.out_kind[uid]
+    if kind == "elem" then
+      if not rowptx.IN[t.dtype] or (info.L.V * dtypes.size(t.dtype)) % 4 ~= 0 then
+        return nil, "output " .. t.name .. " is " .. t.dtype
+      end
+    elseif kind == "row" then
+      local bad = rowptx.row_output_declines(t)
+      if bad then return nil, bad end
+    else
+      return nil, "output " .. t.name .. " is " .. tostring(kind)
+    end
+  end
+  return true
+end
+
+-- CUDA's logf(x) (its instruction sequence: the mantissa's polynomial, the exponent times
+-- ln 2; subnormals scaled, 0 -> -inf, negatives, inf and NaN through x * inf + inf)
+local function logf(P, x)
+  local def = function(...) return P:def(...) end
+  local small = def("pred", "setp.lt.f32 %s, %s, 0f00800000;", x)
+  local f1 = def("b32", "selp.f32 %s, %s, %s, %s;", def("b32", "mul.f32 %s, %s, 0f4B000000;", x), x, small)
+  local e0 = def("b32", "selp.f32 %s, 0fC1B80000, 0f00000000, %s;", small)
+  local ex = def("b32", "and.b32 %s, %s, -8388608;", def("b32", "add.s32 %s, %s, -1059760811;", f1))
+  local m = def("b32", "sub.s32 %s, %s, %s;", f1, ex)
+  local e = def("b32", "fma.rn.f32 %s, %s, 0f34000000, %s;", def("b32", "cvt.rn.f32.s32 %s, %s;", ex), e0)
+  local t = def("b32", "add.f32 %s, %s, 0fBF800000;", m)
+  local p = def("b32", "fma.rn.f32 %s, 0fBE055027, %s, 0f3E1039F6;", t)
+  for _, c in ipairs({ "0fBDF8CDCC", "0f3E0F2955", "0fBE2AD8B9", "0f3E4CED0B", "0fBE7FFF22", "0f3EAAAA78", "0fBF000000" }) do
+    p = def("b32", "fma.rn.f32 %s, %s, %s, " .. c .. ";", p, t)
+  end
+  local r = def("b32", "fma.rn.f32 %s, %s, %s, %s;", def("b32", "mul.f32 %s, %s, %s;", t, p), t, t)
+  r = def("b32", "fma.rn.f32 %s, %s, 0f3F317218, %s;", e, r)
+  local finite = def("pred", "setp.lt.u32 %s, %s, 2139095040;", f1)
+  r = def("b32", "selp.f32 %s, %s, %s, %s;", r, def("b32", "fma.rn.f32 %s, %s, " .. POS_INF .. ", " .. POS_INF .. ";", f1), finite)
+  return def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", r, def("pred", "setp.eq.f32 %s, %s, 0f00000000;", f1))
+end
+
+-- 2^((x - b) * log2 e), as kiln_exp2((x - b) * LOG2E)
+local function exp_from(P, x, b)
+  return P:def("b32", "ex2.approx.ftz.f32 %s, %s;", P:def("b32", "mul.f32 %s, %s, %s;", P:def("b32", "sub.f32 %s, %s, %s;", x, b), LOG2E))
+end
+
+-- The kernel body (lines into K).
+function M.emit(K, info, group, g)
+  local a = info.anchor
+  rowgen.pdl_entry(K)  -- the plan's only kernel: pdl at entry
+  local R = rowptx.new(K, info, g, group.inputs, rowgen.made(group))
+  local P, put, def, V = R.P, R.put, R.def, info.L.V
+  local held = {}  -- regs: held[uid][q], the words of vector q as loaded
+  -- a pass over the row's vectors of `uids` (loaded, or the held words: regs after the first
+  -- pass), storing `outs`: body(q, value_at, store)
+  local function pass(uids, outs, form, body)
+    if R.reread or not next(held) then
+      R.vectors(uids, outs, function(q, value_at, store, words)
+        for _, uid in ipairs(uids) do
+          held[uid] = held[uid] or {}
+          held[uid][q] = words[uid][q]
+        end
+        body(q, value_at, store)
+      end, form)
+      return
+    end
+    R.vectors({}, outs, function(q, value_at, store)
+      local rd = {}
+      for _, uid in ipairs(uids) do rd[uid] = P:reader(held[uid][q], g.by_uid[uid].dtype, form) end
+      body(q, function(j)
+        local value = value_at(j)
+        for uid, r in pairs(rd) do value[uid] = r(j) end
+        return value
+      end, store)
+    end)
+  end
+
+  if info.kind == "softmax_bwd" then
+    -- dx = y (dy - sum dy y); log_softmax: dx = dy - exp(y) sum dy (a lane past the row reads zeros)
+    local is_log = a.op == "log_softmax_backward"
+    local dy, y, dx = a.inputs.grad, a.inputs.output, a.outputs.DX
+    local acc = def("b32", "mov.b32 %s, 0f00000000;")
+    pass({ dy, y }, {}, "prmt", function(_, value_at)
+      for j = 0, V - 1 do
+        local v = value_at(j)
+        if is_log then put("add.f32 %s, %s, %s;", acc, acc, v[dy])
+        else put("fma.rn.f32 %s, %s, %s, %s;", acc, v[dy], v[y], acc) end
+      end
+    end)
+    local s = R.allreduce(acc, "red0_")
+    pass({ dy, y }, { dx }, nil, function(_, value_at, store)
+      local out = {}
+      for j = 0, V - 1 do
+        local v = value_at(j)
+        if is_log then
+          local e = def("b32", "ex2.approx.ftz.f32 %s, %s;", def("b32", "mul.f32 %s, %s, %s;", v[y], LOG2E))
+          out[j + 1] = def("b32", "fma.rn.f32 %s, %s, %s, %s;", def("b32", "neg.f32 %s, %s;", e), s, v[dy])
+        else
+          out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", v[y], def("b32", "sub.f32 %s, %s, %s;", v[dy], s))
+        end
+      end
+      store(dx, out)
+    end)
+    K:add(P:statement("  "))
+    return
+  end
+
+  -- forward: the row's max M (NaN-propagating; a sink logit joins), Z = sum exp(x - M); a row
+  -- of -inf (and no sink) gives y = 0, log y = -inf
+  local is_log = a.op == "log_softmax"
+  local x, s_out = a.inputs.P, a.outputs.S
+  local sink = a.inputs.SINK and R.base[a.inputs.SINK]
+  local tm = def("b32", "mov.b32 %s, %s;", NEG_INF)
+  local ts = R.reread and def("b32", "mov.b32 %s, 0f00000000;") or nil
+  pass({ x }, {}, "prmt", function(q, value_at)
+    if not R.reread then
+      for j = 0, V - 1 do put("max.NaN.f32 %s, %s, %s;", tm, tm, R.masked(q, value_at(j)[x], "0xFF800000")) end
+      return
+    end
+    -- online: per vector, the running sum rescaled once to the vector's new max
+    local xs, vm = {}, nil
+    for j = 0, V - 1 do
+      xs[j] = value_at(j)[x]
+      vm = vm and def("b32", "max.NaN.f32 %s, %s, %s;", vm, xs[j]) or xs[j]
+    end
+    local mn = def("b32", "max.NaN.f32 %s, %s, %s;", tm, vm)
+    local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mn))
+    local same = def("pred", "setp.eq.f32 %s, %s, %s;", tm, mn)
+    put("selp.f32 %s, %s, %s, %s;", ts, ts, def("b32", "mul.f32 %s, %s, %s;", ts, exp_from(P, tm, mn)), same)
+    for j = 0, V - 1 do put("add.f32 %s, %s, %s;", ts, ts, exp_from(P, xs[j], mb)) end
+    put("mov.b32 %s, %s;", tm, mn)
+  end)
+  local Mx = R.allreduce(tm, "red0_", "max.NaN.f32")
+  if sink then Mx = def("b32", "max.NaN.f32 %s, %s, %s;", Mx, sink) end
+  local ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", Mx)
+  local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", Mx, ninf)  -- exponent base (a -inf row has no terms)
+  local Z
+  local e = {}  -- regs, softmax: exp(x - M) per vector and element
+  if R.reread then
+    Z = def("b32", "selp.f32 %s, %s, %s, %s;", ts, def("b32", "mul.f32 %s, %s, %s;", ts, exp_from(P, tm, Mx)),
+      def("pred", "setp.eq.f32 %s, %s, %s;", tm, Mx))
+  else
+    Z = def("b32", "mov.b32 %s, 0f00000000;")
+    pass({ x }, {}, "bfi", function(q, value_at)
+      e[q] = {}
+      for j = 0, V - 1 do
+        e[q][j] = exp_from(P, value_at(j)[x], mb)
+        put("add.f32 %s, %s, %s;", Z, Z, R.masked(q, e[q][j]))
+      end
+    end)
+  end
+  Z = R.allreduce(Z, "red1_")
+  if sink then Z = def("b32", "add.f32 %s, %s, %s;", Z, exp_from(P, sink, mb)) end
+  if is_log then
+    local lz = logf(P, Z)
+    pass({ x }, { s_out }, nil, function(_, value_at, store)
+      local out = {}
+      for j = 0, V - 1 do
+        local v = def("b32", "sub.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", value_at(j)[x], Mx), lz)
+        out[j + 1] = def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", v, ninf)
+      end
+      store(s_out, out)
+    end)
+  else
+    local iz = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", def("b32", "rcp.rn.f32 %s, %s;", Z), ninf)
+    pass(R.reread and { x } or {}, { s_out }, nil, function(q, value_at, store)
+      local out = {}
+      for j = 0, V - 1 do
+        local ev = R.reread and exp_from(P, value_at(j)[x], mb) or e[q][j]
+        out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", ev, iz)
+      end
+      store(s_out, out)
+    end)
+  end
+  -- per-row statistics
+  local o, stats = a.outputs, {}
+  local function out(uid) return uid and g.by_uid[uid].role == "output" end
+  if out(o.Stats) then
+    local lse = def("b32", "add.f32 %s, %s, %s;", Mx, logf(P, Z))
+    if a.attrs.stats_use_log2 then lse = def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) end
+    stats[#stats + 1] = { o.Stats, lse }
+  end
+  if out(o.Max) then stats[#stats + 1] = { o.Max, Mx } end
+  if out(o.Sum_exp) then stats[#stats + 1] = { o.Sum_exp, Z } end
+  table.sort(stats, function(p, q) return p[1] < q[1] end)
+  R.row_outputs(stats)
+  K:add(P:statement("  "))
+end
+
+return M
