@@ -19,6 +19,7 @@ local rowbwd = require "kiln.engines.rowbwd"
 local rowbwd_colsum = require "kiln.engines.rowbwd_colsum"
 local rowfwd_ptx = require "kiln.engines.rowfwd_ptx"
 local rowsm_ptx = require "kiln.engines.rowsm_ptx"
+local rowbwd_smem_ptx = require "kiln.engines.rowbwd_smem_ptx"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
 
@@ -272,6 +273,10 @@ function E.propose(group, g, target)
   if (info.kind == "softmax" or info.kind == "softmax_bwd") and rowgen.ptx_wanted() then
     info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g)
   end
+  -- and the persistent backward's where the staged kernel does not take it (rowbwd_smem_ptx.lua)
+  if info.kind == "norm_bwd" and not info.staged and rowgen.ptx_wanted() then
+    info.bwd_ptx, info.why_cuda = rowbwd_smem_ptx.accepts(info, group, g)
+  end
   return { { id = info.id, knobs = { P = info.L.P, N = info.L.N, V = info.L.V, RPC = info.L.RPC, strategy = info.strategy },
              rank = 1, info = info } }
 end
@@ -294,6 +299,21 @@ local function colsum_finalize(plan, g, symbol, G)
   })
   return final, { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = G.max * ncols * 4 },
                   bytes_max = G.max * ncols * 4 }
+end
+
+-- The kernels after a persistent backward and the workspace: the finalize of its partial
+-- rows, or the split backward's dx kernel (rowbwd_colsum.lua) and the finalize of its
+-- partial rows (the workspace: those rows, then the row sums).
+local function bwd_after(plan, g, symbol)
+  local info = plan.info
+  if info.split then
+    local gr = rowbwd_colsum.grid(info)
+    return { rowbwd_colsum.build(info, g, symbol .. "_dx", plan.id .. ":dx", E.id),
+             (colsum_finalize(plan, g, symbol, { div = gr.div, max = gr.max })) }, rowbwd_colsum.workspace(info)
+  end
+  if #info.colsum == 0 then return {}, nil end
+  local final, workspace = colsum_finalize(plan, g, symbol)
+  return { final }, workspace
 end
 
 -- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
@@ -365,6 +385,14 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
   return { kernels = kernels, workspace = workspace }
 end
 
+-- The persistent backward of the generic passes with its body in PTX (rowbwd_smem_ptx.lua).
+local function build_bwd_ptx(plan, group, g, symbol, K)
+  rowbwd_smem_ptx.emit(K, plan.info, group, g)
+  local after, workspace = bwd_after(plan, g, symbol)
+  return assemble(plan, symbol, K, { after = after }, workspace, { persistent = true,
+    strategy = (plan.info.strategy == "reread" and "row re-read (L2)" or "row held in registers") .. ", body in PTX" })
+end
+
 -- The forward norm with its body in PTX (rowfwd_ptx.lua).
 local function build_fwd_ptx(plan, group, g, target, symbol, K)
   local amax = group.amax or {}
@@ -407,6 +435,7 @@ function E.build(plan, group, g, target, symbol)
 
   if info.staged then return build_staged(plan, group, g, symbol, K) end
   if info.fwd_ptx then return build_fwd_ptx(plan, group, g, target, symbol, K) end
+  if info.bwd_ptx then return build_bwd_ptx(plan, group, g, symbol, K) end
   if info.sm_ptx then
     rowsm_ptx.emit(K, info, group, g)
     return assemble(plan, symbol, K, {}, nil, { entry = true,
@@ -880,14 +909,7 @@ function E.build(plan, group, g, target, symbol)
     for i = loop_start, #K.lines do K.lines[i] = "  " .. K.lines[i]:gsub("\n", "\n  ") end
     K:add("  }")
     local ncols = #info.colsum * H
-    if info.split then
-      -- dx and the column sums in a kernel of their own (rowbwd_colsum.lua), then the finalize
-      -- over its partial rows; the workspace: the partial rows, then the row sums
-      local gr = rowbwd_colsum.grid(info)
-      kernels.after = { rowbwd_colsum.build(info, g, symbol .. "_dx", plan.id .. ":dx", E.id) }
-      kernels.after[2] = colsum_finalize(plan, g, symbol, { div = gr.div, max = gr.max })
-      workspace = rowbwd_colsum.workspace(info)
-    elseif ncols > 0 then
+    if ncols > 0 and not info.split then
       -- this CTA's partial row: the slots' sums added in slot order
       local ws = K:workspace(0)
       K:add("  __syncthreads();")
@@ -901,9 +923,8 @@ function E.build(plan, group, g, target, symbol)
         K:add("    %s[(kiln_i64)blockIdx.x * %d + i] = acc_[i];", ws, ncols)
       end
       K:add("  }")
-      kernels.after = {}
-      kernels.after[1], workspace = colsum_finalize(plan, g, symbol)
     end
+    kernels.after, workspace = bwd_after(plan, g, symbol)
   end
 
   -- amax outputs: max over the CTA, then one atomic per CTA (zeroed by the init kernel)

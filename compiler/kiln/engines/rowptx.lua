@@ -45,25 +45,32 @@ end
 
 -- The kernel's PTX builder R for the group (its inputs; `made`: what the group computes).
 -- R.P is the ptx builder; R.base[uid] the register of a constant, scalar or per-row source;
--- R.lane, R.row (b64), R.valid (a row past the end: nil when RPC is 1), R.tid.
-function M.new(K, info, g, inputs, made)
+-- R.lane, R.row (b64), R.valid (a row past the end: nil when RPC is 1), R.tid. A persistent
+-- kernel passes `at` = { P, tid, lane, slot, row, valid } from inside its row loop (row
+-- clamped to the last row), and R's loads and addresses are emitted there.
+function M.new(K, info, g, inputs, made, at)
   local L = info.L
   local H, Pn, N, V, RPC = L.H, L.P, L.N, L.V, L.RPC
-  local P = ptx.new()
+  local P = at and at.P or ptx.new()
   local R = { P = P, K = K, info = info, g = g }
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
   R.put, R.def = put, def
   local LD, ST = rowgen.row_hint()
-  local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
 
   -- the thread's place; a row past the end (RPC > 1) computes the last row and stores nothing
-  local tid, cta, lane, slot = P:place(Pn, RPC)
-  local row = def("b64", "cvt.u64.u32 %s, %s;", cta)
-  local valid
-  if slot then
-    local r0 = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, RPC, def("b64", "cvt.u64.u32 %s, %s;", slot))
-    valid = def("pred", "setp.lt.s64 %s, %s, %s;", r0, rows)
-    row = def("b64", "min.s64 %s, %s, %s;", r0, def("b64", "add.s64 %s, %s, -1;", rows))
+  local tid, lane, slot, row, valid
+  if at then
+    tid, lane, slot, row, valid = at.tid, at.lane, at.slot, at.row, at.valid
+  else
+    local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
+    local cta
+    tid, cta, lane, slot = P:place(Pn, RPC)
+    row = def("b64", "cvt.u64.u32 %s, %s;", cta)
+    if slot then
+      local r0 = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, RPC, def("b64", "cvt.u64.u32 %s, %s;", slot))
+      valid = def("pred", "setp.lt.s64 %s, %s, %s;", r0, rows)
+      row = def("b64", "min.s64 %s, %s, %s;", r0, def("b64", "add.s64 %s, %s, -1;", rows))
+    end
   end
   R.tid, R.lane, R.slot, R.row, R.valid = tid, lane, slot, row, valid
 
@@ -123,13 +130,16 @@ function M.new(K, info, g, inputs, made)
     inrows[q] = inrows[q] or def("pred", "setp.lt.u32 %s, %s, %d;", lane, H // V - q * Pn)
     return inrows[q]
   end
+  R.inrow = inrow
   -- x where vector q is in the row, else `other` (default 0): what a reduction sees of a lane
   -- past the row
   function R.masked(q, x, other)
     local p = inrow(q)
     return p and def("b32", "selp.b32 %s, %s, %s, %s;", x, other or 0, p) or x
   end
-  function R.vectors(uids, outs, body, form)
+  -- `again`: column tensors read with plain loads, not .nc (ptxas then keeps no register
+  -- alive between a first read and this one: it loads the values again)
+  function R.vectors(uids, outs, body, form, again)
     local cur = setmetatable({}, { __index = function(_, uid) return vaddr(uid) end })  -- unrolled: bases
     local TOP, trips
     if reread then
@@ -143,7 +153,7 @@ function M.new(K, info, g, inputs, made)
     for _, uid in ipairs(uids) do
       local t = g.by_uid[uid]
       local z = dtypes.size(t.dtype)
-      local space = info.access[uid] == "full" and LD or "global.nc"  -- a column tensor is read by every row
+      local space = info.access[uid] == "full" and LD or (again and "global" or "global.nc")  -- a column tensor is read by every row
       words[uid] = {}
       for q = 0, U - 1 do words[uid][q] = P:load(space, cur[uid], q * KSTEP(z), V * z, inrow(q)) end
     end
@@ -167,6 +177,39 @@ function M.new(K, info, g, inputs, made)
       put("add.s32 %s, %s, 1;", trips, trips)
       put("@%s bra.uni %s;", def("pred", "setp.lt.s32 %s, %s, %d;", trips, N // U), TOP)
     end
+  end
+
+  -- A pass over the row's vectors of `uids` storing `outs`, as `body(q, value_at, store)`:
+  -- the first pass loads them (and, held in registers, keeps their words: R.held[uid][q]);
+  -- later passes of a held row read those words, of a re-read row load them again. `fresh`
+  -- lists column tensors a held row's later pass loads again rather than holding them
+  -- (fewer registers live across the reduction).
+  R.held = {}
+  function R.pass(uids, outs, form, body, fresh)
+    local held = R.held
+    local first = false
+    for _, uid in ipairs(uids) do if not held[uid] then first = true end end
+    if reread or first then
+      local all = { table.unpack(uids) }
+      for _, uid in ipairs(fresh or {}) do all[#all + 1] = uid end
+      R.vectors(all, outs, function(q, value_at, store, words)
+        for _, uid in ipairs(uids) do
+          held[uid] = held[uid] or {}
+          held[uid][q] = words[uid][q]
+        end
+        body(q, value_at, store)
+      end, form)
+      return
+    end
+    R.vectors(fresh or {}, outs, function(q, value_at, store)
+      local rd = {}
+      for _, uid in ipairs(uids) do rd[uid] = P:reader(held[uid][q], g.by_uid[uid].dtype, form) end
+      body(q, function(j)
+        local value = value_at(j)
+        for uid, r in pairs(rd) do value[uid] = r(j) end
+        return value
+      end, store)
+    end, nil, true)
   end
 
   -- A row's reduction of v over its P threads (`op`: add.f32 or max.NaN.f32): butterflies,

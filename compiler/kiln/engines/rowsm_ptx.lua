@@ -69,31 +69,7 @@ function M.emit(K, info, group, g)
   local a = info.anchor
   rowgen.pdl_entry(K)  -- the plan's only kernel: pdl at entry
   local R = rowptx.new(K, info, g, group.inputs, rowgen.made(group))
-  local P, put, def, V = R.P, R.put, R.def, info.L.V
-  local held = {}  -- regs: held[uid][q], the words of vector q as loaded
-  -- a pass over the row's vectors of `uids` (loaded, or the held words: regs after the first
-  -- pass), storing `outs`: body(q, value_at, store)
-  local function pass(uids, outs, form, body)
-    if R.reread or not next(held) then
-      R.vectors(uids, outs, function(q, value_at, store, words)
-        for _, uid in ipairs(uids) do
-          held[uid] = held[uid] or {}
-          held[uid][q] = words[uid][q]
-        end
-        body(q, value_at, store)
-      end, form)
-      return
-    end
-    R.vectors({}, outs, function(q, value_at, store)
-      local rd = {}
-      for _, uid in ipairs(uids) do rd[uid] = P:reader(held[uid][q], g.by_uid[uid].dtype, form) end
-      body(q, function(j)
-        local value = value_at(j)
-        for uid, r in pairs(rd) do value[uid] = r(j) end
-        return value
-      end, store)
-    end)
-  end
+  local P, put, def, V, pass = R.P, R.put, R.def, info.L.V, R.pass
 
   if info.kind == "softmax_bwd" then
     -- dx = y (dy - sum dy y); log_softmax: dx = dy - exp(y) sum dy (a lane past the row reads zeros)
