@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 28 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 30 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -94,8 +94,12 @@ ok "2 of them re-read the row" test "$(grep -c 'row re-read (L2), body in PTX' "
 run_kiln source tests/specs/mem/forward.lua --sm 80
 ok "7 of them on sm_80 (not the fp8 outputs either)" test "$(grep -c 'body in PTX' "$OUTF")" = 7
 run_kiln source tests/specs/mem/backward.lua --sm 90a
-ok "8 of the 12 backwards of backward.lua take the PTX form (the ragged row too; not the legacy kernel, the split ones)" \
-  test "$(grep -c 'body in PTX' "$OUTF")" = 8
+ok "11 of the 12 backwards of backward.lua take the PTX form (not the split one of 5 vectors per thread re-read)" \
+  test "$(grep -c 'body in PTX' "$OUTF")" = 11
+run_kiln source specs/softmax.lua specs/softmax_bwd.lua
+ok "the shipped softmax kernels' bodies are in PTX" test "$(grep -c 'body in PTX' "$OUTF")" = 12
+run_kiln source tests/specs/mem/variants.lua --sm 90a
+expect_out "softmax_backward; .*row held in registers\.$" "a softmax backward with a fused add keeps the CUDA form"
 KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua
 ok "KILN_ROW_CODE=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF'"
 KILN_ROW_CODE=asm run_kiln build specs/layernorm.lua --sm 90a
