@@ -84,13 +84,17 @@ function M.emit(K, info, group, g)
   end
   local a0 = is_ln and def("b32", "mov.b32 %s, 0f00000000;") or nil
   local a1 = def("b32", "mov.b32 %s, 0f00000000;")
-  R.pass({ dy, x }, {}, "prmt", function(_, value_at)
+  -- the scale's words held between the passes (layernorm) or loaded again (rmsnorm): each the
+  -- form ptxas fits in 64 registers without spilling at H = 16384 (the other spills 22 words)
+  local held = is_ln and { dy, x, w } or { dy, x }
+  local fresh = not is_ln and { w } or nil
+  R.pass(held, {}, "prmt", function(_, value_at)
     for j = 0, V - 1 do
       local xh, gg = terms(value_at(j))
       if a0 then put("add.f32 %s, %s, %s;", a0, a0, gg) end
       put("fma.rn.f32 %s, %s, %s, %s;", a1, gg, xh, a1)
     end
-  end, { w })
+  end, fresh)
   local s0 = a0 and R.allreduce(a0, "red0_", nil, true)
   local s1 = R.allreduce(a1, "red1_", nil, true)
   local inv = ptx.f32(1.0 / H)
@@ -111,7 +115,7 @@ function M.emit(K, info, group, g)
       local sb = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, H * 4, acc) or acc
       own[i] = def("b32", "add.s32 %s, %s, %s;", def("b32", "add.s32 %s, %s, %d;", sb, off), lane_c)
     end
-    R.pass({ dy, x }, { dxu }, nil, function(q, value_at, store)
+    R.pass(held, { dxu }, nil, function(q, value_at, store)
       local out, sums = {}, {}
       for i = 1, nsums do sums[i] = {} end
       for j = 0, V - 1 do
@@ -135,7 +139,7 @@ function M.emit(K, info, group, g)
         for j = 1, V do new[j] = def("b32", "add.f32 %s, %s, %s;", cur[j], sums[i][j]) end
         P:store("shared", own[i], off, new, pred)
       end
-    end, { w })
+    end, fresh)
   end
   if Pn > 32 then put("bar.sync 0;") end  -- the reduction arrays are written again by the next row
   put("add.s64 %s, %s, %s;", rb, rb, nct)

@@ -120,7 +120,7 @@ function M.new(K, info, g, inputs, made, at)
   -- unrolled (k = q). "reread": a loop over groups of U vectors, the sources read again from
   -- L2 in each pass; addresses advance by U vectors a trip.
   local reread = info.strategy == "reread"
-  local U = reread and math.min(N, 4) or N
+  local U = reread and math.min(N, info.reread_u or 4) or N
   R.reread = reread
   -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
   -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)
