@@ -65,6 +65,22 @@ function M.new()
     if rpc == 1 then return tid, cta, tid, nil end
     return tid, cta, self:def("b32", "and.b32 %s, %s, %d;", tid, p - 1), self:def("b32", "shr.u32 %s, %s, %d;", tid, M.log2(p))
   end
+  -- Vector q (0-based) of thread `lane` in a row of h elements, in vectors of v, p threads a
+  -- vector apart: in_row(q) is the predicate that it lies in the row (a ragged row's last
+  -- vectors), nil when every lane's does; each predicate defined once, at first use.
+  function P:in_row(lane, p, v, h)
+    local memo = {}
+    return function(q)
+      if (q + 1) * p * v <= h then return nil end
+      memo[q] = memo[q] or self:def("pred", "setp.lt.u32 %s, %s, %d;", lane, h // v - q * p)
+      return memo[q]
+    end
+  end
+  -- Predicates a and b, either of which may be nil: a and b, or the one given.
+  function P:both(a, b)
+    if a and b then return self:def("pred", "and.pred %s, %s, %s;", a, b) end
+    return a or b
+  end
   -- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order (under
   -- predicate `pred` when given, zeros where it is false).
   function P:load(space, base, off, bytes, pred)

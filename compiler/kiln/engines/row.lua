@@ -385,12 +385,16 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
   return { kernels = kernels, workspace = workspace }
 end
 
+-- How a kernel with its body in PTX holds its row (the kernel's comment).
+local function ptx_strategy(info)
+  return (info.strategy == "reread" and "row re-read (L2)" or "row held in registers") .. ", body in PTX"
+end
+
 -- The persistent backward of the generic passes with its body in PTX (rowbwd_smem_ptx.lua).
 local function build_bwd_ptx(plan, group, g, symbol, K)
   rowbwd_smem_ptx.emit(K, plan.info, group, g)
   local after, workspace = bwd_after(plan, g, symbol)
-  return assemble(plan, symbol, K, { after = after }, workspace, { persistent = true,
-    strategy = (plan.info.strategy == "reread" and "row re-read (L2)" or "row held in registers") .. ", body in PTX" })
+  return assemble(plan, symbol, K, { after = after }, workspace, { persistent = true, strategy = ptx_strategy(plan.info) })
 end
 
 -- The forward norm with its body in PTX (rowfwd_ptx.lua).
@@ -401,8 +405,7 @@ local function build_fwd_ptx(plan, group, g, target, symbol, K)
   rowfwd_ptx.emit(K, plan.info, group, g, target, amax_out)
   local kernels = {}
   if #amax > 0 then kernels[1] = amax_init(plan, g, symbol, amax) end
-  local how = plan.info.strategy == "reread" and "row re-read (L2)" or "row held in registers"
-  return assemble(plan, symbol, K, kernels, nil, { strategy = how .. ", body in PTX",
+  return assemble(plan, symbol, K, kernels, nil, { strategy = ptx_strategy(plan.info),
     pdl = #amax > 0 or nil, entry = #amax == 0 or nil })
 end
 
@@ -438,8 +441,7 @@ function E.build(plan, group, g, target, symbol)
   if info.bwd_ptx then return build_bwd_ptx(plan, group, g, symbol, K) end
   if info.sm_ptx then
     rowsm_ptx.emit(K, info, group, g)
-    return assemble(plan, symbol, K, {}, nil, { entry = true,
-      strategy = (info.strategy == "reread" and "row re-read (L2)" or "row held in registers") .. ", body in PTX" })
+    return assemble(plan, symbol, K, {}, nil, { entry = true, strategy = ptx_strategy(info) })
   end
   -- the plan's only kernel starts while the stream's previous kernel ends (pdl at entry)
   local entry = not persistent and #amax == 0

@@ -92,18 +92,7 @@ function M.emit(K, info, g, st)
   -- a ragged row: vector k of lanes past the row's last vector copies, loads and stores nothing
   -- (its dy and x read as zeros: no term in any sum); inrow(k) is its predicate, nil when every
   -- lane's vector k is in the row
-  local inrows = {}
-  local function inrow(k)
-    if (k + 1) * Pn * V <= H then return nil end
-    inrows[k] = inrows[k] or def("pred", "setp.lt.u32 %s, %s, %d;", lane, H // V - k * Pn)
-    return inrows[k]
-  end
-  -- pred and inrow(k), either of which may be nil
-  local function both(pred, k)
-    local p = inrow(k)
-    if p and pred then return def("pred", "and.pred %s, %s, %s;", p, pred) end
-    return p or pred
-  end
+  local inrow = P:in_row(lane, Pn, V, H)
 
   -- the scale in fp32 and the column sums (zero), per vector k
   local wv, cs = {}, {}
@@ -299,7 +288,7 @@ function M.emit(K, info, g, st)
       local u = def("b32", "fma.rn.f32 %s, %s, %s, %s;", e[j].xh, nc2, t)
       out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", rstd, u)
     end
-    P:store(ST, gdxr, k * KSTEP(zdx), P:pack(out, dxt.dtype), both(valid, k))
+    P:store(ST, gdxr, k * KSTEP(zdx), P:pack(out, dxt.dtype), P:both(inrow(k), valid))
   end
   do
     local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)

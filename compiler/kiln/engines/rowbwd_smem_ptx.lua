@@ -129,9 +129,7 @@ function M.emit(K, info, group, g)
       end
       store(dxu, out)
       -- this slot's column sums: its own columns, no races (a row past the end adds nothing)
-      local pred = R.inrow(q)
-      if pred and valid then pred = def("pred", "and.pred %s, %s, %s;", pred, valid) end
-      pred = pred or valid
+      local pred = P:both(R.inrow(q), valid)
       for i = 1, nsums do
         local off = q * Pn * V * 4
         local cur = P:load("shared", own[i], off, V * 4, pred)

@@ -124,12 +124,7 @@ function M.new(K, info, g, inputs, made, at)
   R.reread = reread
   -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
   -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)
-  local inrows = {}
-  local function inrow(q)
-    if (q + 1) * Pn * V <= H then return nil end
-    inrows[q] = inrows[q] or def("pred", "setp.lt.u32 %s, %s, %d;", lane, H // V - q * Pn)
-    return inrows[q]
-  end
+  local inrow = P:in_row(lane, Pn, V, H)
   R.inrow = inrow
   -- x where vector q is in the row, else `other` (default 0): what a reduction sees of a lane
   -- past the row
@@ -167,9 +162,8 @@ function M.new(K, info, g, inputs, made, at)
         return value
       end, function(uid, vals)
         local t = g.by_uid[uid]
-        local pred = inrow(q)
-        if pred and valid then pred = def("pred", "and.pred %s, %s, %s;", pred, valid) end
-        P:store(ST, cur[uid], q * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), pred or valid)
+        local pred = P:both(inrow(q), valid)
+        P:store(ST, cur[uid], q * KSTEP(dtypes.size(t.dtype)), P:pack(vals, t.dtype), pred)
       end, words)
     end
     if reread then
