@@ -89,6 +89,18 @@ static const char *manifest_ws_plan =
     "   \"params\": [{\"kind\": \"workspace\", \"offset\": 4096}, {\"kind\": \"tensor\", \"uid\": "
     "2}]}]}";
 
+/* A rule with an added constant (pack format 4): 8 bytes per M and 5000 more; its kernel's
+ * grid is M/64 rounded up plus 2. */
+static const char *manifest_ws_add =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"ws_add\", \"dynamic\": [\"M\"],"
+    " \"workspace\": {\"mul\": [\"M\", 8], \"div\": 1, \"max\": 0, \"add\": 5000},"
+    " \"tensors\": [{\"uid\": 1, \"name\": \"x\", \"dtype\": \"fp32\", \"dims\": [\"M\"],"
+    "   \"role\": \"input\"}],"
+    " \"kernels\": [{\"symbol\": \"kiln_wsa_0\", \"block\": [64],"
+    "   \"grid\": [{\"mul\": [\"M\"], \"div\": 64, \"add\": 2}],"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"workspace\", \"offset\": "
+    "4096}]}]}";
+
 static const char *manifest_ws_fixed =
     "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"ws_fixed\", \"workspace\": 1000,"
     " \"tensors\": [{\"uid\": 1, \"name\": \"workspace\", \"dtype\": \"fp32\", \"dims\": [64],"
@@ -563,13 +575,14 @@ static char *slurp(const char *path) {
 static void test_workspace(kiln_rt *rt, const char *tmp) {
   kiln_err e = {0};
   const char *archs[] = {"sm_90a"};
-  unsigned char cub[3][128];
-  kiln_blob im[3] = {fake_cubin(cub[0], 128, "ws 0"), fake_cubin(cub[1], 128, "ws 1"),
-                     fake_cubin(cub[2], 128, "ws 2")};
+  unsigned char cub[4][128];
+  kiln_blob im[4] = {fake_cubin(cub[0], 128, "ws 0"), fake_cubin(cub[1], 128, "ws 1"),
+                     fake_cubin(cub[2], 128, "ws 2"), fake_cubin(cub[3], 128, "ws 3")};
   kiln_pack_writer *w = kiln_pack_writer_new();
   OK(kiln_pack_writer_add_plan(w, manifest_ws_plan, archs, 1, im, &e) == 0 &&
          kiln_pack_writer_add_plan(w, manifest_ws_fixed, archs, 1, im + 1, &e) == 0 &&
-         kiln_pack_writer_add_plan(w, manifest_no_ws, archs, 1, im + 2, &e) == 0,
+         kiln_pack_writer_add_plan(w, manifest_no_ws, archs, 1, im + 2, &e) == 0 &&
+         kiln_pack_writer_add_plan(w, manifest_ws_add, archs, 1, im + 3, &e) == 0,
      "writer takes plans with and without a workspace (%s)", e.msg);
 
   /* writer errors */
@@ -595,6 +608,9 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
       {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e6\", \"workspace\": -1,"
        " \"tensors\": [], \"kernels\": []}",
        "workspace is negative"},
+      {"{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"e7\", \"dynamic\": [\"T\"],"
+       " \"workspace\": {\"mul\": [\"T\"], \"add\": -4}, \"tensors\": [], \"kernels\": []}",
+       "\"add\""},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     OK(kiln_pack_writer_add_plan(w, bad[i][0], archs, 1, im, &e) == -1 &&
@@ -651,6 +667,27 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
   kiln_bind_dim(b, "M", 1000);
   OK(kiln_plan_workspace_size(pw, b, &n) == KILN_OK && n == 33536,
      "M = 1000 bound as a dim: ceil(100000/3) = 33334 -> 33536 bytes (%zu)", n);
+  {
+    kiln_plan *pa;
+    kiln_plan_get(pack, "ws_add", "", &pa);
+    kiln_plan_info ia;
+    kiln_plan_info_get(pa, &ia);
+    kiln_kernel_info ka;
+    kiln_plan_kernel(pa, 0, &ka);
+    OK(ia.workspace && strcmp(ia.workspace, "M*8 + 5000") == 0 && ka.grid[0] &&
+           strcmp(ka.grid[0], "ceil(M/64) + 2") == 0,
+       "rules with an added constant read back (%s; grid %s)", ia.workspace ? ia.workspace : "NULL",
+       ka.grid[0] ? ka.grid[0] : "NULL");
+    kiln_bind *ba;
+    kiln_bind_create(pa, &ba);
+    kiln_bind_dim(ba, "M", 1000);
+    OK(kiln_plan_workspace_size(pa, ba, &n) == KILN_OK && n == 13056,
+       "M = 1000: 8000 + 5000 = 13000 -> 13056 bytes (%zu)", n);
+    int64_t gv;
+    OK(kiln__rule_eval(&pa->kernels[0].grid[0], (const int64_t[]){1000}, &gv) == 0 && gv == 18,
+       "grid: ceil(1000/64) + 2 = 18 (%lld)", (long long)gv);
+    kiln_bind_destroy(ba);
+  }
   kiln_bind_reset(b);
   int64_t xd[2] = {7, 5};
   kiln_bind_tensor(b, "x", FAKE, 2, xd, NULL, KILN_DTYPE_FP32);
