@@ -4,10 +4,11 @@ two packs (e.g. a change and its parent), timed in turn on the same tensors in o
 several rounds, so that a difference of a few percent shows above the run-to-run drift. Usage:
 
     python3 bench/ab.py --packs NEW.kpack OLD.kpack --case gemm_residual[,...] [--shape 4096x4096,...]
-                        [--rounds 5] [--peer] [--graph]
+                        [--rounds 5] [--peer] [--compiled] [--graph]
 
 --shape picks among a case's shapes (bench.py's norms come in three, e.g. 4096x4096; GEMMs are
-MxNxK); --peer times the case's torch peer (eager for bench.py's cases) in the same rounds;
+MxNxK); --peer times the case's torch peer (eager for bench.py's cases) in the same rounds, --compiled
+torch.compile of that peer;
 --graph times CUDA-graph replays (kernel time without launch overhead, as bench.py's graph
 columns). A pack must hold every graph of the generator its cases come from (bench_gemm's, or
 bench.py's norms or pointwise ops).
@@ -24,6 +25,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
+import torch  # noqa: E402
 from bench.bench import graph_ms, norm_cases, pointwise_cases, time_ms, wide_cases  # noqa: E402
 from bench.bench_gemm import cases as gemm_cases  # noqa: E402
 
@@ -47,6 +49,9 @@ def compare(c, packs, args):
     if args.peer:
         runs.append(c.get("peer") or c["eager"])
         names.append(c.get("peer_name", "torch eager"))
+    if args.compiled:
+        runs.append(torch.compile(c["eager"]))
+        names.append("torch.compile")
     timer = graph_ms if args.graph else time_ms
     times = [[] for _ in runs]
     for _ in range(args.rounds):
@@ -57,8 +62,8 @@ def compare(c, packs, args):
     for i, name in enumerate(names):
         print("%-26s %-24s median %.4f ms  rounds %s" % (label, name, med[i], " ".join("%.4f" % t for t in times[i])))
     print("%-26s first / second: x%.3f faster" % (label, med[1] / med[0]))
-    if args.peer:
-        print("%-26s peer / first: x%.3f   peer / second: x%.3f" % (label, med[2] / med[0], med[2] / med[1]))
+    for i in range(2, len(runs)):
+        print("%-26s %s / first: x%.3f   / second: x%.3f" % (label, names[i], med[i] / med[0], med[i] / med[1]))
     sys.stdout.flush()
 
 
@@ -69,6 +74,7 @@ def main():
     ap.add_argument("--shape", default=None, help="shapes, comma-separated (default: every shape of the case)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--peer", action="store_true")
+    ap.add_argument("--compiled", action="store_true", help="also time torch.compile of the case's eager peer")
     ap.add_argument("--graph", action="store_true")
     args = ap.parse_args()
     packs = [kiln.Pack(p) for p in args.packs]

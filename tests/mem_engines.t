@@ -17,7 +17,7 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 30 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 34 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -105,7 +105,22 @@ ok "KILN_ROW_CODE=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$O
 KILN_ROW_CODE=asm run_kiln build specs/layernorm.lua --sm 90a
 expect_err "E_USAGE.*KILN_ROW_CODE=asm: want ptx or cuda" "KILN_ROW_CODE=asm is refused by name"
 KILN_ROW_HINT=evict run_kiln build specs/layernorm.lua --sm 90a
-expect_err "E_USAGE.*KILN_ROW_HINT=evict: want none, load, store or both" "KILN_ROW_HINT=evict is refused by name"
+expect_err "E_USAGE.*KILN_ROW_HINT=evict: want none, last, load, store, both or plain" "KILN_ROW_HINT=evict is refused by name"
+# the row reads' L2 policy: evict_last from 2^28 bytes of a row input (rmsnorm, bf16, H = 8192:
+# 16384 rows), picked at run time; the persistent backward reads under it too
+run_kiln source specs/rmsnorm.lua --set H=8192 --sm 90a
+ok "rmsnorm picks evict_last from 16384 rows of 8192 bf16, else evict_normal" \
+  bash -c "grep -q 'createpolicy.fractional.L2::evict_last' '$OUTF' && grep -q 'createpolicy.fractional.L2::evict_normal' '$OUTF' &&
+           grep -q 'setp.ge.s64 %%kp[0-9]*, %[0-9]*, 16384;' '$OUTF' && grep -q 'ld.global.nc.L2::cache_hint.v4.b32 .*, %%kd[0-9]*;' '$OUTF'"
+run_kiln source specs/softmax_bwd.lua specs/layernorm_bwd.lua --set H=16384 --sm 90a
+ok "both softmax backwards and the persistent layernorm_bwd at H = 16384 read under it, from 8192 rows" \
+  bash -c "test \$(grep -c 'createpolicy.fractional.L2::evict_last' '$OUTF') = 3 &&
+           test \$(grep -c 'setp.ge.s64 %%kp[0-9]*, %[0-9]*, 8192;' '$OUTF') = 3"
+KILN_ROW_HINT=none run_kiln source specs/rmsnorm.lua --sm 90a
+ok "KILN_ROW_HINT=none reads rows without a policy" bash -c "! grep -q 'createpolicy\|cache_hint' '$OUTF'"
+KILN_ROW_HINT=last run_kiln source specs/rmsnorm.lua --set H=8192 --sm 90a
+ok "KILN_ROW_HINT=last reads them evict_last at any size" \
+  bash -c "grep -q 'L2::evict_last' '$OUTF' && ! grep -q 'L2::evict_normal' '$OUTF'"
 # a norm reading a tensor another kernel wrote loads it (it was taken for a fused value)
 run_kiln explain tests/specs/mem/forward.lua --sm 90a
 expect_out "group 1 \(rmsnorm\): plan row:" "rmsnorm_after_kernel's norm is its own kernel group"

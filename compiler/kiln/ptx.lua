@@ -81,6 +81,13 @@ function M.new()
     if a and b then return self:def("pred", "and.pred %s, %s, %s;", a, b) end
     return a or b
   end
+  -- The cache-policy operand of a load in `space` that names an L2 cache hint: the policy
+  -- register the kernel made (self.l2_policy, rowgen.l2_policy).
+  function P:policy(space)
+    if not space:find("L2::cache_hint", 1, true) then return "" end
+    assert(self.l2_policy, "a load with an L2 cache hint before its policy")
+    return ", " .. self.l2_policy
+  end
   -- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order (under
   -- predicate `pred` when given, zeros where it is false).
   function P:load(space, base, off, bytes, pred)
@@ -89,8 +96,8 @@ function M.new()
       local n = bytes - o >= 16 and 4 or (bytes - o >= 8 and 2 or 1)
       local r = self:regs("b32", n)
       if pred then for _, x in ipairs(r) do self:put("mov.b32 %s, 0;", x) end end  -- zeros where it does not load
-      self:put("%sld.%s%s.b32 %s, [%s+%d];", pred and ("@" .. pred .. " ") or "", space, n == 1 and "" or ".v" .. n,
-        n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}", base, off + o)
+      self:put("%sld.%s%s.b32 %s, [%s+%d]%s;", pred and ("@" .. pred .. " ") or "", space, n == 1 and "" or ".v" .. n,
+        n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}", base, off + o, self:policy(space))
       for _, x in ipairs(r) do words[#words + 1] = x end
       o = o + 4 * n
     end

@@ -337,15 +337,40 @@ function M.ptx_wanted()
   return v ~= "cuda"
 end
 
--- Cache qualifiers of the PTX forms' streaming accesses, KILN_ROW_HINT (read at build time, for
--- measuring): "load" reads rows with .L1::no_allocate, "store" writes them with .cs (evict
--- first), "both"; unset or "none": plain. Returns the load and store state-space strings.
+-- Cache qualifiers of the PTX forms' streaming row reads and writes, KILN_ROW_HINT (read at
+-- build time). Unset: rows are read with an L2 cache policy that the kernel picks at run time,
+-- evict_last when a row input holds at least M.L2_LAST_BYTES, else evict_normal (M.l2_policy).
+-- For measuring: "none" reads them plain (.nc), "last" always evict_last, "load" with
+-- .L1::no_allocate, "plain" without .nc; "store" writes them with .cs (evict first), "both"
+-- is load and store. Returns the load and store state-space strings and whether the load takes
+-- a policy operand ("auto" or "last").
 function M.row_hint()
-  local v, bad = settings.choice("KILN_ROW_HINT", { "none", "load", "store", "both" })
+  local v, bad = settings.choice("KILN_ROW_HINT", { "none", "last", "load", "store", "both", "plain" })
   if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  local ld = (v == "load" or v == "both") and "global.nc.L1::no_allocate" or "global.nc"
+  if v == "" then v = "auto" end
+  local ld = ({ load = "global.nc.L1::no_allocate", both = "global.nc.L1::no_allocate", plain = "global",
+                auto = "global.nc.L2::cache_hint", last = "global.nc.L2::cache_hint" })[v] or "global.nc"
   local st = (v == "store" or v == "both") and "global.cs" or "global"
-  return ld, st
+  return ld, st, (v == "auto" or v == "last") and v or nil
+end
+
+-- Row reads of a large grid keep their lines in L2 ahead of the rows written (evict_last): the
+-- written lines then leave L2 first and the DRAM writes stream out with the reads. Measured on
+-- the H200 (2026-12-01, graph timing, rmsnorm, layernorm, softmax and softmax_bwd, bf16): with a
+-- row input of 256 MiB and more 1.00-1.04x (16384x8192, 32768x4096, 65536x2048 and twice
+-- those); at 128 MiB 0.99-1.01x; at 64 MiB and less 0.97-1.01x.
+M.L2_LAST_BYTES = 1 << 28
+
+-- The L2 policy register of a kernel's row reads (mode "auto" or "last" from row_hint), made
+-- once in P: evict_last when `rows` (a b64 register) reaches rows_last (or always), else
+-- evict_normal.
+function M.l2_policy(P, mode, rows, rows_last)
+  if P.l2_policy then return end
+  local last = P:def("b64", "createpolicy.fractional.L2::evict_last.b64 %s, 1.0;")
+  if mode == "last" then P.l2_policy = last return end
+  local normal = P:def("b64", "createpolicy.fractional.L2::evict_normal.b64 %s, 1.0;")
+  local big = P:def("pred", "setp.ge.s64 %s, %s, %d;", rows, rows_last)
+  P.l2_policy = P:def("b64", "selp.b64 %s, %s, %s, %s;", last, normal, big)
 end
 
 -- A plan's first kernel launched `pdl_entry` (docs/INTERNALS.md): it waits for the stream's

@@ -43,6 +43,18 @@ function M.declines(info, group, g)
   return nil
 end
 
+-- The L2 policy of the row reads (rowgen.l2_policy), from `rows` (a b64 register) and the
+-- widest row input: before the row loop of a persistent kernel (M.new's `at`).
+function M.l2_policy(P, info, g, inputs, rows)
+  local _, _, mode = rowgen.row_hint()
+  if not mode then return end
+  local z = 1
+  for _, uid in ipairs(inputs) do
+    if info.access[uid] == "full" then z = math.max(z, dtypes.size(g.by_uid[uid].dtype)) end
+  end
+  rowgen.l2_policy(P, mode, rows, -(-rowgen.L2_LAST_BYTES // (info.L.H * z)))
+end
+
 -- The kernel's PTX builder R for the group (its inputs; `made`: what the group computes).
 -- R.P is the ptx builder; R.base[uid] the register of a constant, scalar or per-row source;
 -- R.lane, R.row (b64), R.valid (a row past the end: nil when RPC is 1), R.tid. A persistent
@@ -71,6 +83,7 @@ function M.new(K, info, g, inputs, made, at)
       valid = def("pred", "setp.lt.s64 %s, %s, %s;", r0, rows)
       row = def("b64", "min.s64 %s, %s, %s;", r0, def("b64", "add.s64 %s, %s, -1;", rows))
     end
+    M.l2_policy(P, info, g, inputs, rows)
   end
   R.tid, R.lane, R.slot, R.row, R.valid = tid, lane, slot, row, valid
 
