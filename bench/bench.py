@@ -40,9 +40,8 @@ def time_ms(fn, reps=30, batch=10, warmup=10):
     return statistics.median(samples)
 
 
-def graph_ms(fn, batch=20, reps=20):
-    """Kernel time without host overhead: `batch` launches captured in a CUDA graph, the
-    median over `reps` replays of the mean time per launch (ms)."""
+def capture(fn, batch=20):
+    """A CUDA graph of `batch` calls of fn (after warm-up calls on a side stream)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -56,7 +55,13 @@ def graph_ms(fn, batch=20, reps=20):
     with torch.cuda.graph(g):
         for _ in range(batch):
             fn()
-    return time_ms(g.replay, reps=reps, batch=1, warmup=3) / batch
+    return g
+
+
+def graph_ms(fn, batch=20, reps=20):
+    """Kernel time without host overhead: `batch` launches captured in a CUDA graph, the
+    median over `reps` replays of the mean time per launch (ms)."""
+    return time_ms(capture(fn, batch).replay, reps=reps, batch=1, warmup=3) / batch
 
 
 def copy_ceiling():

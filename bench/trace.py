@@ -21,21 +21,12 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
 import torch  # noqa: E402
-from bench.bench import graph_ms, norm_cases  # noqa: E402
+from bench.bench import capture, graph_ms, norm_cases  # noqa: E402
 
 
 def trace(fn, launches=20, replays=5):
     """The CUDA kernels of `replays` replays of a graph of `launches` calls of fn, in order."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(launches):
-            fn()
+    g = capture(fn, launches)
     g.replay()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
