@@ -3,23 +3,13 @@
 (rows of -inf, a +inf, a NaN, values near the bf16 limit): the same NaN and infinity pattern,
 finite values within 2 bf16 ulps. Also the all -inf row's convention (y = 0, log y = -inf,
 lse = -inf). TAP on stdout. Usage: row_forms.py PTX.kpack CUDA.kpack"""
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import torch  # noqa: E402
-import kiln  # noqa: E402
+import torch
+from tap import finish, ok  # this folder: TAP lines; puts the kiln package on the path
+import kiln  # after tap
 
 T = 37
-n = 0
-failed = 0
-
-
-def ok(cond, what):
-    global n, failed
-    n += 1
-    failed += 0 if cond else 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, what), flush=True)
 
 
 def rows(H, gen):
@@ -83,8 +73,7 @@ def main():
                 res.append(dx)
             same(res[0], res[1], "%s %s" % (inst, graph))
     torch.cuda.synchronize()
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return finish()
 
 
 if __name__ == "__main__":
