@@ -204,6 +204,22 @@ def norm_cases(pack):
     yield dict(name="rmsnorm_residual_fp8", shape="%dx%d" % (T, H), plan=pack.plan("rmsnorm_residual_fp8", "H=%d" % H),
                kiln=dict(x=x, r=r, w=w, scale=scale, y=y8, h=h, amax=amax), eager=fp8_unfused,
                out=h, ref=lambda: x + r, bytes=nbytes(x, r, w, y8, h, amax))
+    if "rmsnorm_residual_fp8_rowwise" in {p.graph for p in pack.plans()}:
+        s8, y8r, hr = torch.empty(T, 1, device="cuda"), torch.empty_like(y8), torch.empty_like(x)
+
+        def fp8_rowwise_unfused(x=x, r=r, w=w, H=H):
+            hh = x + r
+            t = F.rms_norm(hh, (H,), w, 1e-6)
+            s = t.abs().amax(-1, keepdim=True).float().clamp(min=1e-12) / 448.0
+            return (t.float() / s).to(torch.float8_e4m3fn), hh, s
+
+        def rowwise_scales(x=x, r=r, w=w, H=H):  # fp32 from the bf16 h, as kiln computes them
+            t = F.rms_norm((x + r).float(), (H,), w.float(), 1e-6)
+            return t.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448.0
+        yield dict(name="rmsnorm_residual_fp8_rowwise", shape="%dx%d" % (T, H),
+                   plan=pack.plan("rmsnorm_residual_fp8_rowwise", "H=%d" % H),
+                   kiln=dict(x=x, r=r, w=w, y=y8r, h=hr, scale=s8), eager=fp8_rowwise_unfused,
+                   out=s8, ref=rowwise_scales, bytes=nbytes(x, r, w, y8r, hr, s8))
 
 
 def main():

@@ -6,6 +6,9 @@
 --   epilogue  elementwise ops that consume the anchor's element-space output (SiLU gate,
 --             scale, cast), with side chains of graph inputs (silu(gate)), and per-tensor
 --             amax reductions of such values (fp8 quantize)
+--   rowred    (forward norms) reductions of such values over each row (a per-token amax), the
+--             per-row pointwise ops on their results (rowpw: a per-row fp8 scale), and
+--             epilogue ops that read those per-row values again per element (t / scale)
 -- A merge happens only where it keeps the group graph acyclic and every value the fused
 -- kernel needs exists per element; anything else stays a group of its own.
 local shape = require "kiln.shape"
@@ -32,6 +35,21 @@ local function same_dims(a, b) return shape.format(a) == shape.format(b) end
 
 local function all_ones(dims)
   for _, d in ipairs(dims) do if d ~= 1 then return false end end
+  return true
+end
+
+-- Anchors whose epilogue may hold per-row reductions (rowred) and per-row ops (rowpw).
+M.ROWRED = { rmsnorm = true, layernorm = true }
+
+-- Whether dims are one value per row of the element space `space`: the same rank, a trailing
+-- block of ones (the last axis among them), the leading axes equal.
+local function per_row(dims, space)
+  if #dims ~= #space or dims[#dims] ~= 1 then return false end
+  local ones = true
+  for i = #dims, 1, -1 do
+    if ones and dims[i] ~= 1 then ones = false end
+    if not ones and shape.format({ dims[i] }) ~= shape.format({ space[i] }) then return false end
+  end
   return true
 end
 
@@ -117,11 +135,13 @@ local function fuse(g, groups)
     end
     return true
   end
+  -- role: a role for every node, or a function of the node
   local function merge(A, list, role)
     for _, grp in ipairs(list) do
       for _, n in ipairs(grp.nodes) do
         A.nodes[#A.nodes + 1] = n
-        local into = role == "epilogue" and A.epilogue or (role == "amax" and A.amax or A.prologue)
+        local r = type(role) == "function" and role(n) or role
+        local into = ({ epilogue = A.epilogue, amax = A.amax, rowred = A.rowred, rowpw = A.rowpw })[r] or A.prologue
         into[#into + 1] = n
       end
       grp.dead = true
@@ -131,6 +151,8 @@ local function fuse(g, groups)
     table.sort(A.prologue, by_order)
     table.sort(A.epilogue, by_order)
     table.sort(A.amax, by_order)
+    table.sort(A.rowred, by_order)
+    table.sort(A.rowpw, by_order)
     refresh()
   end
 
@@ -138,7 +160,7 @@ local function fuse(g, groups)
     local a = A.anchor
     local spec = a and M.ANCHORS[a.op]
     if spec and not A.dead then
-      A.prologue, A.epilogue, A.amax = {}, {}, {}
+      A.prologue, A.epilogue, A.amax, A.rowred, A.rowpw = {}, {}, {}, {}, {}
       local eports = {}
       for _, p in ipairs(spec.ins) do eports[p] = true end
       local space = a.inputs[spec.ins[1]] and g.by_uid[a.inputs[spec.ins[1]]].dims
@@ -164,6 +186,7 @@ local function fuse(g, groups)
       for _, p in ipairs(spec.outs) do if a.outputs[p] then readable[a.outputs[p]] = true end end
       for _, p in ipairs(spec.no_prologue and {} or spec.ins) do if a.inputs[p] then readable[a.inputs[p]] = true end end
       local changed = out_dims ~= nil
+      local row_dims  -- the per-row dims of the group's first rowred (the row engine checks them)
       while changed do
         changed = false
         for _, Q in ipairs(groups) do
@@ -206,6 +229,38 @@ local function fuse(g, groups)
               if r.attrs.mode == "amax" and all_ones(y.dims) and y.role == "output" and y.dtype == "fp32"
                 and same_dims(g.by_uid[r.inputs.input].dims, out_dims) and legal({ A, Q }) then
                 merge(A, { Q }, "amax")
+                changed = true
+              elseif M.ROWRED[a.op] and per_row(y.dims, out_dims) and (not row_dims or same_dims(y.dims, row_dims))
+                and same_dims(g.by_uid[r.inputs.input].dims, out_dims) and legal({ A, Q }) then
+                merge(A, { Q }, "rowred")
+                row_dims = y.dims
+                readable[r.outputs.Y] = true
+                changed = true
+              end
+            elseif ok and from_A > 0 and #others == 0 and Q.family == "pointwise" and row_dims then
+              -- per-row ops on the per-row results (rowpw), and element ops after them
+              -- (epilogue), one group as pointwise chains come: no per-row op may read an
+              -- element op's value
+              local role, elem = {}, {}
+              for _, n in ipairs(Q.nodes) do
+                local _, uid = next(n.outputs)
+                local d = g.by_uid[uid].dims
+                if same_dims(d, row_dims) then
+                  role[n] = "rowpw"
+                  for _, p in ipairs(n.def.input_ports) do
+                    if elem[n.inputs[p.name]] then role[n] = nil end
+                  end
+                elseif same_dims(d, out_dims) then
+                  role[n] = "epilogue"
+                  for _, o in pairs(n.outputs) do elem[o] = true end
+                end
+                if not role[n] then ok = false end
+              end
+              if ok and legal({ A, Q }) then
+                merge(A, { Q }, function(n) return role[n] end)
+                for _, n in ipairs(Q.nodes) do
+                  for _, uid in pairs(n.outputs) do readable[uid] = true end
+                end
                 changed = true
               end
             end

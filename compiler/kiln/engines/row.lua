@@ -111,9 +111,15 @@ local function analyze(group, g)
   local why_not = lower.workspace_reason(group, g)
   if why_not then return fail("%s", why_not) end
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
+  local rowred, rowpw = group.rowred or {}, group.rowpw or {}
   local ok, why = pw.supported(prologue, g)
   if ok then ok, why = pw.supported(epilogue, g) end
+  if ok then ok, why = pw.supported(rowpw, g) end
   if not ok then return nil, why end
+  if #rowred > 0 and kind ~= "norm" then return fail("per-row reductions in the epilogue are built for the forward norms only") end
+  for _, r in ipairs(rowred) do
+    if not REDUCE[r.attrs.mode] then return fail("reduction mode %s is not supported", r.attrs.mode) end
+  end
   local x = g.by_uid[a.inputs[spec.ins[1]]]
   local Edims = x.dims
   local nsuffix
@@ -141,7 +147,26 @@ local function analyze(group, g)
   info.rows, info.row_factors = rowgen.rows(Edims, nsuffix)
   info.stats_dims = {}
   for i, d in ipairs(Edims) do info.stats_dims[i] = i > #Edims - nsuffix and 1 or d end
-  -- every memory source: how it is read
+  -- per-row reductions: one value per row; the per-row ops read only per-row values
+  local per_row_made = {}
+  for _, r in ipairs(rowred) do
+    local y = g.by_uid[r.outputs.Y]
+    if not pw.dims_equal(y.dims, info.stats_dims) then
+      return fail("reduction '%s' %s is not one value per row %s", y.name, shape.format(y.dims), shape.format(info.stats_dims))
+    end
+    per_row_made[r.outputs.Y] = true
+  end
+  for _, n in ipairs(rowpw) do
+    for _, p in ipairs(n.def.input_ports) do
+      local uid = n.inputs[p.name]
+      local t = uid and g.by_uid[uid]
+      if t and not per_row_made[uid] and t.role ~= "constant" and t.role ~= "scalar"
+        and not pw.dims_equal(t.dims, info.stats_dims) then
+        return fail("per-row op %s reads '%s' %s, not one value per row", n.op, t.name, shape.format(t.dims))
+      end
+    end
+    for _, uid in pairs(n.outputs) do per_row_made[uid] = true end
+  end  -- every memory source: how it is read
   info.access = {}
   local vec_tensors = {}
   for _, uid in ipairs(group.inputs) do
@@ -209,9 +234,9 @@ local function analyze(group, g)
   end
   info.held = held
   local max_n = E.MAX_N
-  if kind == "norm_bwd" or #prologue + #epilogue + #amax > 0 then max_n = E.MAX_N_FUSED end
+  if kind == "norm_bwd" or #prologue + #epilogue + #amax + #rowred > 0 then max_n = E.MAX_N_FUSED end
   local target = hold > 0 and math.max(1, math.min(max_n, 128 // hold)) or max_n
-  local lean = E.FULL_OCCUPANCY_OPS[a.op] and #prologue + #epilogue + #amax == 0
+  local lean = E.FULL_OCCUPANCY_OPS[a.op] and #prologue + #epilogue + #amax + #rowred == 0
   if lean then target = math.min(target, E.FULL_OCCUPANCY_N) end
   local _, want_n = row_n_setting()
   if want_n and kind ~= "norm_bwd" then target = want_n end
@@ -664,6 +689,63 @@ function E.build(plan, group, g, target, symbol)
     table.insert(K.lines, loop_start and (loop_start - 1) or (#K.lines + 1), "  kiln_u32 " .. table.concat(decl, ", ") .. ";")
     if loop_start then loop_start = loop_start + 1 end
   end
+  -- The anchor's output value(s) from `anchor_lines`, rounded to their dtype where the
+  -- epilogue reads them (as the reference does)
+  local function anchor_values(lines, kx, anchor_lines)
+    anchor_lines(lines, kx)
+    for _, p in ipairs(spec.outs) do
+      local uid = a.outputs[p]
+      local t = uid and g.by_uid[uid]
+      if t and t.dtype ~= "fp32" and read_later[uid] then
+        local st = pw.storage(src, t.dtype)
+        lines[#lines + 1] = string.format("        v%d = %s;", uid, pw.fmt(st.load, pw.fmt(st.store, "v" .. uid)))
+      end
+    end
+  end
+  -- The per-row reductions of epilogue values (group.rowred): a pass over the row that makes
+  -- the epilogue values they read, the reductions over the row, then the per-row ops
+  -- (group.rowpw) once per row. Their results become per-row values (base) of the passes after.
+  local function rowred_pass(anchor_lines, o)
+    local rowred, rowpw = group.rowred or {}, group.rowpw or {}
+    if #rowred == 0 then return end
+    src:need("common/nanmax.cuh")
+    local late = {}  -- values made from the per-row results
+    for _, n in ipairs(rowred) do late[n.outputs.Y] = true end
+    for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do late[uid] = true end end
+    local early = {}
+    for _, n in ipairs(epilogue) do
+      local after = false
+      for _, p in ipairs(n.def.input_ports) do if late[n.inputs[p.name]] then after = true end end
+      if after then for _, uid in pairs(n.outputs) do late[uid] = true end else early[#early + 1] = n end
+    end
+    local vars = {}
+    for i, r in ipairs(rowred) do
+      vars[i] = "rr" .. (i - 1)
+      K:add("  float %s = %s;", vars[i], REDUCE[r.attrs.mode].init)
+    end
+    held_pass({ nodes = early, extra_loads = o.extra_loads, extra = function(lines, kx)
+      anchor_values(lines, kx, anchor_lines)
+      emit(lines, early)
+      for i, r in ipairs(rowred) do
+        lines[#lines + 1] = "        " .. subst(REDUCE[r.attrs.mode].upd, { a = vars[i], v = K.value[r.inputs.input] })
+      end
+    end })
+    for i, r in ipairs(rowred) do
+      local mode = REDUCE[r.attrs.mode]
+      rowgen.allreduce(K, L, { vars[i] }, COMBINE[mode.comb], "redr" .. (i - 1))
+      if mode.fin then K:add("  %s = %s;", vars[i], subst(mode.fin, { a = vars[i], n = render.float_literal(H) })) end
+      base[r.outputs.Y] = vars[i]
+    end
+    reset_values()
+    local lines = {}
+    pw.emit_nodes(rowpw, K.value, lines, { g = g, src = src, space = info.E, index = "(row * " .. H .. "LL)", indent = "  ",
+                                           read_later = read_later })
+    for _, line in ipairs(lines) do K:add("%s", line) end
+    for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do base[uid] = K.value[uid] end end
+    for uid in pairs(late) do
+      if info.out_kind[uid] == "row" then stats_out[uid] = base[uid] end
+    end
+  end
   -- The per-element output pass: the anchor's output value(s) from `anchor_lines`, then the
   -- epilogue, the amax updates and the stores.
   local function output_pass(anchor_lines, o)
@@ -675,15 +757,7 @@ function E.build(plan, group, g, target, symbol)
     for _, uid in ipairs(outputs_of(epilogue)) do outs[#outs + 1] = uid end
     held_pass({ nodes = epilogue, extra_loads = o.extra_loads, outs = outs, pre = o.pre, post = o.post, fresh = o.fresh,
       extra = function(lines, kx, stage)
-        anchor_lines(lines, kx)
-        for _, p in ipairs(spec.outs) do
-          local uid = a.outputs[p]
-          local t = uid and g.by_uid[uid]
-          if t and t.dtype ~= "fp32" and read_later[uid] then
-            local st = pw.storage(src, t.dtype)
-            lines[#lines + 1] = string.format("        v%d = %s;", uid, pw.fmt(st.load, pw.fmt(st.store, "v" .. uid)))
-          end
-        end
+        anchor_values(lines, kx, anchor_lines)
         emit(lines, epilogue)
         for _, acc in ipairs(amax_acc) do
           lines[#lines + 1] = string.format("        %s = max(%s, __float_as_uint(fabsf(%s)));", acc.var, acc.var, K.value[acc.input])
@@ -713,13 +787,15 @@ function E.build(plan, group, g, target, symbol)
       K:add("  const float rstd = rsqrtf(a0 * (1.0f / %d) + %s);", H, eps)
     end
     local y, scale, bias = a.outputs.Y, a.inputs.scale, a.inputs.bias
-    output_pass(function(lines)
+    local function norm_y(lines)
       local xhat = is_ln and string.format("(%s - mean) * rstd", X()) or string.format("%s * rstd", X())
       local expr = bias and string.format("fmaf(%s, %s, %s)", xhat, K.value[scale], K.value[bias])
         or string.format("%s * %s", xhat, K.value[scale])
       lines[#lines + 1] = string.format("        float v%d = %s;", y, expr)
       K.value[y] = "v" .. y
-    end, { extra_loads = { scale, bias } })
+    end
+    rowred_pass(norm_y, { extra_loads = { scale, bias } })
+    output_pass(norm_y, { extra_loads = { scale, bias } })
     if a.outputs.MEAN then stats_out[a.outputs.MEAN] = "mean" end
     if a.outputs.INV_VARIANCE then stats_out[a.outputs.INV_VARIANCE] = "rstd" end
   elseif kind == "norm_bwd" then

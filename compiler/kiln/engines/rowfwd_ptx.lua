@@ -62,6 +62,7 @@ local OPS = {
 function M.accepts(info, group, g, target)
   local L = info.L
   if info.kind ~= "norm" then return nil, "not a forward norm" end
+  if #(group.rowred or {}) > 0 then return nil, "a per-row reduction in the epilogue" end
   local why = rowptx.declines(info, group, g)
   if why then return nil, why end
   local read_later = pw.read_set(group.nodes)
