@@ -5,9 +5,11 @@
 # cannot fuse. Cold compile times are printed (target 60 ms per kernel on this machine).
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
-specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.lua specs/add_rmsnorm_silu_gate.lua
+specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.lua specs/rmsnorm_residual_fp8_rowwise.lua
+       specs/add_rmsnorm_silu_gate.lua
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
-       tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua)
+       tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
+       tests/specs/mem/rowred.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -15,6 +17,9 @@ edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide v
        "specs/softmax_bwd.lua H=11008 ragged vectors" "tests/specs/mem/reduce.lua H=96 narrow rows and columns")
 # spec | ops that must share one kernel group
 fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua add rmsnorm mul identity reduction"
+       "specs/rmsnorm_residual_fp8_rowwise.lua add rmsnorm reduction max mul identity div identity"
+       "tests/specs/mem/rowred.lua layernorm swish reduction max min mul identity swish div identity"
+       "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
 plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 34 ))

@@ -2,8 +2,8 @@
 -- training, the row held in registers or re-read from L2) with its body written as PTX
 -- (kiln.ptx): the same passes as row.lua's CUDA form, with the fused prologue and epilogue ops
 -- that have a PTX form here (add, sub, mul, div, neg, abs, max, min, add_square, identity,
--- exp, sigmoid, swish: residual adds, scales, casts, gates; fp8 outputs on sm_89+) and amax
--- outputs. NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda
+-- exp, sigmoid, swish: residual adds, scales, casts, gates; fp8 outputs on sm_89+), amax
+-- outputs, and per-row reductions of epilogue values with per-row ops on their results. NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda
 -- keeps the CUDA form (for measuring; rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
@@ -59,14 +59,32 @@ local OPS = {
 
 -- Whether this form takes the forward norm (analyze's info with its layout): true, or nil
 -- and why (then row.lua writes the CUDA form).
+-- Per-row reductions (lower.lua's rowred) by mode: the start value, the update of acc by an
+-- element x (in place), what a lane past a ragged row counts as, the combine over threads and
+-- the final map.
+local NEG_INF, POS_INF = "0fFF800000", "0f7F800000"
+local RED = {
+  amax = { init = ptx.f32(0), op = "max.NaN.f32", upd = function(P, acc, x) P:put("max.NaN.f32 %s, %s, %s;", acc, acc, P:def("b32", "abs.f32 %s, %s;", x)) end },
+  max = { init = NEG_INF, other = NEG_INF, op = "max.NaN.f32", upd = function(P, acc, x) P:put("max.NaN.f32 %s, %s, %s;", acc, acc, x) end },
+  min = { init = POS_INF, other = POS_INF, op = "min.NaN.f32", upd = function(P, acc, x) P:put("min.NaN.f32 %s, %s, %s;", acc, acc, x) end },
+  add = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("add.f32 %s, %s, %s;", acc, acc, x) end },
+  avg = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("add.f32 %s, %s, %s;", acc, acc, x) end,
+          fin = function(P, v, H) return P:def("b32", "mul.f32 %s, %s, %s;", v, ptx.f32(1.0 / H)) end },
+  norm1 = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("add.f32 %s, %s, %s;", acc, acc, P:def("b32", "abs.f32 %s, %s;", x)) end },
+  norm2 = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("fma.rn.f32 %s, %s, %s, %s;", acc, x, x, acc) end,
+            fin = function(P, v) return P:def("b32", "sqrt.rn.f32 %s, %s;", v) end },
+}
+
 function M.accepts(info, group, g, target)
   local L = info.L
   if info.kind ~= "norm" then return nil, "not a forward norm" end
-  if #(group.rowred or {}) > 0 then return nil, "a per-row reduction in the epilogue" end
+  for _, r in ipairs(group.rowred or {}) do
+    if not RED[r.attrs.mode] then return nil, "a per-row " .. r.attrs.mode .. " reduction" end
+  end
   local why = rowptx.declines(info, group, g)
   if why then return nil, why end
   local read_later = pw.read_set(group.nodes)
-  for _, list in ipairs({ group.prologue or {}, group.epilogue or {} }) do
+  for _, list in ipairs({ group.prologue or {}, group.epilogue or {}, group.rowpw or {} }) do
     for _, node in ipairs(list) do
       if not OPS[node.def.name] then return nil, "op " .. node.op .. " has no PTX form here" end
     end
@@ -217,8 +235,56 @@ function M.emit(K, info, group, g, target, amax_out)
   end
   rstd = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", sum, inv, eps))
 
-  -- the output pass: y = xhat * scale (+ bias), the epilogue, amax, the stores
+  -- y = xhat * scale (+ bias) of element j into value
   local y, scale, bias = a.outputs.Y, a.inputs.scale, a.inputs.bias
+  local function y_value(value)
+    local x = value[xin]
+    local xh = is_ln and def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", x, mean), rstd)
+      or def("b32", "mul.f32 %s, %s, %s;", x, rstd)
+    local v = bias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, value[scale], value[bias])
+      or def("b32", "mul.f32 %s, %s, %s;", xh, value[scale])
+    local yt = g.by_uid[y]
+    if yt.dtype ~= "fp32" and read_later[y] then v = P:round(v, yt.dtype) end
+    value[y] = v
+  end
+
+  -- the per-row reductions (group.rowred): a pass making the epilogue values they read, the
+  -- reductions over the row, then the per-row ops (group.rowpw) on their results, which the
+  -- output pass reads as per-row values (rowv)
+  local rowred, rowpw, rowv = group.rowred or {}, group.rowpw or {}, {}
+  if #rowred > 0 then
+    local late = {}
+    for _, n in ipairs(rowred) do late[n.outputs.Y] = true end
+    for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do late[uid] = true end end
+    local early = {}
+    for _, n in ipairs(epilogue) do
+      local after = false
+      for _, p in ipairs(n.def.input_ports) do if late[n.inputs[p.name]] then after = true end end
+      if after then for _, uid in pairs(n.outputs) do late[uid] = true end else early[#early + 1] = n end
+    end
+    local accs = {}
+    for i, r in ipairs(rowred) do accs[i] = def("b32", "mov.b32 %s, %s;", RED[r.attrs.mode].init) end
+    x_values(sources(early, { scale, bias }), {}, "bfi", function(q, value_at)
+      for j = 0, V - 1 do
+        local value = value_at(j)
+        y_value(value)
+        run_nodes(early, value)
+        for i, r in ipairs(rowred) do
+          local m = RED[r.attrs.mode]
+          m.upd(P, accs[i], masked(q, value[r.inputs.input], m.other))
+        end
+      end
+    end)
+    for i, r in ipairs(rowred) do
+      local m = RED[r.attrs.mode]
+      local v = allreduce(accs[i], string.format("redr%d_", i - 1), m.op)
+      rowv[r.outputs.Y] = m.fin and m.fin(P, v, H) or v
+    end
+    for uid, v in pairs(base) do if rowv[uid] == nil then rowv[uid] = v end end
+    run_nodes(rowpw, rowv)
+  end
+
+  -- the output pass: y, the epilogue, amax, the stores
   local outs = {}
   if y and g.by_uid[y].role == "output" then outs[#outs + 1] = y end
   for _, uid in ipairs(element_outputs(epilogue)) do outs[#outs + 1] = uid end
@@ -229,14 +295,9 @@ function M.emit(K, info, group, g, target, amax_out)
     for _, uid in ipairs(outs) do vals[uid] = {} end
     for j = 0, V - 1 do
       local value = value_at(j)
-      local x = value[xin]
-      local xh = is_ln and def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", x, mean), rstd)
-        or def("b32", "mul.f32 %s, %s, %s;", x, rstd)
-      local v = bias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, value[scale], value[bias])
-        or def("b32", "mul.f32 %s, %s, %s;", xh, value[scale])
-      local yt = g.by_uid[y]
-      if yt.dtype ~= "fp32" and read_later[y] then v = P:round(v, yt.dtype) end
-      value[y] = v
+      for _, n in ipairs(rowred) do value[n.outputs.Y] = rowv[n.outputs.Y] end
+      for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do value[uid] = rowv[uid] end end
+      y_value(value)
       run_nodes(epilogue, value)
       for i, r in ipairs(amax) do
         -- the bits of |v|: their unsigned order is the float order (docs/INTERNALS.md)
@@ -252,6 +313,13 @@ function M.emit(K, info, group, g, target, amax_out)
   if a.outputs.MEAN and g.by_uid[a.outputs.MEAN].role == "output" then stats[#stats + 1] = { a.outputs.MEAN, mean } end
   if a.outputs.INV_VARIANCE and g.by_uid[a.outputs.INV_VARIANCE].role == "output" then
     stats[#stats + 1] = { a.outputs.INV_VARIANCE, rstd }
+  end
+  local per_row = {}
+  for _, n in ipairs(rowred) do per_row[#per_row + 1] = n.outputs.Y end
+  for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do per_row[#per_row + 1] = uid end end
+  table.sort(per_row)
+  for _, uid in ipairs(per_row) do
+    if g.by_uid[uid].role == "output" then stats[#stats + 1] = { uid, rowv[uid] } end
   end
   R.row_outputs(stats)
 
