@@ -709,15 +709,7 @@ function E.build(plan, group, g, target, symbol)
     local rowred, rowpw = group.rowred or {}, group.rowpw or {}
     if #rowred == 0 then return end
     src:need("common/nanmax.cuh")
-    local late = {}  -- values made from the per-row results
-    for _, n in ipairs(rowred) do late[n.outputs.Y] = true end
-    for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do late[uid] = true end end
-    local early = {}
-    for _, n in ipairs(epilogue) do
-      local after = false
-      for _, p in ipairs(n.def.input_ports) do if late[n.inputs[p.name]] then after = true end end
-      if after then for _, uid in pairs(n.outputs) do late[uid] = true end else early[#early + 1] = n end
-    end
+    local early, late = rowgen.rowred_split(group)
     local vars = {}
     for i, r in ipairs(rowred) do
       vars[i] = "rr" .. (i - 1)

@@ -253,15 +253,7 @@ function M.emit(K, info, group, g, target, amax_out)
   -- output pass reads as per-row values (rowv)
   local rowred, rowpw, rowv = group.rowred or {}, group.rowpw or {}, {}
   if #rowred > 0 then
-    local late = {}
-    for _, n in ipairs(rowred) do late[n.outputs.Y] = true end
-    for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do late[uid] = true end end
-    local early = {}
-    for _, n in ipairs(epilogue) do
-      local after = false
-      for _, p in ipairs(n.def.input_ports) do if late[n.inputs[p.name]] then after = true end end
-      if after then for _, uid in pairs(n.outputs) do late[uid] = true end else early[#early + 1] = n end
-    end
+    local early = rowgen.rowred_split(group)
     local accs = {}
     for i, r in ipairs(rowred) do accs[i] = def("b32", "mov.b32 %s, %s;", RED[r.attrs.mode].init) end
     x_values(sources(early, { scale, bias }), {}, "bfi", function(q, value_at)

@@ -373,6 +373,21 @@ function M.l2_policy(P, mode, rows, rows_last)
   P.l2_policy = P:def("b64", "selp.b64 %s, %s, %s, %s;", last, normal, big)
 end
 
+-- A group's per-row reductions (lower.lua's rowred, rowpw) split its epilogue: the nodes
+-- before them (early: what the reductions read) in order, and the set of values made from
+-- their results (late: the per-row values and the epilogue values after them).
+function M.rowred_split(group)
+  local late, early = {}, {}
+  for _, n in ipairs(group.rowred or {}) do late[n.outputs.Y] = true end
+  for _, n in ipairs(group.rowpw or {}) do for _, uid in pairs(n.outputs) do late[uid] = true end end
+  for _, n in ipairs(group.epilogue or {}) do
+    local after = false
+    for _, p in ipairs(n.def.input_ports) do if late[n.inputs[p.name]] then after = true end end
+    if after then for _, uid in pairs(n.outputs) do late[uid] = true end else early[#early + 1] = n end
+  end
+  return early, late
+end
+
 -- A plan's first kernel launched `pdl_entry` (docs/INTERNALS.md): it waits for the stream's
 -- previous kernel before it touches memory, and lets the next one launch once all its CTAs run.
 function M.pdl_entry(K)
