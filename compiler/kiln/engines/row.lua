@@ -166,7 +166,8 @@ local function analyze(group, g)
       end
     end
     for _, uid in pairs(n.outputs) do per_row_made[uid] = true end
-  end  -- every memory source: how it is read
+  end
+  -- every memory source: how it is read
   info.access = {}
   local vec_tensors = {}
   for _, uid in ipairs(group.inputs) do
