@@ -3,8 +3,9 @@
 -- (kiln.ptx): the same passes as row.lua's CUDA form, with the fused prologue and epilogue ops
 -- that have a PTX form here (add, sub, mul, div, neg, abs, max, min, add_square, identity,
 -- exp, sigmoid, swish: residual adds, scales, casts, gates; fp8 outputs on sm_89+), amax
--- outputs, and per-row reductions of epilogue values with per-row ops on their results. NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda
--- keeps the CUDA form (for measuring; rowgen.ptx_wanted).
+-- outputs, and per-row reductions of epilogue values with per-row ops on their results.
+-- NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda keeps the
+-- CUDA form (for measuring; rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local ptx = require "kiln.ptx"
@@ -57,24 +58,27 @@ local OPS = {
   add_square = function(P, a, b) return P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", b, b, a) end,
 }
 
+-- Per-row reductions (lower.lua's rowred) by mode: the start value, the combine `op` (also
+-- the in-place update of acc by an element, of |x| with `abs`, of x * x with `sq`), what a lane
+-- past a ragged row counts as, and the final map.
+local NEG_INF, POS_INF, ZERO = "0fFF800000", "0f7F800000", ptx.f32(0)
+local RED = {
+  amax = { init = ZERO, op = "max.NaN.f32", abs = true },
+  max = { init = NEG_INF, other = NEG_INF, op = "max.NaN.f32" },
+  min = { init = POS_INF, other = POS_INF, op = "min.NaN.f32" },
+  add = { init = ZERO, op = "add.f32" },
+  avg = { init = ZERO, op = "add.f32", fin = function(P, v, H) return P:def("b32", "mul.f32 %s, %s, %s;", v, ptx.f32(1.0 / H)) end },
+  norm1 = { init = ZERO, op = "add.f32", abs = true },
+  norm2 = { init = ZERO, op = "add.f32", sq = true, fin = function(P, v) return P:def("b32", "sqrt.rn.f32 %s, %s;", v) end },
+}
+local function red_update(P, m, acc, x)
+  if m.sq then P:put("fma.rn.f32 %s, %s, %s, %s;", acc, x, x, acc) return end
+  if m.abs then x = P:def("b32", "abs.f32 %s, %s;", x) end
+  P:put("%s %s, %s, %s;", m.op, acc, acc, x)
+end
+
 -- Whether this form takes the forward norm (analyze's info with its layout): true, or nil
 -- and why (then row.lua writes the CUDA form).
--- Per-row reductions (lower.lua's rowred) by mode: the start value, the update of acc by an
--- element x (in place), what a lane past a ragged row counts as, the combine over threads and
--- the final map.
-local NEG_INF, POS_INF = "0fFF800000", "0f7F800000"
-local RED = {
-  amax = { init = ptx.f32(0), op = "max.NaN.f32", upd = function(P, acc, x) P:put("max.NaN.f32 %s, %s, %s;", acc, acc, P:def("b32", "abs.f32 %s, %s;", x)) end },
-  max = { init = NEG_INF, other = NEG_INF, op = "max.NaN.f32", upd = function(P, acc, x) P:put("max.NaN.f32 %s, %s, %s;", acc, acc, x) end },
-  min = { init = POS_INF, other = POS_INF, op = "min.NaN.f32", upd = function(P, acc, x) P:put("min.NaN.f32 %s, %s, %s;", acc, acc, x) end },
-  add = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("add.f32 %s, %s, %s;", acc, acc, x) end },
-  avg = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("add.f32 %s, %s, %s;", acc, acc, x) end,
-          fin = function(P, v, H) return P:def("b32", "mul.f32 %s, %s, %s;", v, ptx.f32(1.0 / H)) end },
-  norm1 = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("add.f32 %s, %s, %s;", acc, acc, P:def("b32", "abs.f32 %s, %s;", x)) end },
-  norm2 = { init = ptx.f32(0), op = "add.f32", upd = function(P, acc, x) P:put("fma.rn.f32 %s, %s, %s, %s;", acc, x, x, acc) end,
-            fin = function(P, v) return P:def("b32", "sqrt.rn.f32 %s, %s;", v) end },
-}
-
 function M.accepts(info, group, g, target)
   local L = info.L
   if info.kind ~= "norm" then return nil, "not a forward norm" end
@@ -252,8 +256,8 @@ function M.emit(K, info, group, g, target, amax_out)
   -- reductions over the row, then the per-row ops (group.rowpw) on their results, which the
   -- output pass reads as per-row values (rowv)
   local rowred, rowpw, rowv = group.rowred or {}, group.rowpw or {}, {}
+  local early, late = rowgen.rowred_split(group)
   if #rowred > 0 then
-    local early = rowgen.rowred_split(group)
     local accs = {}
     for i, r in ipairs(rowred) do accs[i] = def("b32", "mov.b32 %s, %s;", RED[r.attrs.mode].init) end
     x_values(sources(early, { scale, bias }), {}, "bfi", function(q, value_at)
@@ -263,7 +267,7 @@ function M.emit(K, info, group, g, target, amax_out)
         run_nodes(early, value)
         for i, r in ipairs(rowred) do
           local m = RED[r.attrs.mode]
-          m.upd(P, accs[i], masked(q, value[r.inputs.input], m.other))
+          red_update(P, m, accs[i], masked(q, value[r.inputs.input], m.other))
         end
       end
     end)
@@ -287,8 +291,7 @@ function M.emit(K, info, group, g, target, amax_out)
     for _, uid in ipairs(outs) do vals[uid] = {} end
     for j = 0, V - 1 do
       local value = value_at(j)
-      for _, n in ipairs(rowred) do value[n.outputs.Y] = rowv[n.outputs.Y] end
-      for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do value[uid] = rowv[uid] end end
+      for uid, v in pairs(rowv) do value[uid] = v end
       y_value(value)
       run_nodes(epilogue, value)
       for i, r in ipairs(amax) do
@@ -307,12 +310,9 @@ function M.emit(K, info, group, g, target, amax_out)
     stats[#stats + 1] = { a.outputs.INV_VARIANCE, rstd }
   end
   local per_row = {}
-  for _, n in ipairs(rowred) do per_row[#per_row + 1] = n.outputs.Y end
-  for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do per_row[#per_row + 1] = uid end end
+  for uid in pairs(late) do if info.out_kind[uid] == "row" then per_row[#per_row + 1] = uid end end
   table.sort(per_row)
-  for _, uid in ipairs(per_row) do
-    if g.by_uid[uid].role == "output" then stats[#stats + 1] = { uid, rowv[uid] } end
-  end
+  for _, uid in ipairs(per_row) do stats[#stats + 1] = { uid, rowv[uid] } end
   R.row_outputs(stats)
 
   -- amax: max over the CTA (redux per warp, then warp 0's thread 0 over the warps), one
