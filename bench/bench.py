@@ -154,41 +154,57 @@ WIDE = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("KILN_BENCH_
 
 
 def wide_cases(pack):
-    """The backward norms past a CTA's column sums (the split form), at the WIDE shapes the
-    pack has."""
+    """Rows past one CTA's registers at the WIDE shapes the pack has: the forwards (a cluster's
+    CTAs hold the row) and the backward norms (the split column sums)."""
     have = {p.instance for p in pack.plans()}
+    graphs = {p.graph for p in pack.plans()}
     for T, H in WIDE:
         if "H=%d" % H not in have:
             continue
         x, w, b, dy = bf16(T, H), bf16(H), bf16(H), bf16(T, H)
-        yield from bwd_cases(pack, T, H, x, w, b, dy)
+        yield from fwd_cases(pack, T, H, x, w, b)
+        if "layernorm_bwd" in graphs:
+            yield from bwd_cases(pack, T, H, x, w, b, dy)
 
 
-def norm_cases(pack):
-    """The memory-bound family of issue 4, at the three benchmark shapes."""
-    for T, H in SHAPES:
-        shape, inst = "%dx%d" % (T, H), "H=%d" % H
-        x, w, b = bf16(T, H), bf16(H), bf16(H)
-        y = torch.empty_like(x)
+def fwd_cases(pack, T, H, x, w, b):
+    """rmsnorm (inference, training), layernorm, softmax and softmax_bwd of x [T, H], those the
+    pack has at this H."""
+    shape, inst = "%dx%d" % (T, H), "H=%d" % H
+    have = {(p.graph, p.instance) for p in pack.plans()}
+    y = torch.empty_like(x)
+    if ("rmsnorm", inst) in have:
         yield dict(name="rmsnorm", shape=shape, plan=pack.plan("rmsnorm", inst), kiln=dict(x=x, w=w, y=y),
                    eager=lambda x=x, w=w, H=H: F.rms_norm(x, (H,), w, 1e-6), out=y, bytes=nbytes(x, w, y))
+    if ("rmsnorm_train", inst) in have:
         inv = torch.empty(T, 1, device="cuda")
         yield dict(name="rmsnorm_train", shape=shape, plan=pack.plan("rmsnorm_train", inst),
                    kiln=dict(x=x, w=w, y=y, inv_rms=inv), eager=lambda x=x, w=w: rms_train(x, w)[0], out=y,
                    bytes=nbytes(x, w, y, inv))
+    if ("layernorm", inst) in have:
         yield dict(name="layernorm", shape=shape, plan=pack.plan("layernorm", inst), kiln=dict(x=x, w=w, b=b, y=y),
                    eager=lambda x=x, w=w, b=b, H=H: F.layer_norm(x, (H,), w, b, 1e-5), out=y,
                    bytes=nbytes(x, w, b, y))
+    if ("softmax", inst) in have:
         s = torch.empty_like(x)
         lse = torch.empty(T, 1, device="cuda")
         yield dict(name="softmax", shape=shape, plan=pack.plan("softmax", inst), kiln=dict(x=x, y=s, lse=lse),
                    eager=lambda x=x: torch.softmax(x, -1), out=s, bytes=nbytes(x, s, lse))
+    if ("softmax_bwd", inst) in have:
         p = torch.softmax(bf16(T, H).float(), -1).to(torch.bfloat16)
         dy, dx = bf16(T, H), torch.empty_like(x)
         yield dict(name="softmax_bwd", shape=shape, plan=pack.plan("softmax_bwd", inst),
                    kiln=dict(dy=dy, y=p, dx=dx),
                    eager=lambda dy=dy, p=p: torch._softmax_backward_data(dy, p, -1, torch.bfloat16), out=dx,
                    bytes=nbytes(dy, p, dx))
+
+
+def norm_cases(pack):
+    """The memory-bound family of issue 4, at the three benchmark shapes."""
+    for T, H in SHAPES:
+        x, w, b = bf16(T, H), bf16(H), bf16(H)
+        yield from fwd_cases(pack, T, H, x, w, b)
+        dy = bf16(T, H)
         yield from bwd_cases(pack, T, H, x, w, b, dy)
     T, H = 16384, 8192
     x, r, w = bf16(T, H), bf16(T, H), bf16(H)
@@ -228,7 +244,7 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--only", default=None, help="case names, comma-separated (default: all)")
     ap.add_argument("--group", default=None, help="pointwise,norms,wide (default: all there are packs for)")
-    ap.add_argument("--wide-pack", default=None, help="a pack of layernorm_bwd / rmsnorm_bwd at the H of KILN_BENCH_WIDE (group wide)")
+    ap.add_argument("--wide-pack", default=None, help="a pack of the norms, softmax and their backward at the H of KILN_BENCH_WIDE (group wide)")
     args = ap.parse_args()
     torch.manual_seed(int(time.time()))
     pack = kiln.Pack(args.pack)

@@ -29,10 +29,18 @@ function M.plans(args)
   if #args.positional == 0 then errors.raise_at(nil, nil, "E_USAGE", "build needs at least one SPEC") end
   if #args.sm == 0 then errors.raise_at(nil, nil, "E_USAGE", "build needs --sm (e.g. --sm 90a)") end
   local plans, jobs, by_source = {}, {}, {}
+  -- every SM's plan sees the pack's least SM (pack_sm): a plan only newer SMs can build (a
+  -- cluster layout) would break the one kernel list
+  local targets, least = {}, math.huge
+  for a, arch in ipairs(args.sm) do
+    targets[a] = plan.target(arch)
+    least = math.min(least, targets[a].sm)
+  end
+  for _, t in ipairs(targets) do t.pack_sm = least end
   for _, g in ipairs(load_all(args)) do
     local p = { graph = g, manifests = {}, images = {} }
     for a, arch in ipairs(args.sm) do
-      local m = plan.manifest(g, plan.target(arch))
+      local m = plan.manifest(g, targets[a])
       if a > 1 and launch_signature(m) ~= launch_signature(p.manifests[1]) then
         errors.raise_at(nil, nil, "E_PACK", "graph '%s' [%s]: kernels differ between %s and %s (one pack plan needs one kernel list)",
           g.name, m.instance, args.sm[1], arch)

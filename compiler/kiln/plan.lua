@@ -8,7 +8,7 @@ local c = require "kiln.c"
 
 local M = {}
 
--- target: { arch = "sm_90a", sm = 90 }
+-- target: { arch = "sm_90a", sm = 90 } (kiln build adds pack_sm, the least SM of the pack)
 function M.target(arch)
   local kind, num, suffix = arch:match("^(%a+)_(%d+)(a?)$")
   if not num or (kind ~= "sm" and kind ~= "compute") then

@@ -194,7 +194,8 @@ end
 -- Appends to `lines` the statements computing each node's output as `float v<uid>`, reading
 -- operands from value[uid] and recording the new values there. A narrow output read later
 -- (read_later[uid]) is rounded to its dtype first. `index` is the C expression of the
--- element's flat index in `space` (for gen_index).
+-- element's flat index in `space` (for gen_index). opts.reciprocal[uid]: a C expression of
+-- 1 / value[uid], which a division by that value multiplies by (rowgen.row_divisors).
 function M.emit_nodes(nodes, value, lines, opts)
   local g, src, space, index = opts.g, opts.src, opts.space, opts.index or "(i0 + j)"
   local indent, read_later = opts.indent or "    ", opts.read_later or {}
@@ -219,6 +220,8 @@ function M.emit_nodes(nodes, value, lines, opts)
         local inner = shape.product_value(names, const)
         expr = string.format("(float)((%s / %s) %% %s)", index, M.cdim(inner), M.cdim(space[k]))
       end
+    elseif def.name == "div" and opts.reciprocal and opts.reciprocal[node.inputs.b] then
+      expr = string.format("((%s) * %s)", args.a, opts.reciprocal[node.inputs.b])
     elseif def.narrow and M.NARROW[t.dtype] then
       for _, sn in ipairs(def.narrow.snippets) do src:need(sn) end
       expr = M.substitute(def, def.narrow.cexpr, args, node.attrs)

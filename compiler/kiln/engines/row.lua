@@ -60,6 +60,8 @@ E.MAX_N_FUSED = 2
 -- TB/s, rmsnorm 32768x2048 4.07 -> 4.19; layernorm (the mean) spills at 32 registers.
 E.FULL_OCCUPANCY_N = 2
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
+-- The most CTAs a wide row's cluster may take (8: the portable cluster size).
+E.MAX_CLUSTER = 8
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
@@ -99,8 +101,12 @@ local function reduce_suffix(x, y)
   return n - first + 1
 end
 
--- Everything propose learns about a group, reused by build.
-local function analyze(group, g)
+-- The kinds whose PTX forms split a wide row over a cluster of CTAs (rowptx.lua).
+local CLUSTER_KINDS = { norm = true, softmax = true, softmax_bwd = true }
+
+-- Everything propose learns about a group, reused by build. `cluster`: a row too wide for
+-- one CTA's registers may be split over a cluster of CTAs (sm_90+, the PTX forms).
+local function analyze(group, g, cluster)
   local a = group.anchor
   local kind = a and KIND[a.op]
   if not kind then
@@ -251,6 +257,29 @@ local function analyze(group, g)
   -- and temporaries (a 1024-thread CTA has 64 registers per thread: 96 bytes)
   local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
   info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
+  -- a row too wide to hold: 2, 4 or 8 CTAs of a cluster each hold an equal part in registers
+  -- and meet in distributed shared memory for the reductions, so the row is read once, not
+  -- again from L2 (measured: docs/MEMORY_BOUND.md, "Wide rows")
+  -- (the smallest cluster whose CTAs hold `target` vectors a thread, else the smallest that
+  -- holds the row; `cluster` > 1: that size at least, for measuring)
+  if info.strategy == "reread" and cluster and CLUSTER_KINDS[kind] and not want_n then
+    local fits, best = {}, nil
+    local CL = type(cluster) == "number" and cluster or 2
+    while CL <= E.MAX_CLUSTER do
+      if H % (CL * V) == 0 then
+        local Lc = rowgen.layout(H // CL, V, target)
+        local cap = math.min(160, ((65536 // Lc.block) - 40) * 4)
+        if Lc.even and Lc.RPC == 1 and Lc.P > 32 and Lc.N * hold <= cap then
+          Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
+          fits[#fits + 1] = Lc
+          if Lc.N <= target or type(cluster) == "number" then best = Lc; break end
+        end
+      end
+      CL = CL * 2
+    end
+    best = best or fits[1]
+    if best then L, info.strategy = best, "regs" end
+  end
   local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
   if staged then
     -- dy and x staged through shared memory by cp.async, column sums in registers (rowbwd.lua)
@@ -282,8 +311,8 @@ local function analyze(group, g)
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
   info.L = L
-  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
-    info.split and "+colsum" or "", info.full_occupancy and ":occ" or "")
+  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
+    info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "")
   return info
 end
 
@@ -291,14 +320,22 @@ function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
   local n_ok, n_bad = row_n_setting()
   if not n_ok then return nil, n_bad end
-  local info, why = analyze(group, g)
-  if not info then return nil, why end
-  -- the forward norm's body in PTX (rowfwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
-  if info.kind == "norm" and rowgen.ptx_wanted() then info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end
-  -- softmax's likewise (rowsm_ptx.lua)
-  if (info.kind == "softmax" or info.kind == "softmax_bwd") and rowgen.ptx_wanted() then
-    info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g)
+  local ptx_wanted = rowgen.ptx_wanted()
+  local function forms(cluster)
+    local info, why = analyze(group, g, cluster)
+    if not info then return nil, why end
+    -- the forward norm's body in PTX (rowfwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
+    if info.kind == "norm" and ptx_wanted then info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end
+    -- softmax's likewise (rowsm_ptx.lua)
+    if (info.kind == "softmax" or info.kind == "softmax_bwd") and ptx_wanted then
+      info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g)
+    end
+    return info
   end
+  local info, why = forms(math.min(target.sm, target.pack_sm or target.sm) >= 90 and ptx_wanted and rowgen.cluster_setting())
+  -- a cluster layout only the PTX forms build: else the row re-read
+  if info and info.L.CL and not (info.fwd_ptx or info.sm_ptx) then info, why = forms(false) end
+  if not info then return nil, why end
   -- and the persistent backward's where the staged kernel does not take it (rowbwd_smem_ptx.lua)
   if info.kind == "norm_bwd" and not info.staged and rowgen.ptx_wanted() then
     info.bwd_ptx, info.why_cuda = rowbwd_smem_ptx.accepts(info, group, g)
@@ -389,9 +426,14 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
   local info, src = plan.info, K.src
   local a, L, H = info.anchor, info.L, info.L.H
   local params = K:finish_params()
+  local CL = L.CL or 1
   local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA%s, %d vector%s of %d per thread, %s", a.op,
     L.P, L.P == 1 and "" or "s", H, L.RPC, L.RPC == 1 and "" or "s", o.persistent and " (persistent)" or "",
     L.N, L.N == 1 and "" or "s", L.V, o.strategy)
+  if CL > 1 then
+    what = string.format("%s; %d thread%s per row of %d, a cluster of %d CTAs per row (%d columns each), %d vector%s of %d per thread, %s",
+      a.op, L.P, L.P == 1 and "" or "s", H, CL, L.HC, L.N, L.N == 1 and "" or "s", L.V, o.strategy)
+  end
   src:add(render.fill(render.template("row.cuh"), {
     what = what, block = L.block, symbol = symbol, params = params,
     min_blocks = (o.persistent and string.format(", %d", info.per_sm))
@@ -399,10 +441,10 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
     shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }, "row.cuh"))
   local grid = o.persistent and { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }
-    or { mul = info.row_factors, div = L.RPC, max = 0 }
+    or { mul = CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, div = L.RPC, max = 0 }
   kernels[#kernels + 1] = {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
-    block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = o.persistent and info.smem or 0, cluster = { 1, 1, 1 },
+    block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = o.persistent and info.smem or 0, cluster = { CL, 1, 1 },
     params = K.mparams, align = K.align, pdl = o.pdl, pdl_entry = o.entry,
   }
   for _, k in ipairs(kernels.after or {}) do kernels[#kernels + 1] = k end
@@ -413,7 +455,9 @@ end
 
 -- How a kernel with its body in PTX holds its row (the kernel's comment).
 local function ptx_strategy(info)
-  return (info.strategy == "reread" and "row re-read (L2)" or "row held in registers") .. ", body in PTX"
+  return (info.strategy == "reread" and "row re-read (L2)"
+    or info.L.CL and "row held in the cluster's registers, reductions through distributed shared memory"
+    or "row held in registers") .. ", body in PTX"
 end
 
 -- The persistent backward of the generic passes with its body in PTX (rowbwd_smem_ptx.lua).
@@ -530,9 +574,10 @@ function E.build(plan, group, g, target, symbol)
       K.value[uid] = "v" .. uid
     end
   end
+  local reciprocal = {}  -- per-row divisors' reciprocals (rowred_pass)
   local function emit(lines, nodes)
     pw.emit_nodes(nodes, K.value, lines, { g = g, src = src, space = info.E, index = index, indent = "        ",
-                                           read_later = read_later })
+                                           read_later = read_later, reciprocal = reciprocal })
   end
   -- per-vector output staging and stores of the element outputs among `uids`
   local function stager(uids, ptag)
@@ -735,6 +780,10 @@ function E.build(plan, group, g, target, symbol)
                                            read_later = read_later })
     for _, line in ipairs(lines) do K:add("%s", line) end
     for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do base[uid] = K.value[uid] end end
+    for _, uid in ipairs(rowgen.row_divisors(group)) do
+      K:add("  const float rcp%d = __frcp_rn(%s);", uid, base[uid])
+      reciprocal[uid] = "rcp" .. uid
+    end
     for uid in pairs(late) do
       if info.out_kind[uid] == "row" then stats_out[uid] = base[uid] end
     end

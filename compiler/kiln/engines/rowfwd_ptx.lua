@@ -144,12 +144,14 @@ function M.emit(K, info, group, g, target, amax_out)
   local tid, gptr = R.tid, R.gptr
   local sources, vectors, masked, reread, allreduce = R.sources, R.vectors, R.masked, R.reread, R.allreduce
   -- the nodes' values into `value` (element j), a 16-bit value read again rounded to its dtype
+  local recip = {}  -- per-row divisors' reciprocals (rowgen.row_divisors)
   local function run_nodes(nodes, value)
     for _, node in ipairs(nodes) do
       local args = {}
       for i, p in ipairs(node.def.input_ports) do args[i] = value[node.inputs[p.name]] or ptx.f32(0) end
       local out = node.outputs.OUT_0 or select(2, next(node.outputs))
-      local v = OPS[node.def.name](P, args[1], args[2], node.attrs or {})
+      local r = node.def.name == "div" and recip[node.inputs.b]
+      local v = r and def("b32", "mul.f32 %s, %s, %s;", args[1], r) or OPS[node.def.name](P, args[1], args[2], node.attrs or {})
       local t = g.by_uid[out]
       if t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
       value[out] = v
@@ -278,6 +280,7 @@ function M.emit(K, info, group, g, target, amax_out)
     end
     for uid, v in pairs(base) do if rowv[uid] == nil then rowv[uid] = v end end
     run_nodes(rowpw, rowv)
+    for _, uid in ipairs(rowgen.row_divisors(group)) do recip[uid] = def("b32", "rcp.rn.f32 %s, %s;", rowv[uid]) end
   end
 
   -- the output pass: y, the epilogue, amax, the stores

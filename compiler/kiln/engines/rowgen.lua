@@ -337,6 +337,16 @@ function M.ptx_wanted()
   return v ~= "cuda"
 end
 
+-- Whether a row too wide for one CTA may be split over a cluster (row.lua): true, or false
+-- under KILN_ROW_CLUSTER=0 (the row re-read from L2), or the least cluster size to take under
+-- KILN_ROW_CLUSTER=2|4|8 (for measuring; read at build time).
+function M.cluster_setting()
+  local v, bad = settings.choice("KILN_ROW_CLUSTER", { "0", "1", "2", "4", "8" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  if v == "0" then return false end
+  return (v == "" or v == "1") or tonumber(v)
+end
+
 -- Cache qualifiers of the PTX forms' streaming row reads and writes, KILN_ROW_HINT (read at
 -- build time). Unset: rows are read with an L2 cache policy that the kernel picks at run time,
 -- evict_last when a row input holds at least M.L2_LAST_BYTES, else evict_normal (M.l2_policy).
@@ -386,6 +396,22 @@ function M.rowred_split(group)
     if after then for _, uid in pairs(n.outputs) do late[uid] = true end else early[#early + 1] = n end
   end
   return early, late
+end
+
+-- The per-row values (rowred results, rowpw outputs) that epilogue divisions divide by, in uid
+-- order: both forms multiply by their reciprocal, rounded once a row (rcp.rn), instead of an
+-- IEEE division an element (within 1.5 fp32 ulp of the quotient; ptxas spends 25-45 ms less
+-- on a kernel with 16 divisions a thread: docs/MEMORY_BOUND.md).
+function M.row_divisors(group)
+  local per_row, seen, list = {}, {}, {}
+  for _, n in ipairs(group.rowred or {}) do per_row[n.outputs.Y] = true end
+  for _, n in ipairs(group.rowpw or {}) do for _, uid in pairs(n.outputs) do per_row[uid] = true end end
+  for _, n in ipairs(group.epilogue or {}) do
+    local b = n.inputs.b
+    if n.def.name == "div" and per_row[b] and not seen[b] then seen[b] = true; list[#list + 1] = b end
+  end
+  table.sort(list)
+  return list
 end
 
 -- A plan's first kernel launched `pdl_entry` (docs/INTERNALS.md): it waits for the stream's

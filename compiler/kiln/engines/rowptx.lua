@@ -71,12 +71,22 @@ function M.new(K, info, g, inputs, made, at)
 
   -- the thread's place; a row past the end (RPC > 1) computes the last row and stores nothing
   local tid, lane, slot, row, valid
+  -- a wide row split over a cluster of CL CTAs (row.lua): the cluster's row, this CTA's part of
+  -- it (rank), and the thread's first vector in the row (col); peers' shared memory is written
+  -- only after the barrier that this arrive opens (their CTAs have started)
+  local CL, rank, col = L.CL or 1, nil, nil
   if at then
     tid, lane, slot, row, valid = at.tid, at.lane, at.slot, at.row, at.valid
   else
     local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
     local cta
     tid, cta, lane, slot = P:place(Pn, RPC)
+    if CL > 1 then
+      cta = def("b32", "mov.u32 %s, %%clusterid.x;")
+      rank = def("b32", "mov.u32 %s, %%cluster_ctarank;")
+      col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", rank, L.HC // V, lane)
+      put("barrier.cluster.arrive.relaxed.aligned;")
+    end
     row = def("b64", "cvt.u64.u32 %s, %s;", cta)
     if slot then
       local r0 = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, RPC, def("b64", "cvt.u64.u32 %s, %s;", slot))
@@ -119,7 +129,7 @@ function M.new(K, info, g, inputs, made, at)
     local z = dtypes.size(t.dtype)
     local writable = t.role == "output"
     K:need_align(uid, math.min(16, V * z))
-    local b = def("b64", "mad.wide.u32 %s, %s, %d, %s;", lane, V * z, gptr(uid, writable))
+    local b = def("b64", "mad.wide.u32 %s, %s, %d, %s;", col or lane, V * z, gptr(uid, writable))
     if writable or info.access[uid] == "full" then b = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, H * z, b) end
     vbase[uid] = b
     return b
@@ -137,7 +147,7 @@ function M.new(K, info, g, inputs, made, at)
   R.reread = reread
   -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
   -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)
-  local inrow = P:in_row(lane, Pn, V, H)
+  local inrow = P:in_row(lane, Pn, V, L.HC or H)
   R.inrow = inrow
   -- x where vector q is in the row, else `other` (default 0): what a reduction sees of a lane
   -- past the row
@@ -240,13 +250,32 @@ function M.new(K, info, g, inputs, made, at)
     local ws = P:load("shared", first, 0, W * 4)
     local s = ws[1]
     for q = 2, W do s = def("b32", op .. " %s, %s, %s;", s, ws[q]) end
+    if CL == 1 then return s end
+    -- the cluster: thread t < CL writes the CTA's value into slot `rank` of CTA t's array, and
+    -- after the barrier every CTA combines the CL slots in rank order (the same bits in each)
+    local ctag = tag .. "c"
+    K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", ctag, CL)
+    local carr = P:shared(P:input("l", ctag))
+    if R.cluster_opened == nil then
+      put("barrier.cluster.wait.aligned;")
+      R.cluster_opened = true
+    end
+    local peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1)
+    local slot_addr = def("b32", "mad.lo.s32 %s, %s, 4, %s;", rank, carr)
+    local remote = def("b32", "mapa.shared::cluster.u32 %s, %s, %s;", slot_addr, peer)
+    put("@%s st.shared::cluster.f32 [%s], %s;", def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL), remote, s)
+    put("barrier.cluster.arrive.release.aligned;")
+    put("barrier.cluster.wait.acquire.aligned;")
+    local cs = P:load("shared", carr, 0, CL * 4)
+    s = cs[1]
+    for q = 2, CL do s = def("b32", op .. " %s, %s, %s;", s, cs[q]) end
     return s
   end
 
   -- Per-row outputs { {uid, register}, ... }, written by the row's first thread.
   function R.row_outputs(list)
     if #list == 0 then return end
-    local first = def("pred", "setp.eq.s32 %s, %s, 0;", lane)
+    local first = def("pred", "setp.eq.s32 %s, %s, 0;", col or lane)
     if valid then first = def("pred", "and.pred %s, %s, %s;", first, valid) end
     for _, s in ipairs(list) do
       local t = g.by_uid[s[1]]

@@ -1,0 +1,54 @@
+-- Rows too wide for one CTA's registers, split over a cluster of CTAs on sm_90+ (row.lua,
+-- rowptx.lua): each CTA holds its part of the row, the reductions meet in distributed shared
+-- memory. The norms (inference, training, fused residual and per-row fp8 quantize), softmax,
+-- log_softmax with its statistics, and the softmax backward, in bf16, fp16 and fp32.
+local k = require "kiln"
+return {
+  k.graph "wide_rmsnorm_residual_fp8_rowwise" {
+    dims = { T = k.dynamic, H = { 24576, 65536 } }, dtype = "bf16",
+    inputs = { x = { "T", "H" }, r = { "T", "H" }, w = { "H" } },
+    body = function(g, x, r, w)
+      local h = x + r
+      local t = g:rmsnorm(h, w, { epsilon = 1e-6 })
+      local am = g:reduction(t, { mode = "amax", dims = { "T", 1 }, dtype = "fp32" })
+      local s = g:cast(g:max(am, 1e-12) * (1.0 / 448.0), "fp32")
+      return { y = g:cast(t / s, "fp8_e4m3"), h = h, scale = s }
+    end,
+  },
+  k.graph "wide_layernorm_train" {
+    dims = { T = k.dynamic, H = { 32768, 65536 } }, dtype = "fp16",
+    inputs = { x = { "T", "H" }, w = { "H" }, b = { "H" } },
+    body = function(g, x, w, b)
+      local y, mean, inv = g:layernorm(x, w, b, { epsilon = 1e-5, phase = "training" })
+      return { y = y, mean = mean, inv_var = inv }
+    end,
+  },
+  k.graph "wide_rmsnorm_fp32" {
+    dims = { T = k.dynamic, H = { 32768 } }, dtype = "fp32",
+    inputs = { x = { "T", "H" }, w = { "H" } },
+    body = function(g, x, w) return { y = g:rmsnorm(x, w, { epsilon = 1e-6 }) } end,
+  },
+  k.graph "wide_softmax" {
+    dims = { T = k.dynamic, H = { 65536 } }, dtype = "bf16",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x)
+      local y, stats = g:softmax(x, { generate_stats = true })
+      return { y = y, lse = stats }
+    end,
+  },
+  k.graph "wide_log_softmax" {
+    dims = { T = k.dynamic, H = { 32768 } }, dtype = "fp16",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x) return { y = g:log_softmax(x) } end,
+  },
+  k.graph "wide_log_softmax_bwd" {
+    dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp32",
+    inputs = { dy = { "T", "H" }, y = { "T", "H" } },
+    body = function(g, dy, y) return { dx = g:log_softmax_backward(dy, y) } end,
+  },
+  k.graph "wide_softmax_bwd" {
+    dims = { T = k.dynamic, H = { 65536 } }, dtype = "bf16",
+    inputs = { dy = { "T", "H" }, y = { "T", "H" } },
+    body = function(g, dy, y) return { dx = g:softmax_backward(dy, y) } end,
+  },
+}
