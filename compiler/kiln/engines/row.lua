@@ -60,8 +60,13 @@ E.MAX_N_FUSED = 2
 -- TB/s, rmsnorm 32768x2048 4.07 -> 4.19; layernorm (the mean) spills at 32 registers.
 E.FULL_OCCUPANCY_N = 2
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
--- The most CTAs a wide row's cluster may take (8: the portable cluster size).
+-- The most CTAs a wide row's cluster may take (8: the portable cluster size), and its CTAs'
+-- shape: vectors a thread, most threads (measured on the H200, 2026-12-01, 4096 and 16384 rows
+-- of 65536 bf16: rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
+-- 4 of 512 0.96x; softmax backward 4 of 512 and 8 of 256 both 1.33x)
 E.MAX_CLUSTER = 8
+E.CLUSTER_N = 4
+E.CLUSTER_BLOCK = 256
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
@@ -101,8 +106,12 @@ local function reduce_suffix(x, y)
   return n - first + 1
 end
 
--- The kinds whose PTX forms split a wide row over a cluster of CTAs (rowptx.lua).
-local CLUSTER_KINDS = { norm = true, softmax = true, softmax_bwd = true }
+-- How many reductions over the row a forward kernel of `kind` makes (the wide-row cluster
+-- layout is taken for one): 0 for the kinds without a cluster form (rowptx.lua).
+local function row_reductions(a, kind, rowred)
+  if kind == "norm" then return (a.op == "layernorm" and 2 or 1) + #rowred end
+  return ({ softmax = 2, softmax_bwd = 1 })[kind] or 0
+end
 
 -- Everything propose learns about a group, reused by build. `cluster`: a row too wide for
 -- one CTA's registers may be split over a cluster of CTAs (sm_90+, the PTX forms).
@@ -258,27 +267,30 @@ local function analyze(group, g, cluster)
   local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
   info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
   -- a row too wide to hold: 2, 4 or 8 CTAs of a cluster each hold an equal part in registers
-  -- and meet in distributed shared memory for the reductions, so the row is read once, not
-  -- again from L2 (measured: docs/MEMORY_BOUND.md, "Wide rows")
-  -- (the smallest cluster whose CTAs hold `target` vectors a thread, else the smallest that
-  -- holds the row; `cluster` > 1: that size at least, for measuring)
-  if info.strategy == "reread" and cluster and CLUSTER_KINDS[kind] and not want_n then
-    local fits, best = {}, nil
-    local CL = type(cluster) == "number" and cluster or 2
+  -- and meet in distributed shared memory for the reduction, so the row is read once, not
+  -- again from L2. Taken where the kernel reduces the row once (rmsnorm, the softmax backward):
+  -- each reduction costs a cluster barrier, and with two (layernorm, softmax) the re-read row
+  -- measured faster (docs/MEMORY_BOUND.md, "Wide rows"). Its CTAs hold 4 vectors a thread in
+  -- at most 256 threads where 8 CTAs allow it; `cluster` a number: that size at least, for any
+  -- kind (for measuring).
+  local forced = type(cluster) == "number"
+  if info.strategy == "reread" and cluster and (forced or row_reductions(a, kind, rowred) == 1) then
+    local fits = {}
+    local CL = forced and cluster or 2
     while CL <= E.MAX_CLUSTER do
-      if H % (CL * V) == 0 then
-        local Lc = rowgen.layout(H // CL, V, target)
+      for _, n in ipairs(H % (CL * V) == 0 and { math.max(target, E.CLUSTER_N), target } or {}) do
+        local Lc = rowgen.layout(H // CL, V, n)
         local cap = math.min(160, ((65536 // Lc.block) - 40) * 4)
         if Lc.even and Lc.RPC == 1 and Lc.P > 32 and Lc.N * hold <= cap then
           Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
           fits[#fits + 1] = Lc
-          if Lc.N <= target or type(cluster) == "number" then best = Lc; break end
+          break
         end
       end
+      if #fits > 0 and (fits[#fits].CL == CL and fits[#fits].P <= E.CLUSTER_BLOCK or forced) then break end
       CL = CL * 2
     end
-    best = best or fits[1]
-    if best then L, info.strategy = best, "regs" end
+    if #fits > 0 then L, info.strategy = fits[#fits], "regs" end
   end
   local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
   if staged then

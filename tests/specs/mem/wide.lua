@@ -1,7 +1,9 @@
--- Rows too wide for one CTA's registers, split over a cluster of CTAs on sm_90+ (row.lua,
--- rowptx.lua): each CTA holds its part of the row, the reductions meet in distributed shared
--- memory. The norms (inference, training, fused residual and per-row fp8 quantize), softmax,
--- log_softmax with its statistics, and the softmax backward, in bf16, fp16 and fp32.
+-- Rows too wide for one CTA's registers: split over a cluster of CTAs on sm_90+ where the kernel
+-- reduces the row once (row.lua, rowptx.lua: each CTA holds its part of the row, the reduction
+-- meets in distributed shared memory), else re-read from L2; KILN_ROW_CLUSTER=8 splits every
+-- one (tests/gpu/run checks both). The norms (inference, training, fused residual and per-row
+-- fp8 quantize), softmax, log_softmax with its statistics, and the softmax backward, in bf16,
+-- fp16 and fp32.
 local k = require "kiln"
 return {
   k.graph "wide_rmsnorm_residual_fp8_rowwise" {
@@ -21,6 +23,14 @@ return {
     body = function(g, x, w, b)
       local y, mean, inv = g:layernorm(x, w, b, { epsilon = 1e-5, phase = "training" })
       return { y = y, mean = mean, inv_var = inv }
+    end,
+  },
+  k.graph "wide_rmsnorm_train" {
+    dims = { T = k.dynamic, H = { 65536 } }, dtype = "bf16",
+    inputs = { x = { "T", "H" }, w = { "H" } },
+    body = function(g, x, w)
+      local y, inv = g:rmsnorm(x, w, { epsilon = 1e-6, phase = "training" })
+      return { y = y, inv_rms = inv }
     end,
   },
   k.graph "wide_rmsnorm_fp32" {
