@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 48 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 51 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -76,8 +76,15 @@ KILN_ROW_N=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.
 expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3 is refused by name"
 
 # rows wider than the staged and legacy kernels take: the split backward (the row kernel keeps
-# the row sums, a column-tiled kernel writes dx and the column sums, then the finalize);
-# column reductions that wide take column tiles
+# the row sums, a column-tiled kernel writes dx and the column sums, then the finalize), or
+# under KILN_ROW_CLUSTER=2|4|8 (for measuring) the staged kernel over a cluster (each CTA
+# stages and sums its part of the row; a partial row per cluster); column reductions that
+# wide take column tiles
+KILN_ROW_CLUSTER=8 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65c.kpack"
+run_kiln pack inspect "$TMP/bwd65c.kpack"
+expect_out "staged-async:cluster8" "KILN_ROW_CLUSTER=8: layernorm_bwd at H = 65536 takes the staged kernel over 8 CTAs"
+expect_out "grid \[min\(T\*8, 128\), 1, 1\]  cluster \[8, 1, 1\]" "16 clusters of 8 at most, one per row at least"
+expect_out "workspace: min\(T\*524288, 8388608\) bytes" "workspace: a partial row per cluster"
 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
 expect_rc 0 "layernorm_bwd at H = 65536 builds (the split backward)"
 run_kiln pack inspect "$TMP/bwd65k.kpack"

@@ -67,6 +67,9 @@ E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 E.MAX_CLUSTER = 8
 E.CLUSTER_N = 4
 E.CLUSTER_BLOCK = 256
+-- The SMs a persistent grid of clusters counts on: 8 GPCs of at least 16 SMs (the H200 has 132
+-- in GPCs of 16 or 18; a cluster lives inside one GPC).
+E.CLUSTER_SMS = 128
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
@@ -293,6 +296,32 @@ local function analyze(group, g, cluster)
     if #fits > 0 then L, info.strategy = fits[#fits], "regs" end
   end
   local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
+  -- a backward row too wide for the staged kernel, under KILN_ROW_CLUSTER=2|4|8 only (for
+  -- measuring): the staged kernel over a cluster, each CTA staging and holding the column sums
+  -- of its part of the row (rowbwd_ptx.lua). Correct and deterministic, but slower than the
+  -- split backward: 0.65-0.75x at H = 32768 and 65536 (one CTA per SM waits out a cluster
+  -- barrier every row; docs/MEMORY_BOUND.md, "Wide rows")
+  if kind == "norm_bwd" and not (staged and staged.ptx) and type(cluster) == "number" then
+    local CL = type(cluster) == "number" and cluster or 2
+    while CL <= E.MAX_CLUSTER do
+      if H % (CL * V) == 0 then
+        local Lc = rowgen.layout(H // CL, V, target)
+        if Lc.even and Lc.RPC == 1 and Lc.P > 32 then
+          Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
+          local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
+          if st and st.ptx then
+            -- one wave of clusters: 8 GPCs of at least 16 SMs each hold 16 / CL clusters
+            -- of one CTA per SM (an estimate for the H200's 132 SMs); a partial row per cluster
+            st.max_ctas = (E.CLUSTER_SMS * st.per_sm) // CL
+            st.grid_div = 1
+            L, staged = Lc, st
+            break
+          end
+        end
+      end
+      CL = CL * 2
+    end
+  end
   if staged then
     -- dy and x staged through shared memory by cp.async, column sums in registers (rowbwd.lua)
     info.staged, info.strategy = staged, "staged-" .. staged.name
@@ -346,7 +375,7 @@ function E.propose(group, g, target)
   end
   local info, why = forms(math.min(target.sm, target.pack_sm or target.sm) >= 90 and ptx_wanted and rowgen.cluster_setting())
   -- a cluster layout only the PTX forms build: else the row re-read
-  if info and info.L.CL and not (info.fwd_ptx or info.sm_ptx) then info, why = forms(false) end
+  if info and info.L.CL and not (info.fwd_ptx or info.sm_ptx or info.staged) then info, why = forms(false) end
   if not info then return nil, why end
   -- and the persistent backward's where the staged kernel does not take it (rowbwd_smem_ptx.lua)
   if info.kind == "norm_bwd" and not info.staged and rowgen.ptx_wanted() then
@@ -400,14 +429,21 @@ local function build_staged(plan, group, g, symbol, K)
   local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA (persistent), %d vector%s of %d per thread, " ..
     "dy and x staged by cp.async in %d stages, column sums in registers%s", info.anchor.op, L.P, L.P == 1 and "" or "s", L.H,
     L.RPC, L.RPC == 1 and "" or "s", L.N, L.N == 1 and "" or "s", L.V, info.staged.S, info.staged.ptx and ", body in PTX" or "")
+  local CL = L.CL or 1
+  if CL > 1 then
+    what = what .. string.format(", a cluster of %d CTAs per row (%d columns each)", CL, L.HC)
+  end
   K.src:add(render.fill(render.template("row.cuh"), {
     what = what, block = L.block, symbol = symbol, params = params, min_blocks = string.format(", %d", info.per_sm),
     shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }, "row.cuh"))
+  -- a cluster grid: CL CTAs for each of min(T, max) clusters (info.max_ctas counts clusters)
+  local grid = { mul = CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors,
+                 div = info.grid_div, max = info.max_ctas * CL }
   local kernels = { {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
-    block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, 1, 1 },
-    smem = info.smem, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
+    block = { L.block, 1, 1 }, grid = { grid, 1, 1 },
+    smem = info.smem, cluster = { CL, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   } }
   if ncols == 0 then return { kernels = kernels } end
   local workspace

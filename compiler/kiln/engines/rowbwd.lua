@@ -66,7 +66,7 @@ function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
   end
   if L.block > 512 then return nil, "more than 512 threads per row" end
   if #info.colsum * L.N * L.V > M.MAX_SUMS then return nil, "too many column sums per thread for registers" end
-  local rowb = L.H * (dtypes.size(dy.dtype) + dtypes.size(x.dtype))
+  local rowb = (L.HC or L.H) * (dtypes.size(dy.dtype) + dtypes.size(x.dtype))  -- a CTA's part of a row (cluster)
   local stage = L.RPC * rowb
   local S = math.min(mode.S, SMEM_MAX // stage)
   if S < 2 then return nil, "two stages do not fit in shared memory" end

@@ -35,6 +35,7 @@ function M.accepts(info, g, L, st)
     end
   end
   if st.S < 2 then return nil, "fewer than two stages" end
+  if L.CL and L.RPC ~= 1 then return nil, "a cluster's CTA holding several rows" end
   return true
 end
 
@@ -42,6 +43,9 @@ end
 function M.emit(K, info, g, st)
   local a, L = info.anchor, info.L
   local H, Pn, N, V, RPC, S = L.H, L.P, L.N, L.V, L.RPC, st.S
+  -- a row split over a cluster (row.lua): this CTA stages and sums columns rank * HC ... of
+  -- each row, the cluster's rows are the cluster id's; HC = H otherwise
+  local CL, HC = L.CL or 1, L.HC or L.H
   local is_ln = a.op == "layernorm_backward"
   local dy, x, w = g.by_uid[a.inputs.grad], g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
   local dxt = g.by_uid[a.outputs.DX]
@@ -54,6 +58,7 @@ function M.emit(K, info, g, st)
   local NW, W = L.block // 32, Pn // 32
   K:add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][slot][dy row, x row]")
   if Pn > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rd_[2][%d][%d];", vars, NW) end
+  if CL > 1 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rc_[2][%d][%d];", vars, CL) end
   rowgen.pdl_entry(K)  -- the finalize kernel also takes SMs as this grid's CTAs free them
   local P = ptx.new()
   local _, ST = rowgen.row_hint()
@@ -65,11 +70,20 @@ function M.emit(K, info, g, st)
   local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
   local o_stg = P:input("l", "stg_")
   local o_rd = Pn > 32 and P:input("l", "&rd_[0][0][0]") or nil
+  local o_rc = CL > 1 and P:input("l", "&rc_[0][0][0]") or nil
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
 
   -- the thread's place: lane, slot, CTA, and the per-thread bases of every address
   local tid, cta, lane, slot = P:place(Pn, RPC)
   local nct = def("b32", "mov.u32 %s, %%nctaid.x;")
+  local rank, col = nil, lane  -- col: the thread's first vector in the row
+  if CL > 1 then
+    cta = def("b32", "mov.u32 %s, %%clusterid.x;")
+    nct = def("b32", "mov.u32 %s, %%nclusterid.x;")
+    rank = def("b32", "mov.u32 %s, %%cluster_ctarank;")
+    col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", rank, HC // V, lane)
+    put("barrier.cluster.arrive.relaxed.aligned;")  -- the peers have started before the first remote store
+  end
   local cta64 = def("b64", "cvt.u64.u32 %s, %s;", cta)
   local nct64 = def("b64", "cvt.u64.u32 %s, %s;", nct)
   local slot64 = slot and def("b64", "cvt.u64.u32 %s, %s;", slot)
@@ -79,7 +93,7 @@ function M.emit(K, info, g, st)
     nrb = def("b64", "shr.s64 %s, %s, %d;", t, log2(RPC))
   end
   -- a global base plus this thread's first column (bytes per element z)
-  local function lane_base(base, z) return def("b64", "mad.wide.u32 %s, %s, %d, %s;", lane, V * z, base) end
+  local function lane_base(base, z) return def("b64", "mad.wide.u32 %s, %s, %d, %s;", col, V * z, base) end
   local gdy, gx = lane_base(P:global(o_dy), zdy), lane_base(P:global(o_x), zx)
   local gw, gdx = lane_base(P:global(o_w), zw), lane_base(P:global(o_dx), zdx)
   local grstd = P:global(o_rstd)
@@ -92,7 +106,7 @@ function M.emit(K, info, g, st)
   -- a ragged row: vector k of lanes past the row's last vector copies, loads and stores nothing
   -- (its dy and x read as zeros: no term in any sum); inrow(k) is its predicate, nil when every
   -- lane's vector k is in the row
-  local inrow = P:in_row(lane, Pn, V, H)
+  local inrow = P:in_row(lane, Pn, V, HC)
 
   -- the scale in fp32 and the column sums (zero), per vector k
   local wv, cs = {}, {}
@@ -127,7 +141,7 @@ function M.emit(K, info, g, st)
       ddy = def("b32", "add.s32 %s, %s, %s;", sdy, off)
       dx_ = def("b32", "add.s32 %s, %s, %s;", sx, off)
     end
-    for _, t in ipairs({ { g = gdy, d = ddy, z = zdy, off = 0 }, { g = gx, d = dx_, z = zx, off = H * zdy } }) do
+    for _, t in ipairs({ { g = gdy, d = ddy, z = zdy, off = 0 }, { g = gx, d = dx_, z = zx, off = HC * zdy } }) do
       local src = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rs, H * t.z, t.g)
       for k = 0, N - 1 do
         local p = inrow(k)
@@ -170,6 +184,15 @@ function M.emit(K, info, g, st)
     mine = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, rd) or rd
   end
   local LOOP, DONE = P:label(), P:label()
+  local rc, peer, to_peer
+  if CL > 1 then
+    -- the cluster's exchange: thread t < CL puts the CTA's sums into slot `rank` of CTA t's
+    -- rc_[parity]; every CTA then adds the CL slots in rank order (the same bits in each)
+    rc = P:shared(o_rc)
+    peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1)
+    to_peer = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL)
+    put("barrier.cluster.wait.aligned;")
+  end
   local p0 = def("pred", "setp.ge.s64 %s, %s, %s;", rb, nrb)
   put("@%s bra.uni %s;", p0, DONE)
   stats_load(slot and def("b64", "mad.lo.s64 %s, %s, %d, %s;", cta64, RPC, slot64) or cta64)  -- rows >= 1 here
@@ -211,7 +234,7 @@ function M.emit(K, info, g, st)
     return e
   end
   local function staged(k)
-    return P:load("shared", cdy, k * KSTEP(zdy), V * zdy, inrow(k)), P:load("shared", cx, H * zdy + k * KSTEP(zx), V * zx, inrow(k))
+    return P:load("shared", cdy, k * KSTEP(zdy), V * zdy, inrow(k)), P:load("shared", cx, HC * zdy + k * KSTEP(zx), V * zx, inrow(k))
   end
   -- the column sums take this row's values (only a row that exists)
   local function add_sums(k, e)
@@ -264,6 +287,20 @@ function M.emit(K, info, g, st)
       acc[i] = s
     end
   end
+  if CL > 1 then
+    local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, vars * CL * 4, rc)
+    local mine_c = def("b32", "mad.lo.s32 %s, %s, 4, %s;", rank, pc)
+    local remote = def("b32", "mapa.shared::cluster.u32 %s, %s, %s;", mine_c, peer)
+    for i = 1, vars do put("@%s st.shared::cluster.f32 [%s+%d], %s;", to_peer, remote, (i - 1) * CL * 4, acc[i]) end
+    put("barrier.cluster.arrive.release.aligned;")
+    put("barrier.cluster.wait.acquire.aligned;")
+    for i = 1, vars do
+      local cs_ = P:load("shared", pc, (i - 1) * CL * 4, CL * 4)
+      local s = cs_[1]
+      for q = 2, CL do s = def("b32", "add.f32 %s, %s, %s;", s, cs_[q]) end
+      acc[i] = s
+    end
+  end
   local inv = ptx.f32(1.0 / H)
   local c1 = is_ln and def("b32", "mul.f32 %s, %s, %s;", acc[1], inv)
   local c2 = def("b32", "mul.f32 %s, %s, %s;", acc[vars], inv)
@@ -308,7 +345,7 @@ function M.emit(K, info, g, st)
     local ncols = nsums * H
     local gws = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, ncols * 4, P:global(o_ws))
     if RPC == 1 then
-      local base = def("b64", "mad.wide.u32 %s, %s, %d, %s;", lane, V * 4, gws)
+      local base = def("b64", "mad.wide.u32 %s, %s, %d, %s;", col, V * 4, gws)
       for i = 1, nsums do
         for k = 0, N - 1 do
           local vals = {}
