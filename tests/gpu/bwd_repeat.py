@@ -98,7 +98,7 @@ def main():
         pack = kiln.Pack(path)
         have = {p.instance for p in pack.plans()}
         for graph in ("layernorm_bwd", "rmsnorm_bwd"):
-            # (65536: the split backward, its row sums in the workspace too)
+            # (65536: rmsnorm's staged kernel over a cluster, layernorm's split backward)
             for H, T in ((4096, 4096), (2048, 1031), (8192, 5), (65536, 257)):
                 if "H=%d" % H in have:
                     check(pack, graph, H, T, gen)

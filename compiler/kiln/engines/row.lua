@@ -296,19 +296,24 @@ local function analyze(group, g, cluster)
     if #fits > 0 then L, info.strategy = fits[#fits], "regs" end
   end
   local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
-  -- a backward row too wide for the staged kernel, under KILN_ROW_CLUSTER=2|4|8 only (for
-  -- measuring): the staged kernel over a cluster, each CTA staging and holding the column sums
-  -- of its part of the row (rowbwd_ptx.lua). Correct and deterministic, but slower than the
-  -- split backward: 0.65-0.75x at H = 32768 and 65536 (one CTA per SM waits out a cluster
-  -- barrier every row; docs/MEMORY_BOUND.md, "Wide rows")
-  if kind == "norm_bwd" and not (staged and staged.ptx) and type(cluster) == "number" then
-    local CL = type(cluster) == "number" and cluster or 2
+  -- a backward row too wide for the staged kernel: the staged kernel over a cluster, each CTA
+  -- staging and holding the column sums of its part of the row (rowbwd_ptx.lua). Taken for
+  -- rmsnorm_backward past the legacy kernel's reach, 2 CTAs per SM (`twocta`: one waits out
+  -- the row's cluster barrier while the other computes): 1.40x the split backward at 4096 x
+  -- 65536. layernorm_backward (0.84x: it spills at 2 CTAs per SM, and waits at one) and rows
+  -- the legacy kernel takes (0.69-0.81x at H = 16384) keep theirs; KILN_ROW_CLUSTER=2|4|8
+  -- takes it for any backward, in KILN_ROW_BWD's variant (docs/MEMORY_BOUND.md, "Wide rows").
+  local forced = type(cluster) == "number"
+  local bwd_mode = forced and rowbwd.mode() or rowbwd.named_mode("twocta")
+  local bwd_cluster = forced or (cluster and a.op == "rmsnorm_backward" and H > E.LEGACY_MAX_H and rowbwd.mode().default)
+  if kind == "norm_bwd" and not (staged and staged.ptx) and bwd_cluster then
+    local CL = forced and cluster or 2
     while CL <= E.MAX_CLUSTER do
       if H % (CL * V) == 0 then
         local Lc = rowgen.layout(H // CL, V, target)
         if Lc.even and Lc.RPC == 1 and Lc.P > 32 then
           Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
-          local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
+          local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS, bwd_mode)
           if st and st.ptx then
             -- one wave of clusters: 8 GPCs of at least 16 SMs each hold 16 / CL clusters
             -- of one CTA per SM (an estimate for the H200's 132 SMs); a partial row per cluster

@@ -32,6 +32,12 @@ M.MAX_SUMS = 32
 -- spill) 8% slower at 16384 x 8192, so it reads the row again.
 M.MAX_HELD_WORDS = 64
 
+-- A named variant as M.mode gives it.
+function M.named_mode(name)
+  local m = M.NAMED[name]
+  return { S = m.S, C = m.C, reread = m.reread, name = name }
+end
+
 -- The variant KILN_ROW_BWD asks for: { legacy = true } or { S =, C =, name = }.
 function M.mode()
   local v = c.getenv("KILN_ROW_BWD")
@@ -39,18 +45,22 @@ function M.mode()
   if default then v = M.DEFAULT end
   if v == "legacy" then return { legacy = true, name = v } end
   if v == "split" then return { legacy = true, split = true, name = v } end
-  local m = M.NAMED[v]
-  if m then return { S = m.S, C = m.C, reread = m.reread, name = v, default = default } end
+  if M.NAMED[v] then
+    local m = M.named_mode(v)
+    m.default = default
+    return m
+  end
   local s, n = v:match("^s(%d)c(%d)$")
   s, n = tonumber(s), tonumber(n)
   if s and n and s >= 2 and s <= 8 and n >= 1 and n <= 2 then return { S = s, C = n, name = v } end
   errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, split, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)", v)
 end
 
--- Whether the staged kernel takes this backward (analyze's info, layout L): the sizes it
--- needs, or nil and why (then the legacy kernel builds it).
-function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS)
-  local mode = M.mode()
+-- Whether the staged kernel takes this backward (analyze's info, layout L; `mode` a variant
+-- as M.mode gives, default KILN_ROW_BWD's): the sizes it needs, or nil and why (then the
+-- legacy kernel builds it).
+function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS, mode)
+  mode = mode or M.mode()
   if mode.legacy then return nil, "KILN_ROW_BWD=" .. mode.name end
   local a = info.anchor
   if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) > 0 then
