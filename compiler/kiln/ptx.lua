@@ -103,6 +103,14 @@ function M.new()
     end
     return words
   end
+  -- The n 32-bit values at [base+off] in `space` folded in order with `op` (e.g. add.f32):
+  -- a reduction's partial values, the same bits in every thread that folds them.
+  function P:load_fold(space, base, off, n, op)
+    local ws = self:load(space, base, off, n * 4)
+    local s = ws[1]
+    for q = 2, n do s = self:def("b32", op .. " %s, %s, %s;", s, ws[q]) end
+    return s
+  end
   -- Stores `words` at [base+off] likewise, under predicate `pred` when given.
   function P:store(space, base, off, words, pred)
     local i, g = 1, pred and ("@" .. pred .. " ") or ""

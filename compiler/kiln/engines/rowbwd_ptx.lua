@@ -280,12 +280,7 @@ function M.emit(K, info, g, st)
     -- the slots meet at their own barriers (1 + slot): one slot's row can wait on memory while another computes
     if bar then put("bar.sync %s, %d;", bar, Pn) else put("bar.sync 0;") end
     local base = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, vars * NW * 4, mine)
-    for i = 1, vars do
-      local ws_ = P:load("shared", base, (i - 1) * NW * 4, W * 4)
-      local s = ws_[1]
-      for q = 2, W do s = def("b32", "add.f32 %s, %s, %s;", s, ws_[q]) end
-      acc[i] = s
-    end
+    for i = 1, vars do acc[i] = P:load_fold("shared", base, (i - 1) * NW * 4, W, "add.f32") end
   end
   if CL > 1 then
     local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, vars * CL * 4, rc)
@@ -294,12 +289,7 @@ function M.emit(K, info, g, st)
     for i = 1, vars do put("@%s st.shared::cluster.f32 [%s+%d], %s;", to_peer, remote, (i - 1) * CL * 4, acc[i]) end
     put("barrier.cluster.arrive.release.aligned;")
     put("barrier.cluster.wait.acquire.aligned;")
-    for i = 1, vars do
-      local cs_ = P:load("shared", pc, (i - 1) * CL * 4, CL * 4)
-      local s = cs_[1]
-      for q = 2, CL do s = def("b32", "add.f32 %s, %s, %s;", s, cs_[q]) end
-      acc[i] = s
-    end
+    for i = 1, vars do acc[i] = P:load_fold("shared", pc, (i - 1) * CL * 4, CL, "add.f32") end
   end
   local inv = ptx.f32(1.0 / H)
   local c1 = is_ln and def("b32", "mul.f32 %s, %s, %s;", acc[1], inv)

@@ -337,9 +337,7 @@ function M.emit(K, info, group, g, target, amax_out)
     put("@%s bra %s;", def("pred", "setp.ne.s32 %s, %s, 0;", tid), SKIP)
     if target.sm >= 90 then put("griddepcontrol.wait;") end
     for i, uid in ipairs(amax_out) do
-      local ws = P:load("shared", arrs[i], 0, NW * 4)
-      local m = ws[1]
-      for q = 2, NW do m = def("b32", "max.u32 %s, %s, %s;", m, ws[q]) end
+      local m = P:load_fold("shared", arrs[i], 0, NW, "max.u32")
       local out = gptr(uid, true)
       local cur = def("b32", "ld.volatile.global.u32 %s, [%s];", out)
       local more = def("pred", "setp.gt.u32 %s, %s, %s;", m, cur)

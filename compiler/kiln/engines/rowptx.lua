@@ -247,9 +247,7 @@ function M.new(K, info, g, inputs, made, at)
     put("@%s st.shared.f32 [%s], %s;", lead, mine, v)
     put("bar.sync 0;")
     local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arr) or arr
-    local ws = P:load("shared", first, 0, W * 4)
-    local s = ws[1]
-    for q = 2, W do s = def("b32", op .. " %s, %s, %s;", s, ws[q]) end
+    local s = P:load_fold("shared", first, 0, W, op)
     if CL == 1 then return s end
     -- the cluster: thread t < CL writes the CTA's value into slot `rank` of CTA t's array, and
     -- after the barrier every CTA combines the CL slots in rank order (the same bits in each)
@@ -266,10 +264,7 @@ function M.new(K, info, g, inputs, made, at)
     put("@%s st.shared::cluster.f32 [%s], %s;", def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL), remote, s)
     put("barrier.cluster.arrive.release.aligned;")
     put("barrier.cluster.wait.acquire.aligned;")
-    local cs = P:load("shared", carr, 0, CL * 4)
-    s = cs[1]
-    for q = 2, CL do s = def("b32", op .. " %s, %s, %s;", s, cs[q]) end
-    return s
+    return P:load_fold("shared", carr, 0, CL, op)
   end
 
   -- Per-row outputs { {uid, register}, ... }, written by the row's first thread.
