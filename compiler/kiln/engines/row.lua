@@ -303,7 +303,6 @@ local function analyze(group, g, cluster)
   -- 65536. layernorm_backward (0.84x: it spills at 2 CTAs per SM, and waits at one) and rows
   -- the legacy kernel takes (0.69-0.81x at H = 16384) keep theirs; KILN_ROW_CLUSTER=2|4|8
   -- takes it for any backward, in KILN_ROW_BWD's variant (docs/MEMORY_BOUND.md, "Wide rows").
-  local forced = type(cluster) == "number"
   local bwd_mode = forced and rowbwd.mode() or rowbwd.named_mode("twocta")
   local bwd_cluster = forced or (cluster and a.op == "rmsnorm_backward" and H > E.LEGACY_MAX_H and rowbwd.mode().default)
   if kind == "norm_bwd" and not (staged and staged.ptx) and bwd_cluster then
@@ -315,8 +314,8 @@ local function analyze(group, g, cluster)
           Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
           local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS, bwd_mode)
           if st and st.ptx then
-            -- one wave of clusters: 8 GPCs of at least 16 SMs each hold 16 / CL clusters
-            -- of one CTA per SM (an estimate for the H200's 132 SMs); a partial row per cluster
+            -- one wave of clusters: 8 GPCs of at least 16 SMs each hold 16 * CTAs per SM / CL
+            -- of them (E.CLUSTER_SMS); a partial row per cluster
             st.max_ctas = (E.CLUSTER_SMS * st.per_sm) // CL
             st.grid_div = 1
             L, staged = Lc, st
