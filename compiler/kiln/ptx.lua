@@ -103,6 +103,24 @@ function M.new()
     end
     return words
   end
+  -- `values` (every thread of the CTA holds them) combined over a cluster of n CTAs: thread
+  -- t < n stores them into slot `rank` of CTA t's array at `base` (n floats a value), one
+  -- cluster barrier, then each value's n slots fold in rank order with `op` (the same bits in
+  -- every CTA). The peers must have started (a barrier.cluster.wait before the first use).
+  -- `to` = { peer =, mine = }: the target rank and the store predicate, made once by a loop.
+  function P:cluster_fold(base, rank, tid, n, values, op, to)
+    local peer = to and to.peer or self:def("b32", "min.u32 %s, %s, %d;", tid, n - 1)
+    local remote = self:def("b32", "mapa.shared::cluster.u32 %s, %s, %s;", self:def("b32", "mad.lo.s32 %s, %s, 4, %s;", rank, base), peer)
+    local mine = to and to.mine or self:def("pred", "setp.lt.u32 %s, %s, %d;", tid, n)
+    for i, v in ipairs(values) do
+      self:put("@%s st.shared::cluster.f32 [%s%s], %s;", mine, remote, i == 1 and "" or "+" .. (i - 1) * n * 4, v)
+    end
+    self:put("barrier.cluster.arrive.release.aligned;")
+    self:put("barrier.cluster.wait.acquire.aligned;")
+    local out = {}
+    for i = 1, #values do out[i] = self:load_fold("shared", base, (i - 1) * n * 4, n, op) end
+    return out
+  end
   -- The n 32-bit values at [base+off] in `space` folded in order with `op` (e.g. add.f32):
   -- a reduction's partial values, the same bits in every thread that folds them.
   function P:load_fold(space, base, off, n, op)

@@ -184,13 +184,12 @@ function M.emit(K, info, g, st)
     mine = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, rd) or rd
   end
   local LOOP, DONE = P:label(), P:label()
-  local rc, peer, to_peer
+  local rc, to
   if CL > 1 then
-    -- the cluster's exchange: thread t < CL puts the CTA's sums into slot `rank` of CTA t's
-    -- rc_[parity]; every CTA then adds the CL slots in rank order (the same bits in each)
+    -- the cluster's exchange of the row's sums through rc_[parity] (P:cluster_fold), its target
+    -- rank and store predicate made once
     rc = P:shared(o_rc)
-    peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1)
-    to_peer = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL)
+    to = { peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1), mine = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL) }
     put("barrier.cluster.wait.aligned;")
   end
   local p0 = def("pred", "setp.ge.s64 %s, %s, %s;", rb, nrb)
@@ -284,12 +283,7 @@ function M.emit(K, info, g, st)
   end
   if CL > 1 then
     local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, vars * CL * 4, rc)
-    local mine_c = def("b32", "mad.lo.s32 %s, %s, 4, %s;", rank, pc)
-    local remote = def("b32", "mapa.shared::cluster.u32 %s, %s, %s;", mine_c, peer)
-    for i = 1, vars do put("@%s st.shared::cluster.f32 [%s+%d], %s;", to_peer, remote, (i - 1) * CL * 4, acc[i]) end
-    put("barrier.cluster.arrive.release.aligned;")
-    put("barrier.cluster.wait.acquire.aligned;")
-    for i = 1, vars do acc[i] = P:load_fold("shared", pc, (i - 1) * CL * 4, CL, "add.f32") end
+    acc = P:cluster_fold(pc, rank, tid, CL, acc, "add.f32", to)
   end
   local inv = ptx.f32(1.0 / H)
   local c1 = is_ln and def("b32", "mul.f32 %s, %s, %s;", acc[1], inv)

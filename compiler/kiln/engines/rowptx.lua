@@ -249,8 +249,7 @@ function M.new(K, info, g, inputs, made, at)
     local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arr) or arr
     local s = P:load_fold("shared", first, 0, W, op)
     if CL == 1 then return s end
-    -- the cluster: thread t < CL writes the CTA's value into slot `rank` of CTA t's array, and
-    -- after the barrier every CTA combines the CL slots in rank order (the same bits in each)
+    -- the cluster's CTAs: through each other's shared arrays (P:cluster_fold)
     local ctag = tag .. "c"
     K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", ctag, CL)
     local carr = P:shared(P:input("l", ctag))
@@ -258,13 +257,7 @@ function M.new(K, info, g, inputs, made, at)
       put("barrier.cluster.wait.aligned;")
       R.cluster_opened = true
     end
-    local peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1)
-    local slot_addr = def("b32", "mad.lo.s32 %s, %s, 4, %s;", rank, carr)
-    local remote = def("b32", "mapa.shared::cluster.u32 %s, %s, %s;", slot_addr, peer)
-    put("@%s st.shared::cluster.f32 [%s], %s;", def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL), remote, s)
-    put("barrier.cluster.arrive.release.aligned;")
-    put("barrier.cluster.wait.acquire.aligned;")
-    return P:load_fold("shared", carr, 0, CL, op)
+    return P:cluster_fold(carr, rank, tid, CL, { s }, op)[1]
   end
 
   -- Per-row outputs { {uid, register}, ... }, written by the row's first thread.
