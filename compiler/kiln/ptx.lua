@@ -183,6 +183,15 @@ function M.new()
     for i = 1, #vals, 2 do words[#words + 1] = self:def("b32", cvt .. " %s, %s, %s;", vals[i + 1], vals[i]) end
     return words
   end
+  -- 1/x within an ulp of rcp.rn: the approximation and one Newton step, as rcp.rn's own fast
+  -- path, without its slow path for the exponent extremes (4-5 ms of ptxas a kernel). Where
+  -- the step gives NaN (x zero or infinite) the approximation is the answer.
+  function P:recip(x)
+    local a = self:def("b32", "rcp.approx.f32 %s, %s;", x)
+    local e = self:def("b32", "fma.rn.f32 %s, %s, %s, 0f3F800000;", self:def("b32", "neg.f32 %s, %s;", x), a)
+    local r = self:def("b32", "fma.rn.f32 %s, %s, %s, %s;", a, e, a)
+    return self:def("b32", "selp.f32 %s, %s, %s, %s;", a, r, self:def("pred", "testp.notanumber.f32 %s, %s;", r))
+  end
   -- An fp32 value rounded to `dtype` (bf16, fp16) and back: what a 16-bit tensor holds.
   function P:round(v, dtype)
     if dtype == "bf16" then

@@ -63,7 +63,8 @@ local OPS = {
 -- past a ragged row counts as, and the final map.
 local NEG_INF, POS_INF, ZERO = "0fFF800000", "0f7F800000", ptx.f32(0)
 local RED = {
-  amax = { init = ZERO, op = "max.NaN.f32", abs = true },
+  -- |x|'s bits: their unsigned order is the float order, NaN above all (redux.sync per warp)
+  amax = { init = ZERO, op = "max.u32", abs = true },
   max = { init = NEG_INF, other = NEG_INF, op = "max.NaN.f32" },
   min = { init = POS_INF, other = POS_INF, op = "min.NaN.f32" },
   add = { init = ZERO, op = "add.f32" },
@@ -280,7 +281,7 @@ function M.emit(K, info, group, g, target, amax_out)
     end
     for uid, v in pairs(base) do if rowv[uid] == nil then rowv[uid] = v end end
     run_nodes(rowpw, rowv)
-    for _, uid in ipairs(rowgen.row_divisors(group)) do recip[uid] = def("b32", "rcp.rn.f32 %s, %s;", rowv[uid]) end
+    for _, uid in ipairs(rowgen.row_divisors(group)) do recip[uid] = P:recip(rowv[uid]) end
   end
 
   -- the output pass: y, the epilogue, amax, the stores

@@ -158,7 +158,7 @@ function M.emit(K, info, group, g)
       store(s_out, out)
     end)
   else
-    local iz = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", def("b32", "rcp.rn.f32 %s, %s;", Z), ninf)
+    local iz = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(Z), ninf)
     pass(R.reread and { x } or {}, { s_out }, nil, function(q, value_at, store)
       local out = {}
       for j = 0, V - 1 do
