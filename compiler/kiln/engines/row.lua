@@ -67,9 +67,6 @@ E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 E.MAX_CLUSTER = 8
 E.CLUSTER_N = 4
 E.CLUSTER_BLOCK = 256
--- The SMs a persistent grid of clusters counts on: 8 GPCs of at least 16 SMs (the H200 has 132
--- in GPCs of 16 or 18; a cluster lives inside one GPC).
-E.CLUSTER_SMS = 128
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
@@ -109,11 +106,15 @@ local function reduce_suffix(x, y)
   return n - first + 1
 end
 
--- How many reductions over the row a forward kernel of `kind` makes (the wide-row cluster
--- layout is taken for one): 0 for the kinds without a cluster form (rowptx.lua).
-local function row_reductions(a, kind, rowred)
-  if kind == "norm" then return (a.op == "layernorm" and 2 or 1) + #rowred end
-  return ({ softmax = 2, softmax_bwd = 1 })[kind] or 0
+-- Whether the wide-row cluster layout is taken for a forward kernel of `kind` (analyze): where
+-- it measured faster than the row re-read from L2 (docs/MEMORY_BOUND.md, "Wide rows"): rmsnorm
+-- without per-row reductions and the softmax backwards. Layernorm and softmax over a cluster
+-- measured 0.89x and 0.93x the re-read row at 16384 x 65536 (H200, 2026-12-01); exchanging one
+-- pair a CTA (its mean and squared deviations, its max and sum of exps) instead of meeting the
+-- cluster twice measured slower still (0.95x the two meetings).
+local function cluster_pays(a, kind, rowred)
+  if kind == "norm" then return a.op == "rmsnorm" and #rowred == 0 end
+  return kind == "softmax_bwd"
 end
 
 -- Everything propose learns about a group, reused by build. `cluster`: a row too wide for
@@ -277,7 +278,7 @@ local function analyze(group, g, cluster)
   -- at most 256 threads where 8 CTAs allow it; `cluster` a number: that size at least, for any
   -- kind (for measuring).
   local forced = type(cluster) == "number"
-  if info.strategy == "reread" and cluster and (forced or row_reductions(a, kind, rowred) == 1) then
+  if info.strategy == "reread" and cluster and (forced or cluster_pays(a, kind, rowred)) then
     local fits = {}
     local CL = forced and cluster or 2
     while CL <= E.MAX_CLUSTER do
@@ -305,31 +306,38 @@ local function analyze(group, g, cluster)
   -- takes it for any backward, in KILN_ROW_BWD's variant (docs/MEMORY_BOUND.md, "Wide rows").
   local bwd_mode = forced and rowbwd.mode() or rowbwd.named_mode("twocta")
   local bwd_cluster = forced or (cluster and a.op == "rmsnorm_backward" and H > E.LEGACY_MAX_H and rowbwd.mode().default)
+  -- Its CTAs as the forward's: E.CLUSTER_N vectors a thread in at most E.CLUSTER_BLOCK threads
+  -- where a cluster of 8 allows it (4096 x 65536: 8 CTAs of 256 threads 1.40x the split
+  -- backward, 4 of 512 1.31x, 8 of 512 with 2 vectors 0.86x).
   if kind == "norm_bwd" and not (staged and staged.ptx) and bwd_cluster then
     local CL = forced and cluster or 2
+    local best
     while CL <= E.MAX_CLUSTER do
-      if H % (CL * V) == 0 then
-        local Lc = rowgen.layout(H // CL, V, target)
+      for _, n in ipairs(H % (CL * V) == 0 and { math.max(target, E.CLUSTER_N), target } or {}) do
+        local Lc = rowgen.layout(H // CL, V, n)
         if Lc.even and Lc.RPC == 1 and Lc.P > 32 then
           Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
           local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS, bwd_mode)
           if st and st.ptx then
-            -- one wave of clusters: 8 GPCs of at least 16 SMs each hold 16 * CTAs per SM / CL
-            -- of them (E.CLUSTER_SMS); a partial row per cluster
-            st.max_ctas = (E.CLUSTER_SMS * st.per_sm) // CL
-            st.grid_div = 1
-            L, staged = Lc, st
+            -- a cluster a row, at most E.SMS * CTAs per SM of them (several waves; a partial
+            -- row per cluster). One wave of clusters (8 GPCs of 16 SMs: 128 * CTAs per SM / CL)
+            -- measured 0.83x that at 4096 x 65536.
+            best = { Lc, st }
             break
           end
         end
       end
+      if best and (best[1].CL == CL and best[1].P <= E.CLUSTER_BLOCK or forced) then break end
       CL = CL * 2
     end
+    if best then L, staged = best[1], best[2] end
   end
   if staged then
     -- dy and x staged through shared memory by cp.async, column sums in registers (rowbwd.lua)
     info.staged, info.strategy = staged, "staged-" .. staged.name
     info.smem, info.per_sm, info.max_ctas, info.grid_div = staged.smem, staged.per_sm, staged.max_ctas, staged.grid_div
+    -- over a cluster: a cluster a row (the grid T * CL then stays a multiple of CL)
+    if (L.CL or 1) > 1 then info.grid_div = 1 end
   elseif kind == "norm_bwd" then
     -- dscale/dbias sums per slot in shared memory, then a partial row per CTA
     local smem = #info.colsum * L.RPC * H * 4

@@ -1,9 +1,9 @@
 -- Rows too wide for one CTA's registers: split over a cluster of CTAs on sm_90+ where the kernel
--- reduces the row once (row.lua, rowptx.lua: each CTA holds its part of the row, the reduction
--- meets in distributed shared memory), else re-read from L2; KILN_ROW_CLUSTER=8 splits every
--- one (tests/gpu/run checks both). The norms (inference, training, fused residual and per-row
--- fp8 quantize), softmax, log_softmax with its statistics, and the softmax backward, in bf16,
--- fp16 and fp32.
+-- meets its cluster once (row.lua, rowptx.lua: each CTA holds its part of the row, the CTAs'
+-- reductions meet in distributed shared memory), else re-read from L2; KILN_ROW_CLUSTER=8
+-- splits every one (tests/gpu/run checks both). The norms (inference, training, fused residual
+-- and per-row fp8 quantize), softmax (with a sink and every statistic), log_softmax, and the
+-- softmax backward, in bf16, fp16 and fp32.
 local k = require "kiln"
 return {
   k.graph "wide_rmsnorm_residual_fp8_rowwise" {
@@ -46,8 +46,16 @@ return {
       return { y = y, lse = stats }
     end,
   },
+  k.graph "wide_softmax_sink_stats" {
+    dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp16",
+    inputs = { x = { "T", "H" }, sink = { "T", 1, dtype = "fp32" } },
+    body = function(g, x, sink)
+      local y, lse, mx, se = g:softmax(x, sink, { generate_stats = true, generate_max = true, generate_sum_exp = true })
+      return { y = y, lse = lse, mx = mx, se = se }
+    end,
+  },
   k.graph "wide_log_softmax" {
-    dims = { T = k.dynamic, H = { 32768 } }, dtype = "fp16",
+    dims = { T = k.dynamic, H = { 32768, 65536 } }, dtype = "fp16",
     inputs = { x = { "T", "H" } },
     body = function(g, x) return { y = g:log_softmax(x) } end,
   },
