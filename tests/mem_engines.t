@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 53 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 54 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -83,12 +83,14 @@ expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3
 KILN_ROW_CLUSTER=8 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65c.kpack"
 run_kiln pack inspect "$TMP/bwd65c.kpack"
 expect_out "staged-async:cluster8" "KILN_ROW_CLUSTER=8: layernorm_bwd at H = 65536 takes the staged kernel over 8 CTAs"
-expect_out "grid \[min\(T\*8, 128\), 1, 1\]  cluster \[8, 1, 1\]" "16 clusters of 8 at most, one per row at least"
-expect_out "workspace: min\(T\*524288, 8388608\) bytes" "workspace: a partial row per cluster"
-run_kiln explain specs/rmsnorm_bwd.lua --set H=65536 --sm 90a
-expect_out "rmsnorm_backward:p512n2v8r1:staged-twocta:cluster8" "rmsnorm_bwd at H = 65536: the staged kernel over 8 CTAs, 2 CTAs per SM"
+expect_out "grid \[min\(T\*8, 1056\), 1, 1\]  cluster \[8, 1, 1\]" "a cluster of 8 a row, 132 at most (a multiple of 8 CTAs)"
+expect_out "workspace: min\(T\*524288, 69206016\) bytes" "workspace: a partial row per cluster"
+run_kiln build specs/rmsnorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/rbwd65.kpack"
+run_kiln pack inspect "$TMP/rbwd65.kpack"
+expect_out "rmsnorm_backward:p256n4v8r1:staged-twocta:cluster8" "rmsnorm_bwd at H = 65536: the staged kernel over 8 CTAs of 256 threads, 2 CTAs per SM"
+expect_out "grid \[min\(T\*8, 2112\), 1, 1\]  cluster \[8, 1, 1\]" "rmsnorm_bwd: a cluster a row, 264 at most"
 run_kiln explain specs/rmsnorm_bwd.lua --set H=32768 --sm 90a
-expect_out "rmsnorm_backward:p512n2v8r1:staged-twocta:cluster4" "rmsnorm_bwd at H = 32768: over 4 CTAs"
+expect_out "rmsnorm_backward:p256n4v8r1:staged-twocta:cluster4" "rmsnorm_bwd at H = 32768: over 4 CTAs of 256 threads"
 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
 expect_rc 0 "layernorm_bwd at H = 65536 builds (the split backward)"
 run_kiln pack inspect "$TMP/bwd65k.kpack"
