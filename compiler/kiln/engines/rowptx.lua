@@ -229,8 +229,9 @@ function M.new(K, info, g, inputs, made, at)
     end, nil, true)
   end
 
-  -- A row's reduction of v over its P threads (`op`: add.f32 or max.NaN.f32): butterflies,
-  -- then (P > 32) its warps in order through shared memory (array `tag`)
+  -- A row's reduction of v over its P threads (`op`: add.f32, max.NaN.f32, or max.u32 with one
+  -- redux.sync a warp): butterflies, then (P > 32) its warps in order through shared memory
+  -- (array `tag`)
   function R.allreduce(v, tag, op)
     op = op or "add.f32"
     local o = math.min(Pn, 32) // 2
