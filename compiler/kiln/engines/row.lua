@@ -117,6 +117,28 @@ local function cluster_pays(a, kind, rowred)
   return kind == "softmax_bwd"
 end
 
+-- The cluster layout of a row of H (vectors of V) too wide for one CTA: from CL = `start` up,
+-- E.CLUSTER_N vectors a thread (else `target`), the first cluster whose CTAs have at most
+-- E.CLUSTER_BLOCK threads (`forced`: the first that fits at all). `accept(Lc)` says whether a
+-- layout fits (a value, or nil). Returns the layout and that value, or nil.
+local function cluster_layout(H, V, target, start, forced, accept)
+  local best, got
+  local CL = start
+  while CL <= E.MAX_CLUSTER do
+    for _, n in ipairs(H % (CL * V) == 0 and { math.max(target, E.CLUSTER_N), target } or {}) do
+      local Lc = rowgen.layout(H // CL, V, n)
+      if Lc.even and Lc.RPC == 1 and Lc.P > 32 then
+        Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
+        local v = accept(Lc)
+        if v then best, got = Lc, v; break end
+      end
+    end
+    if best and (best.CL == CL and best.P <= E.CLUSTER_BLOCK or forced) then break end
+    CL = CL * 2
+  end
+  return best, got
+end
+
 -- Everything propose learns about a group, reused by build. `cluster`: a row too wide for
 -- one CTA's registers may be split over a cluster of CTAs (sm_90+, the PTX forms).
 local function analyze(group, g, cluster)
@@ -279,22 +301,10 @@ local function analyze(group, g, cluster)
   -- kind (for measuring).
   local forced = type(cluster) == "number"
   if info.strategy == "reread" and cluster and (forced or cluster_pays(a, kind, rowred)) then
-    local fits = {}
-    local CL = forced and cluster or 2
-    while CL <= E.MAX_CLUSTER do
-      for _, n in ipairs(H % (CL * V) == 0 and { math.max(target, E.CLUSTER_N), target } or {}) do
-        local Lc = rowgen.layout(H // CL, V, n)
-        local cap = math.min(160, ((65536 // Lc.block) - 40) * 4)
-        if Lc.even and Lc.RPC == 1 and Lc.P > 32 and Lc.N * hold <= cap then
-          Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
-          fits[#fits + 1] = Lc
-          break
-        end
-      end
-      if #fits > 0 and (fits[#fits].CL == CL and fits[#fits].P <= E.CLUSTER_BLOCK or forced) then break end
-      CL = CL * 2
-    end
-    if #fits > 0 then L, info.strategy = fits[#fits], "regs" end
+    local Lc = cluster_layout(H, V, target, forced and cluster or 2, forced, function(Lc)
+      return Lc.N * hold <= math.min(160, ((65536 // Lc.block) - 40) * 4)
+    end)
+    if Lc then L, info.strategy = Lc, "regs" end
   end
   local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
   -- a backward row too wide for the staged kernel: the staged kernel over a cluster, each CTA
@@ -310,27 +320,14 @@ local function analyze(group, g, cluster)
   -- where a cluster of 8 allows it (4096 x 65536: 8 CTAs of 256 threads 1.40x the split
   -- backward, 4 of 512 1.31x, 8 of 512 with 2 vectors 0.86x).
   if kind == "norm_bwd" and not (staged and staged.ptx) and bwd_cluster then
-    local CL = forced and cluster or 2
-    local best
-    while CL <= E.MAX_CLUSTER do
-      for _, n in ipairs(H % (CL * V) == 0 and { math.max(target, E.CLUSTER_N), target } or {}) do
-        local Lc = rowgen.layout(H // CL, V, n)
-        if Lc.even and Lc.RPC == 1 and Lc.P > 32 then
-          Lc.HC, Lc.H, Lc.CL = Lc.H, H, CL
-          local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS, bwd_mode)
-          if st and st.ptx then
-            -- a cluster a row, at most E.SMS * CTAs per SM of them (several waves; a partial
-            -- row per cluster). One wave of clusters (8 GPCs of 16 SMs: 128 * CTAs per SM / CL)
-            -- measured 0.83x that at 4096 x 65536.
-            best = { Lc, st }
-            break
-          end
-        end
-      end
-      if best and (best[1].CL == CL and best[1].P <= E.CLUSTER_BLOCK or forced) then break end
-      CL = CL * 2
-    end
-    if best then L, staged = best[1], best[2] end
+    -- a cluster a row, at most E.SMS * CTAs per SM of them (several waves; a partial row per
+    -- cluster). One wave of clusters (8 GPCs of 16 SMs: 128 * CTAs per SM / CL) measured 0.83x
+    -- that at 4096 x 65536.
+    local Lc, st = cluster_layout(H, V, target, forced and cluster or 2, forced, function(Lc)
+      local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS, bwd_mode)
+      return st and st.ptx and st or nil
+    end)
+    if Lc then L, staged = Lc, st end
   end
   if staged then
     -- dy and x staged through shared memory by cp.async, column sums in registers (rowbwd.lua)
