@@ -14,6 +14,7 @@
 
 #include "embedded.h"
 #include "luajson.h"
+#include "pack.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "0.1.0"
@@ -289,6 +290,8 @@ lua_State *kiln_host_open(kiln_err *e) {
   lua_setfield(L, -2, "version");
   lua_pushstring(L, LUA_RELEASE);
   lua_setfield(L, -2, "lua_version");
+  lua_pushinteger(L, KILN_PACK_MAX_SMS); /* SM counts the runtime's rules see at most */
+  lua_setfield(L, -2, "max_sms");
   lua_setfield(L, -2, "kiln.c");
   lua_pop(L, 1);
   kiln_luajson_register(L);

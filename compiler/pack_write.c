@@ -528,14 +528,14 @@ static int dim3(manifest *m, json_t *k, const char *key, int64_t max, uint32_t o
 }
 
 /* A grid axis or the workspace rule (label "grid[0]", "workspace"): an integer or
- * {"mul": [factors], "div": D, "max": M, "add": A}; writes (str text, i64 div, i64 max,
- * i64 add, product). When
- * literal is given, it gets the rule's value if it uses no dynamic dim, else -1. */
+ * {"mul": [factors], "div": D, "max": M, "add": A, "sm_mul": S, "sm_div": Q}; writes (str
+ * text, i64 div, max, add, sm_mul, sm_div, product). When literal is given, it gets the
+ * rule's value if it uses no dynamic dim (on a device of one SM: the smallest), else -1. */
 static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const char *what,
                       int64_t *literal) {
   char text[512];
   product p = {1, 0, {0}};
-  int64_t div = 1, max = 0, add = 0;
+  int64_t div = 1, max = 0, add = 0, sm_mul = 0, sm_div = 1;
   if (json_is_integer(g)) {
     if (json_integer_value(g) < 0) return fail(m, "E_PACK", "%s: %s is negative", what, label);
     p.coef = json_integer_value(g);
@@ -544,14 +544,17 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
     const char *key;
     json_t *v;
     json_object_foreach(g, key, v) {
-      if (strcmp(key, "mul") && strcmp(key, "div") && strcmp(key, "max") && strcmp(key, "add"))
+      if (strcmp(key, "mul") && strcmp(key, "div") && strcmp(key, "max") && strcmp(key, "add") &&
+          strcmp(key, "sm_mul") && strcmp(key, "sm_div"))
         return fail(m, "E_PACK", "%s: %s has unknown key \"%s\"", what, label, key);
     }
     json_t *mul = json_object_get(g, "mul");
     if (!json_is_array(mul)) return fail(m, "E_PACK", "%s: %s.mul must be an array", what, label);
     if (get_int(m, g, "div", 1, 0, 1, INT64_MAX, &div, what) != 0 ||
         get_int(m, g, "max", 0, 0, 0, INT64_MAX, &max, what) != 0 ||
-        get_int(m, g, "add", 0, 0, 0, INT64_MAX, &add, what) != 0)
+        get_int(m, g, "add", 0, 0, 0, INT64_MAX, &add, what) != 0 ||
+        get_int(m, g, "sm_mul", 0, 0, 0, INT64_MAX / KILN_PACK_MAX_SMS, &sm_mul, what) != 0 ||
+        get_int(m, g, "sm_div", 1, 0, 1, INT64_MAX, &sm_div, what) != 0)
       return -1;
     size_t len = 0;
     char prod[384] = "1";
@@ -572,9 +575,21 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
       snprintf(rule, sizeof rule, "ceil(%s/%" PRId64 ")", prod, div);
     else
       snprintf(rule, sizeof rule, "%s", prod);
-    char capped[480];
-    if (max > 0)
-      snprintf(capped, sizeof capped, "min(%s, %" PRId64 ")", rule, max);
+    char sm[64] = "", lim[96] = "", capped[480];
+    if (sm_mul > 0 && sm_div > 1)
+      snprintf(sm, sizeof sm, "SMS*%" PRId64 "/%" PRId64, sm_mul, sm_div);
+    else if (sm_mul > 1)
+      snprintf(sm, sizeof sm, "SMS*%" PRId64, sm_mul);
+    else if (sm_mul == 1)
+      snprintf(sm, sizeof sm, "SMS");
+    if (max > 0 && sm[0])
+      snprintf(lim, sizeof lim, "%" PRId64 ", %s", max, sm);
+    else if (max > 0)
+      snprintf(lim, sizeof lim, "%" PRId64, max);
+    else
+      snprintf(lim, sizeof lim, "%s", sm);
+    if (lim[0])
+      snprintf(capped, sizeof capped, "min(%s, %s)", rule, lim);
     else
       snprintf(capped, sizeof capped, "%s", rule);
     if (add > 0)
@@ -589,6 +604,8 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
     if (p.ndyn == 0) {
       int64_t v = p.coef / div + (p.coef % div != 0);
       v = max > 0 && v > max ? max : v;
+      const int64_t cap = sm_mul / sm_div > 1 ? sm_mul / sm_div : 1;
+      v = sm_mul > 0 && v > cap ? cap : v;
       if (__builtin_add_overflow(v, add, literal)) return fail(m, "E_PACK", "%s: %s overflows", what, label);
     }
   }
@@ -596,6 +613,8 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
   put_i64(b, div);
   put_i64(b, max);
   put_i64(b, add);
+  put_i64(b, sm_mul);
+  put_i64(b, sm_div);
   put_product(b, &p);
   return 0;
 }
@@ -669,6 +688,11 @@ static int write_param(manifest *m, buf *b, json_t *pa, int index, const char *w
     return 0;
   }
   if (strcmp(kind, "tmap") == 0) return write_tmap(m, b, pa, index, what);
+  if (strcmp(kind, "sms") == 0) { /* the SM count the launch's rules used */
+    put_u8(b, KILN__PARAM_SMS);
+    put_i64(b, 0);
+    return 0;
+  }
   int tensor = strcmp(kind, "tensor") == 0;
   if (!tensor && strcmp(kind, "scalar") != 0)
     return fail(m, "E_PACK", "%s: param %d has unknown kind '%s'", what, index, kind);
@@ -875,10 +899,12 @@ static int add_plan_json(manifest *m, json_t *root, const char *const *archs, in
     if (lit > INT64_MAX - (a - 1)) return fail(m, "E_PACK", "workspace size overflows");
     if (lit >= 0) m->workspace_literal = (lit + a - 1) / a * a;
   } else {
-    put_u32(b, KILN_PACK_NOSTR); /* no workspace: div 1, max 0, add 0, no factors */
+    put_u32(b, KILN_PACK_NOSTR); /* no workspace: div 1, max 0, add 0, no SM cap, no factors */
     put_i64(b, 1);
     put_i64(b, 0);
     put_i64(b, 0);
+    put_i64(b, 0);
+    put_i64(b, 1);
     put_u8(b, 0);
   }
   put_u32(b, (uint32_t)m->ntensors);

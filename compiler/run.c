@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cuda_dl.h"
+#include "internal.h"
 #include "kiln.h"
 #include "numeric.h"
 #include "ref.h"
@@ -331,6 +332,10 @@ int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
   size_t ws_bytes = 0;
   RT(kiln_plan_workspace_size(plan, b, &ws_bytes));
   if (ws_bytes) {
+    int64_t sms;
+    int have_ctx;
+    RT(kiln__context_sms(rt, &sms, &have_ctx));
+    fprintf(out, "  workspace: %zu bytes, persistent grids for %lld SMs\n", ws_bytes, (long long)sms);
     CU(kiln__cu.MemAlloc(&ws, ws_bytes));
     CU(kiln__cu.MemsetD8(ws, 0xff, ws_bytes)); /* kernels must not rely on a zeroed workspace */
     RT(kiln_bind_workspace(b, (kiln_devptr)ws, ws_bytes));

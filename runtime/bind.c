@@ -44,20 +44,28 @@ int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out)
   return 0;
 }
 
-int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t *out) {
+int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t sms, int64_t *out) {
   int64_t v;
   if (kiln__product_eval(&g->prod, dyn, &v) != 0) return -1;
   v = v / g->div + (v % g->div != 0);
   if (g->max > 0 && v > g->max) v = g->max;
+  if (g->sm_mul > 0) {
+    int64_t cap;
+    if (__builtin_mul_overflow(sms, g->sm_mul, &cap)) return -1;
+    cap = cap / g->sm_div > 1 ? cap / g->sm_div : 1;
+    if (v > cap) v = cap;
+  }
   return __builtin_add_overflow(v, g->add, out) ? -1 : 0;
 }
 
-int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t *out) {
+int kiln__rule_uses_sms(const kiln__grid *g) { return g->sm_mul > 0; }
+
+int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms, int64_t *out) {
   const kiln__grid *g = &plan->workspace;
   int64_t v;
   *out = 0;
   if (!g->text) return 0;
-  if (kiln__rule_eval(g, dyn, &v) != 0) return -1;
+  if (kiln__rule_eval(g, dyn, sms, &v) != 0) return -1;
   const int64_t a = KILN_PACK_WORKSPACE_ALIGN;
   if (v > INT64_MAX - (a - 1)) return -1;
   *out = (v + a - 1) / a * a;
@@ -338,18 +346,23 @@ kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *byte
                         "bound tensor has it: kiln_bind_dim",
                         plan->dyn_name[d], plan->workspace.text);
   }
-  if (kiln__workspace_eval(plan, b ? dyn : NULL, &v) != 0 || (uint64_t)v > SIZE_MAX)
+  int64_t sms = KILN_PACK_MAX_SMS;
+  int have_ctx;
+  if (kiln__rule_uses_sms(&plan->workspace)) {
+    kiln_status st = kiln__context_sms(RT(plan), &sms, &have_ctx);
+    if (st != KILN_OK) return st;
+  }
+  if (kiln__workspace_eval(plan, b ? dyn : NULL, sms, &v) != 0 || (uint64_t)v > SIZE_MAX)
     return workspace_overflow(plan);
   *bytes = (size_t)v;
   return KILN_OK;
 }
 
-/* Workspace checks shared by both launch paths; bytes is SIZE_MAX when unknown. */
-static kiln_status check_workspace(kiln_plan *plan, const int64_t *dyn, int bound, kiln_devptr ptr,
-                                   size_t bytes) {
+kiln_status kiln__check_workspace(kiln_plan *plan, const int64_t *dyn, int64_t sms, int bound,
+                                  kiln_devptr ptr, size_t bytes) {
   int64_t need;
   if (!plan->workspace.text) return KILN_OK;
-  if (kiln__workspace_eval(plan, dyn, &need) != 0) return workspace_overflow(plan);
+  if (kiln__workspace_eval(plan, dyn, sms, &need) != 0) return workspace_overflow(plan);
   if (need == 0) return KILN_OK;
   if (!bound)
     return kiln__fail(RT(plan), KILN_ERR_UNBOUND,
@@ -401,10 +414,16 @@ kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
     st = check_pointer(plan, t, b->ptrs[i], numel);
     if (st != KILN_OK) return st;
   }
-  st = check_workspace(plan, b->dyn, b->ws_set, b->ws_ptr, b->ws_bytes);
+  /* Without a current context the launch's device is unknown: the smallest workspace any
+   * device needs here, the largest grids; the launch checks again for its context. */
+  int64_t sms;
+  int have_ctx;
+  st = kiln__context_sms(RT(plan), &sms, &have_ctx);
+  if (st != KILN_OK) return st;
+  st = kiln__check_workspace(plan, b->dyn, have_ctx ? sms : 1, b->ws_set, b->ws_ptr, b->ws_bytes);
   if (st != KILN_OK) return st;
   unsigned grids[KILN_PACK_MAX_KERNELS][3];
-  st = kiln__plan_grids(plan, b->dyn, grids);
+  st = kiln__plan_grids(plan, b->dyn, sms, grids);
   if (st != KILN_OK) return st;
   b->clean = 1;
   return KILN_OK;
@@ -415,7 +434,8 @@ kiln_status kiln_launch(kiln_plan *plan, kiln_bind *b, struct CUstream_st *strea
     kiln_status st = kiln_bind_check(plan, b);
     if (st != KILN_OK) return st;
   }
-  return kiln__launch(plan, stream, b->ptrs, b->scalars, b->dyn, b->ws_set ? b->ws_ptr : 0);
+  return kiln__launch(plan, stream, b->ptrs, b->scalars, b->dyn, b->ws_set, b->ws_set ? b->ws_ptr : 0,
+                      b->ws_bytes);
 }
 
 kiln_status kiln_launch_args(kiln_plan *plan, struct CUstream_st *stream, const kiln_devptr *ptrs,
@@ -442,7 +462,9 @@ kiln_status kiln_launch_args(kiln_plan *plan, struct CUstream_st *stream, const 
     kiln_status st = check_pointer(plan, t, ptrs[i], numel);
     if (st != KILN_OK) return st;
   }
-  kiln_status st = check_workspace(plan, dims, workspace != 0, workspace, SIZE_MAX);
+  /* the smallest workspace any device needs first (no driver needed); the launch checks
+   * again for its context's SM count */
+  kiln_status st = kiln__check_workspace(plan, dims, 1, workspace != 0, workspace, SIZE_MAX);
   if (st != KILN_OK) return st;
-  return kiln__launch(plan, stream, ptrs, scalars, dims, workspace);
+  return kiln__launch(plan, stream, ptrs, scalars, dims, workspace != 0, workspace, SIZE_MAX);
 }

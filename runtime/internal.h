@@ -31,6 +31,7 @@ typedef struct kiln__grid {
   const char *text;
   kiln__product prod;
   int64_t div, max, add;
+  int64_t sm_mul, sm_div; /* when sm_mul > 0: also at most max(1, SMS * sm_mul / sm_div) */
 } kiln__grid;
 
 /* A tensor map over a plan tensor: map dim i is tensor axis axis[i] (dim 0 innermost). */
@@ -79,6 +80,7 @@ typedef struct kiln__ctx_slot {
   unsigned *smem;            /* dynamic shared memory per kernel (of the chosen image) */
   unsigned (*cluster)[3];    /* cluster dims per kernel (of the chosen image) */
   unsigned *major;           /* SM major of the chosen image: tensor maps only from 9 on */
+  int64_t sms;               /* SM count the rules use in this context (kiln__context_sms) */
 } kiln__ctx_slot;
 
 struct kiln_plan {
@@ -130,21 +132,36 @@ KILN__INTERNAL int kiln__select_image(const kiln__kernel *k, int major, int mino
 
 /* Evaluates a product with resolved dynamic dims; -1 on int64 overflow. */
 KILN__INTERNAL int kiln__product_eval(const kiln__product *p, const int64_t *dyn, int64_t *out);
-/* A grid axis or workspace rule: min(ceil(product / div), max when > 0) + add; -1 on int64
- * overflow. */
-KILN__INTERNAL int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t *out);
-/* Workspace bytes for resolved dims (dyn may be NULL when the rule has no dynamic factor):
- * the rule's value rounded up to KILN_PACK_WORKSPACE_ALIGN; 0 when the plan needs none.
- * -1 on int64 overflow. */
-KILN__INTERNAL int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t *out);
-/* Grid of every kernel for resolved dims; checks driver limits and cluster divisibility. */
-KILN__INTERNAL kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn,
+/* A grid axis or workspace rule: min(ceil(product / div), max when > 0, the SM cap when
+ * sm_mul > 0) + add, for a device of sms SMs (1..KILN_PACK_MAX_SMS); -1 on int64 overflow. */
+KILN__INTERNAL int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t sms,
+                                   int64_t *out);
+/* Does the rule depend on the device's SM count? */
+KILN__INTERNAL int kiln__rule_uses_sms(const kiln__grid *g);
+/* Workspace bytes for resolved dims (dyn may be NULL when the rule has no dynamic factor) on
+ * a device of sms SMs: the rule's value rounded up to KILN_PACK_WORKSPACE_ALIGN; 0 when the
+ * plan needs none. -1 on int64 overflow. */
+KILN__INTERNAL int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms,
+                                        int64_t *out);
+/* Grid of every kernel for resolved dims on a device of sms SMs; checks driver limits and
+ * cluster divisibility. */
+KILN__INTERNAL kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, int64_t sms,
                                             unsigned (*grids)[3]);
+/* The SM count rules use for the calling thread's current context: its device's SMs, or
+ * KILN_SM_COUNT when set (MPS, partitions, tests), clamped to KILN_PACK_MAX_SMS. *sms is
+ * KILN_PACK_MAX_SMS (enough for any device) and *have_ctx 0 when no context is current. */
+KILN__INTERNAL kiln_status kiln__context_sms(const kiln_rt *rt, int64_t *sms, int *have_ctx);
 
-/* Launch core: values per tensor / dynamic dim, workspace base (already checked). */
+/* Workspace checks of both launch paths, for a device of sms SMs: bound, aligned, and bytes
+ * (SIZE_MAX when unknown) enough. */
+KILN__INTERNAL kiln_status kiln__check_workspace(kiln_plan *plan, const int64_t *dyn, int64_t sms,
+                                                 int bound, kiln_devptr ptr, size_t bytes);
+/* Launch core: values per tensor / dynamic dim, the workspace (checked here, for the SM count
+ * of the context the launch runs in). */
 KILN__INTERNAL kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream,
                                         const kiln_devptr *ptrs, const double *scalars,
-                                        const int64_t *dyn, kiln_devptr workspace);
+                                        const int64_t *dyn, int ws_bound, kiln_devptr workspace,
+                                        size_t ws_bytes);
 /* Unloads the plan's modules from the contexts that are still alive. */
 KILN__INTERNAL void kiln__plan_unload(kiln_plan *plan);
 

@@ -11,14 +11,51 @@
 #define RT(plan) ((plan)->pack->rt)
 #define PORTABLE_CLUSTER 8
 
-kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, unsigned (*grids)[3]) {
+/* The SM count of dev: KILN_SM_COUNT when set, else the device's, clamped to 1..max. */
+static kiln_status device_sms(const kiln_rt *rt, CUdevice dev, int64_t *sms) {
+  const char *env = getenv("KILN_SM_COUNT");
+  if (env && *env) {
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    if (*end || v < 1 || v > KILN_PACK_MAX_SMS)
+      return kiln__fail(rt, KILN_ERR_INVALID_ARG, "KILN_SM_COUNT='%s' is not an SM count in 1..%d",
+                        env, KILN_PACK_MAX_SMS);
+    *sms = v;
+    return KILN_OK;
+  }
+  int n;
+  CUresult r = kiln__cu.DeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  if (r != CUDA_SUCCESS) {
+    char desc[256];
+    kiln__cuda_describe(r, desc, sizeof desc);
+    return kiln__fail(rt, KILN_ERR_CUDA, "cuDeviceGetAttribute(SM count): %s", desc);
+  }
+  *sms = n < 1 ? 1 : n > KILN_PACK_MAX_SMS ? KILN_PACK_MAX_SMS : n;
+  return KILN_OK;
+}
+
+kiln_status kiln__context_sms(const kiln_rt *rt, int64_t *sms, int *have_ctx) {
+  CUcontext ctx = NULL;
+  CUdevice dev;
+  *sms = KILN_PACK_MAX_SMS;
+  *have_ctx = 0;
+  /* no driver (a CPU-only machine) is no context: NULL rt records nothing */
+  if (kiln__cuda_load(NULL) != KILN_OK || kiln__cu.CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx ||
+      kiln__cu.CtxGetDevice(&dev) != CUDA_SUCCESS)
+    return KILN_OK;
+  *have_ctx = 1;
+  return device_sms(rt, dev, sms);
+}
+
+kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, int64_t sms,
+                             unsigned (*grids)[3]) {
   static const int64_t limit[3] = {INT32_MAX, 65535, 65535};
   for (int k = 0; k < plan->nkernels; k++) {
     const kiln__kernel *kn = &plan->kernels[k];
     for (int a = 0; a < 3; a++) {
       const kiln__grid *g = &kn->grid[a];
       int64_t v;
-      if (kiln__rule_eval(g, dyn, &v) != 0)
+      if (kiln__rule_eval(g, dyn, sms, &v) != 0)
         return kiln__fail(RT(plan), KILN_ERR_SHAPE, "kernel '%s': grid %c = %s overflows",
                           kn->symbol, "xyz"[a], g -> text);
       if (v > limit[a])
@@ -91,6 +128,9 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
       (r = kiln__cu.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                                        dev)) != CUDA_SUCCESS)
     return cuda_fail(plan, r, "cuDeviceGetAttribute(compute capability)");
+  int64_t sms;
+  kiln_status st = device_sms(RT(plan), dev, &sms);
+  if (st != KILN_OK) return st;
   int chosen[KILN_PACK_MAX_KERNELS];
   for (int k = 0; k < plan->nkernels; k++)
     if ((chosen[k] = kiln__select_image(&plan->kernels[k], major, minor)) < 0)
@@ -107,7 +147,7 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
   s->smem = (unsigned *)(s->functions + nk);
   s->cluster = (unsigned(*)[3])(s->smem + nk);
   s->major = s->smem + 4 * nk;
-  kiln_status st = KILN_OK;
+  s->sms = sms;
   int k = 0;
   for (; k < plan->nkernels && st == KILN_OK; k++) {
     const kiln__kernel *kn = &plan->kernels[k];
@@ -249,7 +289,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
                                   const kiln_devptr *ptrs, const double *scalars,
                                   const int64_t *dyn, kiln_devptr workspace) {
   unsigned grids[KILN_PACK_MAX_KERNELS][3];
-  kiln_status st = kiln__plan_grids(plan, dyn, grids);
+  kiln_status st = kiln__plan_grids(plan, dyn, s->sms, grids);
   if (st != KILN_OK) return st;
   uint64_t values[KILN_PACK_MAX_PARAMS];
   void *args[KILN_PACK_MAX_PARAMS];
@@ -269,6 +309,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       case KILN__PARAM_DIM: values[p] = (uint64_t)dyn[arg]; break;
       case KILN__PARAM_I64: values[p] = (uint64_t)arg; break;
       case KILN__PARAM_WORKSPACE: values[p] = workspace + (uint64_t)arg; break;
+      case KILN__PARAM_SMS: values[p] = (uint64_t)s->sms; break;
       case KILN__PARAM_TMAP: /* code for SMs before 9.0 takes the map but never reads it */
         memset(&maps[nmaps], 0, sizeof maps[nmaps]);
         st = s->major[k] < 9 ? KILN_OK
@@ -341,7 +382,8 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
 }
 
 kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream, const kiln_devptr *ptrs,
-                         const double *scalars, const int64_t *dyn, kiln_devptr workspace) {
+                         const double *scalars, const int64_t *dyn, int ws_bound,
+                         kiln_devptr workspace, size_t ws_bytes) {
   kiln_status st = kiln__cuda_load(RT(plan));
   if (st != KILN_OK) return st;
   unsigned long long id = 0;
@@ -366,6 +408,7 @@ kiln_status kiln__launch(kiln_plan *plan, struct CUstream_st *stream, const kiln
   }
   kiln__ctx_slot *s = NULL;
   if (st == KILN_OK) st = get_slot(plan, id, &s);
+  if (st == KILN_OK) st = kiln__check_workspace(plan, dyn, s->sms, ws_bound, workspace, ws_bytes);
   if (st == KILN_OK) st = launch_kernels(plan, s, stream, ptrs, scalars, dyn, workspace);
   if (pushed) {
     CUcontext popped;

@@ -1,4 +1,4 @@
-/* kiln pack format, version 3 — private; shared by the runtime reader (pack_read.c) and
+/* kiln pack format, version 5 — private; shared by the runtime reader (pack_read.c) and
  * the compiler's writer (compiler/pack_write.c). Change both together and bump
  * KILN_PACK_VERSION when the bytes change.
  *
@@ -23,9 +23,9 @@
  *           u32 nspec, nspec x (str name, i64 value)            specialized dims
  *           u32 ndyn, ndyn x str name                           dynamic dims
  *           workspace: (str text or NOSTR when the plan needs none, i64 div, i64 max, i64 add,
- *                       u8 nfactor, nfactor x i64 ref)  same rule as a grid axis, in bytes,
- *                       rounded up to KILN_PACK_WORKSPACE_ALIGN; NOSTR: div 1, max 0, add 0,
- *                       none
+ *                       i64 sm_mul, i64 sm_div, u8 nfactor, nfactor x i64 ref)  same rule
+ *                       as a grid axis, in bytes, rounded up to KILN_PACK_WORKSPACE_ALIGN;
+ *                       NOSTR: div 1, max 0, add 0, sm_mul 0, sm_div 1, none
  *           u32 ntensor, ntensor x tensor, u32 nkernel, nkernel x kernel
  *   tensor: i64 uid, str name, u8 dtype (enum kiln_dtype), u8 role (enum kiln_role),
  *           u8 ndim, u8 zero, u32 align, f64 value,
@@ -38,9 +38,13 @@
  *           reads what that kernel writes. KILN_PACK_KERNEL_PDL_ENTRY: it waits before it
  *           touches memory at all, so it may start while whatever precedes it on the stream
  *           runs, also as the plan's first kernel; other bits zero),
- *           3 x grid: (str text, i64 div, i64 max, i64 add, u8 nfactor, nfactor x i64 ref)
- *                     axis size = ceil(product of factors / div), clamped to max if > 0,
- *                     plus add
+ *           3 x grid: (str text, i64 div, i64 max, i64 add, i64 sm_mul, i64 sm_div, u8 nfactor,
+ *                     nfactor x i64 ref)
+ *                     axis size = ceil(product of factors / div), clamped to max if > 0 and,
+ *                     if sm_mul > 0, to max(1, floor(SMS * sm_mul / sm_div)), plus add; SMS
+ *                     is the SM count of the launching context's device (at most
+ *                     KILN_PACK_MAX_SMS; KILN_SM_COUNT overrides it): persistent grids and
+ *                     their workspaces follow the device the pack runs on
  *           u32 nparam, nparam x (u8 kind, i64 arg [, tensor map])  enum kiln__param_kind
  *           u32 nimage, nimage x (str arch, u64 offset in image data, u64 size, u32 smem,
  *                                 u32 cluster[3])
@@ -63,7 +67,7 @@
 #include <stdint.h>
 
 #define KILN_PACK_MAGIC "KILNPACK"
-#define KILN_PACK_VERSION 4u
+#define KILN_PACK_VERSION 5u
 /* Kernel flags. */
 #define KILN_PACK_KERNEL_PDL 1u
 #define KILN_PACK_KERNEL_PDL_ENTRY 2u
@@ -84,6 +88,8 @@
 #define KILN_PACK_MAX_IMAGES 64 /* per kernel */
 #define KILN_PACK_MAX_TMAPS 8   /* tensor-map params per kernel */
 #define KILN_PACK_MAX_TMAP_RANK 5
+/* SM counts the rules see are clamped to this: code sized by it holds on any device. */
+#define KILN_PACK_MAX_SMS 256
 
 /* Header field offsets. */
 enum {
@@ -109,7 +115,8 @@ enum kiln__param_kind {
   KILN__PARAM_I64 = 3,      /* int64 literal arg (a specialized dim) */
   KILN__PARAM_F32 = 4,      /* fp32 literal: arg holds the bits of a double (a constant) */
   KILN__PARAM_WORKSPACE = 5, /* workspace base pointer + arg bytes (8 bytes); arg >= 0 */
-  KILN__PARAM_TMAP = 6       /* CUtensorMap (128 bytes, by value) of tensor #arg */
+  KILN__PARAM_TMAP = 6,      /* CUtensorMap (128 bytes, by value) of tensor #arg */
+  KILN__PARAM_SMS = 7        /* int64 SMS the launch's rules used (arg 0; see grid) */
 };
 
 /* Private symbols of libkilnrt stay out of the shared library's dynamic symbol table. */

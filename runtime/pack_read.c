@@ -276,17 +276,20 @@ static kiln_status rd_tensor(reader *r, kiln_plan *plan, kiln__tensor *t) {
   return KILN_OK;
 }
 
-/* A grid axis or workspace rule: str text, i64 div, i64 max, product. */
+/* A grid axis or workspace rule: str text, i64 div, max, add, sm_mul, sm_div, product. */
 static kiln_status rd_rule(reader *r, kiln_plan *plan, kiln__grid *g, int optional,
                            const char *what) {
   CHECK(rd_str(r, &g->text, optional, what));
   g->div = rd_i64(r);
   g->max = rd_i64(r);
   g->add = rd_i64(r);
+  g->sm_mul = rd_i64(r);
+  g->sm_div = rd_i64(r);
   if (r->bad) return truncated(r);
-  if (g->div < 1 || g->max < 0 || g->add < 0)
-    return BAD(r, "%s has div %lld, max %lld, add %lld", what, (long long)g->div, (long long)g->max,
-               (long long)g->add);
+  if (g->div < 1 || g->max < 0 || g->add < 0 || g->sm_mul < 0 || g->sm_div < 1)
+    return BAD(r, "%s has div %lld, max %lld, add %lld, sm_mul %lld, sm_div %lld", what,
+               (long long)g->div, (long long)g->max, (long long)g->add, (long long)g->sm_mul,
+               (long long)g->sm_div);
   return rd_product(r, &g->prod, plan->ndyn, what);
 }
 
@@ -351,10 +354,11 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
     snprintf(what, sizeof what, "kernel '%.200s': grid axis %d", k->symbol, i);
     CHECK(rd_rule(r, plan, &k->grid[i], 0, what));
   }
-  /* A literal workspace size bounds the offsets of workspace params. */
+  /* A literal workspace size bounds the offsets of workspace params (its size on a device of
+   * one SM: the smallest). */
   int64_t ws_size = -1;
   if (plan->workspace.text && product_is_literal(&plan->workspace.prod) &&
-      kiln__workspace_eval(plan, NULL, &ws_size) != 0)
+      kiln__workspace_eval(plan, NULL, 1, &ws_size) != 0)
     ws_size = -1;
   CHECK(rd_count(r, &k->nparams, 9, KILN_PACK_MAX_PARAMS, "kernel params"));
   if (!(k->params = alloc_n(r, (size_t)k->nparams, sizeof *k->params))) return nomem(r);
@@ -385,6 +389,7 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
       break;
     case KILN__PARAM_I64:
     case KILN__PARAM_F32: ok = 1; break;
+    case KILN__PARAM_SMS: ok = pa->arg == 0; break;
     case KILN__PARAM_WORKSPACE:
       ok = plan->workspace.text && pa->arg >= 0 && (ws_size < 0 || pa->arg < ws_size);
       break;
@@ -454,11 +459,12 @@ static kiln_status rd_plan(reader *r, int index, kiln_plan *plan) {
   CHECK(rd_rule(r, plan, &plan->workspace, 1, "workspace rule"));
   if (!plan->workspace.text) {
     if (plan->workspace.div != 1 || plan->workspace.max != 0 || plan->workspace.add != 0 ||
-        plan->workspace.prod.nfactor)
+        plan->workspace.sm_mul != 0 || plan->workspace.sm_div != 1 || plan->workspace.prod.nfactor)
       return BAD(r, "no workspace, but a workspace rule");
   } else {
     int64_t v;
-    if (product_is_literal(&plan->workspace.prod) && kiln__workspace_eval(plan, NULL, &v) != 0)
+    if (product_is_literal(&plan->workspace.prod) &&
+        kiln__workspace_eval(plan, NULL, KILN_PACK_MAX_SMS, &v) != 0)
       return BAD(r, "workspace rule %s overflows", plan->workspace.text);
   }
   CHECK(rd_count(r, &plan->ntensors, 28, KILN_PACK_MAX_TENSORS, "tensors"));

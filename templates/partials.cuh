@@ -1,22 +1,26 @@
 // kiln: ${what} from the per-CTA partial rows ws[G][${C}] of the previous kernel, added in a
 // fixed order (8 strided slices per column, then the slices in order): deterministic. A
-// slice's partials are all loaded before they are added: one memory latency, not one each.
+// slice loads ${per} partials before it adds them: one memory latency on the device the plan
+// is tuned for, another round only where more SMs made more partial rows.
 extern "C" __global__ void __launch_bounds__(256) ${symbol}(${params}) {
-  constexpr int PER = (${max} + 7) / 8;  // partial rows per slice at most
+  constexpr int PER = ${per};  // partial rows a slice loads at once
   __shared__ float part_[8][32];
   const int lane = threadIdx.x & 31, sl = threadIdx.x >> 5;
   const int col = blockIdx.x * 32 + lane;
-  kiln_i64 G = (${rows} + ${div} - 1) / ${div};  // the previous kernel's grid
-  if (G > ${max}) G = ${max};
+  kiln_i64 G = (${rows} + ${div} - 1) / ${div};  // the previous kernel's grid, capped by the SMs
+  const kiln_i64 cap = ${cap};
+  if (G > cap) G = cap;
   float a = ${init};
   kiln_pdl_wait();  // launched early (pdl): the partial rows are complete past this point
   kiln_pdl_launch_dependents();  // the stream's next kernel may start as this one's CTAs finish
   if (col < ${C}) {
-    float v_[PER];  // the missing rows past G read as the neutral ${init}
+    for (kiln_i64 g0 = sl; g0 < G; g0 += 8 * PER) {
+      float v_[PER];  // the missing rows past G read as the neutral ${init}
 #pragma unroll
-    for (int i = 0; i < PER; i++) { const kiln_i64 gi = sl + 8 * i; v_[i] = gi < G ? ws[gi * ${C}LL + col] : ${init}; }
+      for (int i = 0; i < PER; i++) { const kiln_i64 gi = g0 + 8 * i; v_[i] = gi < G ? ws[gi * ${C}LL + col] : ${init}; }
 #pragma unroll
-    for (int i = 0; i < PER; i++) { const float b = v_[i]; ${comb} }
+      for (int i = 0; i < PER; i++) { const float b = v_[i]; ${comb} }
+    }
   }
   part_[sl][lane] = a;
   __syncthreads();

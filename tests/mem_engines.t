@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 54 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 55 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -56,7 +56,8 @@ done
 run_kiln build specs/layernorm_bwd.lua --set H=4096 --sm 90a -o "$TMP/bwd.kpack"
 expect_rc 0 "pack of layernorm_bwd"
 run_kiln pack inspect "$TMP/bwd.kpack"
-expect_out "workspace: min\(T\*32768, [0-9]+\)" "layernorm_bwd needs a workspace of T x 2 x 4096 fp32 at most"
+expect_out "workspace: min\(T\*32768, SMS\*32768\)" "layernorm_bwd needs a workspace of T x 2 x 4096 fp32, a partial row per SM at most"
+expect_out "grid \[min\(ceil\(T/16\), SMS\), 1, 1\]" "its persistent grid: a CTA per SM of the device it runs on"
 expect_out "kiln_layernorm_bwd_k0_final" "a second kernel adds the partial rows"
 expect_out "grid \[256, 1, 1\].*  pdl$" "the second kernel starts early (pdl) and waits in-kernel"
 run_kiln build specs/rmsnorm_residual_fp8.lua --set H=4096 --sm 90a -o "$TMP/fp8.kpack"
@@ -83,20 +84,20 @@ expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3
 KILN_ROW_CLUSTER=8 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65c.kpack"
 run_kiln pack inspect "$TMP/bwd65c.kpack"
 expect_out "staged-async:cluster8" "KILN_ROW_CLUSTER=8: layernorm_bwd at H = 65536 takes the staged kernel over 8 CTAs"
-expect_out "grid \[min\(T\*8, 1056\), 1, 1\]  cluster \[8, 1, 1\]" "a cluster of 8 a row, 132 at most (a multiple of 8 CTAs)"
-expect_out "workspace: min\(T\*524288, 69206016\) bytes" "workspace: a partial row per cluster"
+expect_out "grid \[min\(T\*8, SMS\*8\), 1, 1\]  cluster \[8, 1, 1\]" "a cluster of 8 a row, one per SM at most (a multiple of 8 CTAs)"
+expect_out "workspace: min\(T\*524288, SMS\*524288\) bytes" "workspace: a partial row per cluster"
 run_kiln build specs/rmsnorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/rbwd65.kpack"
 run_kiln pack inspect "$TMP/rbwd65.kpack"
 expect_out "rmsnorm_backward:p256n4v8r1:staged-twocta:cluster8" "rmsnorm_bwd at H = 65536: the staged kernel over 8 CTAs of 256 threads, 2 CTAs per SM"
-expect_out "grid \[min\(T\*8, 2112\), 1, 1\]  cluster \[8, 1, 1\]" "rmsnorm_bwd: a cluster a row, 264 at most"
+expect_out "grid \[min\(T\*8, SMS\*16\), 1, 1\]  cluster \[8, 1, 1\]" "rmsnorm_bwd: a cluster a row, two per SM at most"
 run_kiln explain specs/rmsnorm_bwd.lua --set H=32768 --sm 90a
 expect_out "rmsnorm_backward:p256n4v8r1:staged-twocta:cluster4" "rmsnorm_bwd at H = 32768: over 4 CTAs of 256 threads"
 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
 expect_rc 0 "layernorm_bwd at H = 65536 builds (the split backward)"
 run_kiln pack inspect "$TMP/bwd65k.kpack"
 expect_out "kiln_layernorm_bwd_k0_dx .*reread\+colsum:dx" "dx and the column sums are a kernel of their own"
-expect_out "grid \[min\(ceil\(T/16\), 33\), 32, 1\]" "32 column tiles of 2048, 33 row chunks at most"
-expect_out "workspace: T\*8 \+ 17301504 bytes" "workspace: the row sums (8 bytes a row) after 33 partial rows"
+expect_out "grid \[min\(ceil\(T/16\), SMS\*8/32\), 32, 1\]" "32 column tiles of 2048, 8 CTAs per SM at most (33 row chunks on 132 SMs)"
+expect_out "workspace: T\*8 \+ 33554432 bytes" "workspace: the row sums (8 bytes a row) after 64 partial rows (the most on any device)"
 KILN_ROW_BWD=split run_kiln explain specs/rmsnorm_bwd.lua --set H=4096 --sm 90a
 expect_out "rmsnorm_backward:p256n2v8r2:regs\+colsum" "KILN_ROW_BWD=split forces the split backward"
 run_kiln explain tests/specs/mem/reduce.lua --sm 90a

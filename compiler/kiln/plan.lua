@@ -57,7 +57,7 @@ function M.manifest(g, target)
     end
   end
   -- Groups run one after another, so they share the workspace from offset 0: one group's
-  -- rule as it is, several groups' largest size as a constant, or one unbounded rule (a
+  -- rule as it is, several groups' largest size (on the largest device) as a constant, or one unbounded rule (a
   -- split backward norm's row sums: bytes_max nil) with the others' largest as its constant.
   local workspace
   if #workspaces == 1 then
@@ -70,7 +70,8 @@ function M.manifest(g, target)
         errors.raise("E_NO_ENGINE", "graph '%s': two kernel groups need a workspace that grows with the rows (split backward norms); make them separate graphs", g.name)
       else open = w.rule end
     end
-    workspace = open and { mul = open.mul, div = open.div, max = open.max, add = math.max(open.add or 0, bytes) }
+    workspace = open and { mul = open.mul, div = open.div, max = open.max, sm_mul = open.sm_mul, sm_div = open.sm_div,
+                           add = math.max(open.add or 0, bytes) }
       or { mul = c.json_array({ bytes }), div = 1, max = 0 }
   end
   if workspace then workspace.mul = c.json_array(workspace.mul) end

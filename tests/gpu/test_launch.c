@@ -373,6 +373,12 @@ static void overhead(kiln_bind *b, CUstream s, int major, int minor) {
   }
   const kiln__kernel *k = &plan->kernels[0];
   int pick = kiln__select_image(k, major, minor);
+  int64_t sms;
+  int have_ctx;
+  if (kiln__context_sms(rt, &sms, &have_ctx) != KILN_OK) {
+    printf("not ok %d - SM count: %s\n", ++tap_n, kiln_rt_errmsg(rt));
+    return;
+  }
   CUmodule mod;
   CUfunction fn;
   CU(cu.ModuleLoadData(&mod, k->images[pick].data));
@@ -391,12 +397,14 @@ static void overhead(kiln_bind *b, CUstream s, int major, int minor) {
       values[p] = (uint64_t)a;
     else if (k->params[p].kind == KILN__PARAM_WORKSPACE)
       values[p] = ws_dev + (uint64_t)a;
+    else if (k->params[p].kind == KILN__PARAM_SMS)
+      values[p] = (uint64_t)sms;
     else
       memcpy(&values[p], &f, 4);
     args[p] = &values[p];
   }
   unsigned grid[KILN_PACK_MAX_KERNELS][3];
-  kiln__plan_grids(plan, dyn, grid);
+  kiln__plan_grids(plan, dyn, sms, grid);
   bind_all(b, 0, ws_dev);
   enum { REPS = 21, N = 200 };
   double bare[REPS], ours[REPS];

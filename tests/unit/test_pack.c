@@ -101,6 +101,19 @@ static const char *manifest_ws_add =
     "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"workspace\", \"offset\": "
     "4096}]}]}";
 
+/* A persistent kernel and its workspace, both capped by the device's SM count (pack format
+ * 5): at most 2 CTAs per SM, one 1024-byte partial row each; the kernel gets the SM count. */
+static const char *manifest_ws_sms =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"ws_sms\", \"dynamic\": [\"M\"],"
+    " \"workspace\": {\"mul\": [\"M\", 16], \"div\": 1, \"sm_mul\": 2048},"
+    " \"tensors\": [{\"uid\": 1, \"name\": \"x\", \"dtype\": \"fp32\", \"dims\": [\"M\"],"
+    "   \"role\": \"input\"}],"
+    " \"kernels\": [{\"symbol\": \"kiln_wss_0\", \"block\": [64],"
+    "   \"grid\": [{\"mul\": [\"M\"], \"div\": 64, \"sm_mul\": 2}, {\"mul\": [\"M\"], \"div\": 64,"
+    "     \"max\": 300, \"sm_mul\": 1, \"sm_div\": 2}],"
+    "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"workspace\", \"offset\": 0},"
+    "    {\"kind\": \"sms\"}]}]}";
+
 static const char *manifest_ws_fixed =
     "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"ws_fixed\", \"workspace\": 1000,"
     " \"tensors\": [{\"uid\": 1, \"name\": \"workspace\", \"dtype\": \"fp32\", \"dims\": [64],"
@@ -201,7 +214,9 @@ static void test_corruption(kiln_rt *rt, const unsigned char *good, size_t size)
   p[0] = 'K';
   p[KILN_PACK_OFF_VERSION] = KILN_PACK_VERSION + 1;
   st = open_bytes(rt, p, size);
-  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), "version 4"),
+  char reads[48];
+  snprintf(reads, sizeof reads, "reads version %u", KILN_PACK_VERSION);
+  OK(st == KILN_ERR_PACK && strstr(kiln_rt_errmsg(rt), reads),
      "wrong version -> KILN_ERR_PACK (%s)", kiln_rt_errmsg(rt));
   p[KILN_PACK_OFF_VERSION] = KILN_PACK_VERSION;
 
@@ -582,7 +597,8 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
   OK(kiln_pack_writer_add_plan(w, manifest_ws_plan, archs, 1, im, &e) == 0 &&
          kiln_pack_writer_add_plan(w, manifest_ws_fixed, archs, 1, im + 1, &e) == 0 &&
          kiln_pack_writer_add_plan(w, manifest_no_ws, archs, 1, im + 2, &e) == 0 &&
-         kiln_pack_writer_add_plan(w, manifest_ws_add, archs, 1, im + 3, &e) == 0,
+         kiln_pack_writer_add_plan(w, manifest_ws_add, archs, 1, im + 3, &e) == 0 &&
+         kiln_pack_writer_add_plan(w, manifest_ws_sms, archs, 1, im + 3, &e) == 0,
      "writer takes plans with and without a workspace (%s)", e.msg);
 
   /* writer errors */
@@ -684,9 +700,50 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
     OK(kiln_plan_workspace_size(pa, ba, &n) == KILN_OK && n == 13056,
        "M = 1000: 8000 + 5000 = 13000 -> 13056 bytes (%zu)", n);
     int64_t gv;
-    OK(kiln__rule_eval(&pa->kernels[0].grid[0], (const int64_t[]){1000}, &gv) == 0 && gv == 18,
+    OK(kiln__rule_eval(&pa->kernels[0].grid[0], (const int64_t[]){1000}, 132, &gv) == 0 && gv == 18,
        "grid: ceil(1000/64) + 2 = 18 (%lld)", (long long)gv);
     kiln_bind_destroy(ba);
+  }
+  {
+    kiln_plan *ps;
+    kiln_plan_get(pack, "ws_sms", "", &ps);
+    kiln_plan_info is;
+    kiln_plan_info_get(ps, &is);
+    kiln_kernel_info ks;
+    kiln_plan_kernel(ps, 0, &ks);
+    OK(is.workspace && strcmp(is.workspace, "min(M*16, SMS*2048)") == 0 &&
+           strcmp(ks.grid[0], "min(ceil(M/64), SMS*2)") == 0 &&
+           strcmp(ks.grid[1], "min(ceil(M/64), 300, SMS*1/2)") == 0,
+       "SM-capped rules read back (%s; %s; %s)", is.workspace ? is.workspace : "NULL", ks.grid[0],
+       ks.grid[1]);
+    const int64_t M[] = {100000};
+    int64_t g108, g132, y108, y1, w108, w256, small;
+    OK(kiln__rule_eval(&ps->kernels[0].grid[0], M, 108, &g108) == 0 && g108 == 216 &&
+           kiln__rule_eval(&ps->kernels[0].grid[0], M, 132, &g132) == 0 && g132 == 264 &&
+           kiln__rule_eval(&ps->kernels[0].grid[1], M, 108, &y108) == 0 && y108 == 54 &&
+           kiln__rule_eval(&ps->kernels[0].grid[1], M, 1, &y1) == 0 && y1 == 1 &&
+           kiln__rule_eval(&ps->kernels[0].grid[0], (const int64_t[]){64}, 132, &small) == 0 &&
+           small == 1,
+       "grids follow the SM count: 216 CTAs on 108 SMs, 264 on 132, SMS/2 at least 1, few rows "
+       "fewer CTAs (%lld %lld %lld %lld %lld)", (long long)g108, (long long)g132, (long long)y108,
+       (long long)y1, (long long)small);
+    OK(kiln__workspace_eval(ps, M, 108, &w108) == 0 && w108 == 108 * 2048 &&
+           kiln__workspace_eval(ps, M, KILN_PACK_MAX_SMS, &w256) == 0 &&
+           w256 == KILN_PACK_MAX_SMS * 2048,
+       "the workspace follows it too (%lld, %lld)", (long long)w108, (long long)w256);
+    kiln_bind *bs;
+    kiln_bind_create(ps, &bs);
+    kiln_bind_dim(bs, "M", 100000);
+    int64_t sms;
+    int have_ctx;
+    OK(kiln__context_sms(rt, &sms, &have_ctx) == KILN_OK && (have_ctx || sms == KILN_PACK_MAX_SMS),
+       "no current context: rules see the largest SM count (%lld)", (long long)sms);
+    if (!have_ctx)
+      OK(kiln_plan_workspace_size(ps, bs, &n) == KILN_OK && n == KILN_PACK_MAX_SMS * 2048,
+         "without a context the workspace size is enough for any device (%zu)", n);
+    OK(ps->kernels[0].nparams == 3 && ps->kernels[0].params[2].kind == KILN__PARAM_SMS,
+       "an \"sms\" param reads back as the SM count param");
+    kiln_bind_destroy(bs);
   }
   kiln_bind_reset(b);
   int64_t xd[2] = {7, 5};

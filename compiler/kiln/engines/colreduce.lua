@@ -10,18 +10,18 @@ local lower = require "kiln.lower"
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local sms = require "kiln.engines.sms"
 
 local E = { id = "colreduce", version = 1 }
 
-E.SMS = 132          -- the H200's SMs: the persistent grid is sized for it
 E.BLOCK = 512
 E.CTAS_PER_SM = 2
 E.MIN_ROWS = 4       -- rows each slot takes at least
 E.SMEM_MAX = 160 * 1024
--- column tiles (partial rows wider than SMEM_MAX): threads per CTA, CTAs that fill the H200
--- (8 per SM), rows each CTA takes at least
+-- column tiles (partial rows wider than SMEM_MAX): threads per CTA, CTAs that fill an SM,
+-- rows each CTA takes at least
 E.TILE_THREADS = 256
-E.TILE_CTAS = 132 * 8
+E.TILE_PER_SM = 8
 E.TILE_MIN_ROWS = 16
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
@@ -95,7 +95,7 @@ local function analyze(group, g)
     info.L = { H = C, V = V, N = 1, P = tiles * E.TILE_THREADS, RPC = 1, block = E.TILE_THREADS,
                even = C == tiles * E.TILE_THREADS * V }
     info.smem = 0
-    info.max_ctas = math.max(1, (E.TILE_CTAS + tiles - 1) // tiles)
+    info.cap = sms.cap(E.TILE_PER_SM, tiles)
     info.grid_div = E.TILE_MIN_ROWS
   else
     local L = rowgen.layout(C, V, 4)
@@ -104,7 +104,7 @@ local function analyze(group, g)
     L.block = L.P * L.RPC
     info.L = L
     info.smem = C * 4
-    info.max_ctas = E.SMS * E.CTAS_PER_SM
+    info.cap = sms.cap(E.CTAS_PER_SM)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   local L = info.L
@@ -229,19 +229,17 @@ function E.build(plan, group, g, target, symbol)
   }))
   local main = {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
-    block = { L.block, 1, 1 }, grid = { { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }, info.tiles or 1, 1 },
+    block = { L.block, 1, 1 }, grid = { sms.rule(info.row_factors, info.grid_div, info.cap), info.tiles or 1, 1 },
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
   local y = a.outputs.Y
   local n = info.full and string.format("((float)%s * %d.0f)", info.rows, C) or string.format("(float)%s", info.rows)
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
     C = C, outs = { { uid = y, first = 0, count = C } }, rows = info.rows, dims = info.E,
-    G = { div = info.grid_div, max = info.max_ctas }, comb = mode.comb, init = mode.init, fin = mode.fin, n = n,
+    G = { div = info.grid_div, cap = info.cap }, comb = mode.comb, init = mode.init, fin = mode.fin, n = n,
     fold = info.full, what = a.attrs.mode .. (info.full and " of everything" or " per column"),
   })
-  return { kernels = { main, final },
-           workspace = { rule = { mul = rowgen.with_const(info.row_factors, C * 4), div = 1, max = info.max_ctas * C * 4 },
-                         bytes_max = info.max_ctas * C * 4 } }
+  return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.row_factors, info.cap, C) }
 end
 
 return E

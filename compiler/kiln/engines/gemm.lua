@@ -21,13 +21,15 @@ local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local sms = require "kiln.engines.sms"
 local c = require "kiln.c"
 local settings = require "kiln.settings"
 
 local E = { id = "gemm", version = 1 }
 
--- Persistent grids are sized for the H200's 132 SMs (any GPU runs them: the CTAs loop).
-E.SMS = 132
+-- Persistent grids: a CTA per SM (the runtime's SM count), at most SLOTS of them: the
+-- workspace holds a partial tile per CTA (B200 and B300 have 148 and 160 SMs).
+E.SLOTS = 160
 -- Consumer / producer registers after setmaxnreg (3 warpgroups: 2 * 232 + 40 = 3 * 168;
 -- one producer thread issues TMA copies).
 E.REG_CONSUMER, E.REG_PRODUCER = 232, 40
@@ -82,7 +84,7 @@ E.L2HINT = "none"
 -- KILN_GEMM_STREAMK=0 turns it off (for measuring); clusters of 2 turn it off.
 E.STREAMK = { fill_pct = 85, pieces = 4, min_saved = 4 }
 -- Flags per CTA (one per consumer warp), rounded to 256 bytes ahead of the partial tiles.
-E.SK_FLAG_WORDS = (E.SMS * 8 + 63) // 64 * 64
+E.SK_FLAG_WORDS = (E.SLOTS * 8 + 63) // 64 * 64
 -- fp8 on sm_90a: the tensor cores keep about 13 mantissa bits when they add into the
 -- accumulator, so each k-block (128 deep) is summed into fresh registers and added to the fp32
 -- accumulator by the consumer (twice the accumulator registers: BN at most 192).
@@ -323,9 +325,9 @@ local function sk_fill_pct()
 end
 
 -- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
-local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SMS * 128 * bn * 4 end
+local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SLOTS * 128 * bn * 4 end
 -- The epilogue warps' buffers (after stream-K's, when both): one 128 x BN fp32 tile per CTA.
-local function ewg_bytes(bn) return E.SMS * 128 * bn * 4 end
+local function ewg_bytes(bn) return E.SLOTS * 128 * bn * 4 end
 
 local function launch(info, tile, grid_tile, cm, staged, ewg)
   -- (ewg: the epilogue warps' two barriers)
@@ -347,7 +349,9 @@ local function launch(info, tile, grid_tile, cm, staged, ewg)
     if type(d) == "string" then f[#f + 1] = d else const = const * d end
   end
   f[#f + 1] = const
-  l.grid = { { mul = f, div = 128 * cm, max = E.SMS // cm }, cm, 1 }
+  local grid = sms.rule(f, 128 * cm, sms.cap(1, cm))
+  grid.max = E.SLOTS // cm
+  l.grid = { grid, cm, 1 }
   return l
 end
 
@@ -740,7 +744,7 @@ function E.build(plan, group, g, target, symbol)
     vars.EPI, vars.OSZ = knobs.staged and "true" or "false", knobs.staged and dtypes.size(g.by_uid[knobs.staged].dtype) or 2
     vars.EPI_BYTES = knobs.staged and E.EPI_BYTES or 0
     vars.store_chunk = store_chunk
-    vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SMS, E.STREAMK.pieces
+    vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SLOTS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
     vars.EWG = knobs.ewg and "true" or "false"
     vars.GROUP_M = group_m()

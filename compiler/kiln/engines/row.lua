@@ -15,6 +15,7 @@ local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local sms = require "kiln.engines.sms"
 local rowbwd = require "kiln.engines.rowbwd"
 local rowbwd_colsum = require "kiln.engines.rowbwd_colsum"
 local rowfwd_ptx = require "kiln.engines.rowfwd_ptx"
@@ -36,8 +37,6 @@ local KIND = {
 local LOG2E = "1.4426950408889634f"
 local NEG_INF = "__int_as_float(0xff800000)"
 
--- The lent H200 has 132 SMs; persistent grids are sized for it (any GPU runs them).
-E.SMS = 132
 -- Rows each slot of a persistent CTA takes at least (fewer, fatter CTAs for small T).
 E.MIN_ROWS = 8
 -- Dynamic shared memory a kernel may use on every target (sm_80 allows 163 KB per block).
@@ -306,7 +305,7 @@ local function analyze(group, g, cluster)
     end)
     if Lc then L, info.strategy = Lc, "regs" end
   end
-  local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMS, E.SMEM_MAX, E.MIN_ROWS)
+  local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMEM_MAX, E.MIN_ROWS)
   -- a backward row too wide for the staged kernel: the staged kernel over a cluster, each CTA
   -- staging and holding the column sums of its part of the row (rowbwd_ptx.lua). Taken for
   -- rmsnorm_backward past the legacy kernel's reach, 2 CTAs per SM (`twocta`: one waits out
@@ -320,11 +319,11 @@ local function analyze(group, g, cluster)
   -- where a cluster of 8 allows it (4096 x 65536: 8 CTAs of 256 threads 1.40x the split
   -- backward, 4 of 512 1.31x, 8 of 512 with 2 vectors 0.86x).
   if kind == "norm_bwd" and not (staged and staged.ptx) and bwd_cluster then
-    -- a cluster a row, at most E.SMS * CTAs per SM of them (several waves; a partial row per
+    -- a cluster a row, at most SMs * CTAs per SM of them (several waves; a partial row per
     -- cluster). One wave of clusters (8 GPCs of 16 SMs: 128 * CTAs per SM / CL) measured 0.83x
     -- that at 4096 x 65536.
     local Lc, st = cluster_layout(H, V, target, forced and cluster or 2, forced, function(Lc)
-      local st = rowbwd.plan(info, group, g, Lc, E.SMS, E.SMEM_MAX, E.MIN_ROWS, bwd_mode)
+      local st = rowbwd.plan(info, group, g, Lc, E.SMEM_MAX, E.MIN_ROWS, bwd_mode)
       return st and st.ptx and st or nil
     end)
     if Lc then L, staged = Lc, st end
@@ -332,7 +331,7 @@ local function analyze(group, g, cluster)
   if staged then
     -- dy and x staged through shared memory by cp.async, column sums in registers (rowbwd.lua)
     info.staged, info.strategy = staged, "staged-" .. staged.name
-    info.smem, info.per_sm, info.max_ctas, info.grid_div = staged.smem, staged.per_sm, staged.max_ctas, staged.grid_div
+    info.smem, info.per_sm, info.cap, info.grid_div = staged.smem, staged.per_sm, staged.cap, staged.grid_div
     -- over a cluster: a cluster a row (the grid T * CL then stays a multiple of CL)
     if (L.CL or 1) > 1 then info.grid_div = 1 end
   elseif kind == "norm_bwd" then
@@ -356,7 +355,7 @@ local function analyze(group, g, cluster)
     local per_sm = math.min(2048 // L.block, 65536 // (L.block * 64))
     if smem > 0 then per_sm = math.min(per_sm, (227 * 1024) // smem) end
     info.per_sm = math.max(1, per_sm)
-    info.max_ctas = E.SMS * info.per_sm
+    info.cap = sms.cap(info.per_sm)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
@@ -399,19 +398,18 @@ end
 
 -- The column sums' second kernel (the fixed-order sum of the CTAs' partial rows) and the
 -- workspace rule for those rows, shared by both backward kernels.
--- G: the partial rows' kernel grid (div, max; default the row kernel's).
+-- G: the partial rows' kernel grid (div, cap: per SM; default the row kernel's).
 local function colsum_finalize(plan, g, symbol, G)
   local info = plan.info
   local H, ncols = info.L.H, #info.colsum * info.L.H
-  G = G or { div = info.grid_div, max = info.max_ctas }
+  G = G or { div = info.grid_div, cap = info.cap }
   local outs = {}
   for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * H, count = H } end
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
     C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
     G = G, comb = "add", init = "0.0f",
   })
-  return final, { rule = { mul = rowgen.with_const(info.row_factors, ncols * 4), div = 1, max = G.max * ncols * 4 },
-                  bytes_max = G.max * ncols * 4 }
+  return final, rowgen.partials_workspace(info.row_factors, G.cap, ncols)
 end
 
 -- The kernels after a persistent backward and the workspace: the finalize of its partial
@@ -422,7 +420,7 @@ local function bwd_after(plan, g, symbol)
   if info.split then
     local gr = rowbwd_colsum.grid(info)
     return { rowbwd_colsum.build(info, g, symbol .. "_dx", plan.id .. ":dx", E.id),
-             (colsum_finalize(plan, g, symbol, { div = gr.div, max = gr.max })) }, rowbwd_colsum.workspace(info)
+             (colsum_finalize(plan, g, symbol, { div = gr.div, cap = gr.cap })) }, rowbwd_colsum.workspace(info)
   end
   if #info.colsum == 0 then return {}, nil end
   local final, workspace = colsum_finalize(plan, g, symbol)
@@ -446,9 +444,9 @@ local function build_staged(plan, group, g, symbol, K)
     what = what, block = L.block, symbol = symbol, params = params, min_blocks = string.format(", %d", info.per_sm),
     shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }, "row.cuh"))
-  -- a cluster grid: CL CTAs for each of min(T, max) clusters (info.max_ctas counts clusters)
-  local grid = { mul = CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors,
-                 div = info.grid_div, max = info.max_ctas * CL }
+  -- a cluster grid: CL CTAs for each of min(T, cap) clusters (info.cap counts clusters)
+  local grid = sms.rule(CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, info.grid_div,
+                        sms.cap(info.cap.sm_mul * CL, info.cap.sm_div))
   local kernels = { {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 },
@@ -497,7 +495,7 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
       or (info.full_occupancy and string.format(", %d", info.full_occupancy)) or "",
     shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }, "row.cuh"))
-  local grid = o.persistent and { mul = info.row_factors, div = info.grid_div, max = info.max_ctas }
+  local grid = o.persistent and sms.rule(info.row_factors, info.grid_div, info.cap)
     or { mul = CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, div = L.RPC, max = 0 }
   kernels[#kernels + 1] = {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,

@@ -13,6 +13,7 @@ local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowbwd_ptx = require "kiln.engines.rowbwd_ptx"
+local sms = require "kiln.engines.sms"
 
 local M = {}
 
@@ -59,7 +60,7 @@ end
 -- Whether the staged kernel takes this backward (analyze's info, layout L; `mode` a variant
 -- as M.mode gives, default KILN_ROW_BWD's): the sizes it needs, or nil and why (then the
 -- legacy kernel builds it).
-function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS, mode)
+function M.plan(info, group, g, L, SMEM_MAX, MIN_ROWS, mode)
   mode = mode or M.mode()
   if mode.legacy then return nil, "KILN_ROW_BWD=" .. mode.name end
   local a = info.anchor
@@ -86,7 +87,7 @@ function M.plan(info, group, g, L, SMS, SMEM_MAX, MIN_ROWS, mode)
   local per_sm = math.min(mode.C, 2048 // L.block, math.max(1, (227 * 1024) // smem))
   -- words per thread: scale and sums (fp32), xh (fp32) and dy (its storage) held between passes
   local held = L.N * L.V * (2 + #info.colsum) + (L.N * L.V * dtypes.size(dy.dtype) + 3) // 4
-  local st = { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, max_ctas = SMS * per_sm,
+  local st = { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm),
               grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
   -- the body in PTX (rowbwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
   if rowgen.ptx_wanted() then st.ptx, st.why_cuda = rowbwd_ptx.accepts(info, g, L, st) end

@@ -14,11 +14,12 @@
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local sms = require "kiln.engines.sms"
 
 local M = {}
 
 M.BLOCK = 256
-M.CTAS = 132 * 8     -- CTAs that fill the H200 (8 of 256 threads per SM)
+M.PER_SM = 8         -- CTAs that fill an SM (8 of 256 threads)
 M.MIN_ROWS = 16      -- rows each CTA takes at least
 
 -- Whether the split form can take the group: dy and x row-major, the statistics one fp32
@@ -32,16 +33,17 @@ function M.accepts(info, g)
   return true
 end
 
--- The grid: G row chunks by column tiles (G depends on T only).
+-- The grid: G row chunks by column tiles (G depends on T and the device's SMs only).
 function M.grid(info)
   local H, V = info.L.H, info.L.V
   local tiles = (H + M.BLOCK * V - 1) // (M.BLOCK * V)
-  return { tiles = tiles, div = M.MIN_ROWS, max = math.max(1, (M.CTAS + tiles - 1) // tiles) }
+  return { tiles = tiles, div = M.MIN_ROWS, cap = sms.cap(M.PER_SM, tiles) }
 end
 
--- The workspace: the partial rows (G at most), then the row sums (two floats a row).
+-- The workspace: the partial rows (G at most, on the largest device), then the row sums
+-- (two floats a row).
 function M.rows_offset(info)
-  return M.grid(info).max * #info.colsum * info.L.H * 4
+  return sms.at(M.grid(info).cap, sms.MAX) * #info.colsum * info.L.H * 4
 end
 function M.workspace(info)
   return { rule = { mul = rowgen.with_const(info.row_factors, 8), div = 1, max = 0, add = M.rows_offset(info) },
@@ -116,7 +118,7 @@ function M.build(info, g, symbol, plan_id, engine_id)
   }))
   return {
     symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = rowgen.OPTIONS,
-    block = { M.BLOCK, 1, 1 }, grid = { { mul = info.row_factors, div = gr.div, max = gr.max }, gr.tiles, 1 },
+    block = { M.BLOCK, 1, 1 }, grid = { sms.rule(info.row_factors, gr.div, gr.cap), gr.tiles, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
 end

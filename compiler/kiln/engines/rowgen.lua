@@ -9,6 +9,7 @@ local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local settings = require "kiln.settings"
 local errors = require "kiln.errors"
+local sms = require "kiln.engines.sms"
 
 local M = {}
 
@@ -457,16 +458,31 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
     after = string.format("  __syncthreads();\n  if (threadIdx.x == 0) {\n    a = part_[0][0];\n" ..
       "    for (int c = 1; c < %d; c++) { const float b = part_[0][c]; %s }\n%s\n  }", opts.C, comb, table.concat(store, "\n"))
   end
+  -- the previous kernel's grid follows the device's SM count: the kernel takes it
+  K.params[#K.params + 1] = "const kiln_i64 sms"
+  K.mparams[#K.mparams + 1] = { kind = "sms" }
   local params = K:finish_params()
   src:add(M.render_fill("partials.cuh", {
-    symbol = symbol, params = params, C = opts.C, rows = opts.rows, div = opts.G.div, max = opts.G.max,
-    init = opts.init, comb = comb, tail = tail, after = after, what = opts.what or "column sums",
+    symbol = symbol, params = params, C = opts.C, rows = opts.rows, div = opts.G.div, cap = sms.expr(opts.G.cap, "sms"),
+    per = M.partials_per_slice(opts.G.cap), init = opts.init, comb = comb, tail = tail, after = after,
+    what = opts.what or "column sums",
   }))
   return {
     symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = M.OPTIONS,
     block = { 256, 1, 1 }, grid = { (opts.C + 31) // 32, 1, 1 }, smem = 0, cluster = { 1, 1, 1 },
     params = K.mparams, align = K.align, pdl = true,
   }
+end
+
+-- Partial rows a finalize slice loads at once: all of them on the device plans are tuned for
+-- (one memory latency there), in further rounds of as many where a device has more SMs.
+function M.partials_per_slice(cap) return math.min(64, (sms.at(cap, sms.TUNED) + 7) // 8) end
+
+-- The workspace of per-CTA partial rows of ncols floats: one per CTA of a grid of at most
+-- rows and the cap's CTAs (bytes_max: on the largest device, for plans that share it).
+function M.partials_workspace(row_factors, cap, ncols)
+  return { rule = sms.rule(M.with_const(row_factors, ncols * 4), 1, sms.cap(cap.sm_mul * ncols * 4, cap.sm_div)),
+           bytes_max = sms.at(cap, sms.MAX) * ncols * 4 }
 end
 
 function M.render_fill(name, vars) return render.fill(render.template(name), vars, name) end
