@@ -85,6 +85,11 @@ static kiln_status cuda_load_locked(const kiln_rt *rt) {
     *(void **)((char *)&cu + cuda_symbols[i].offset) = fn;
   }
   if ((r = cu.DriverGetVersion(&cu.version)) != CUDA_SUCCESS) cu.version = 0;
+  void *fn = NULL;
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
+  r = get_v2 ? get_v2("cuCtxGetDevResource", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found)
+             : get_v1("cuCtxGetDevResource", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+  if (r == CUDA_SUCCESS && found == CU_GET_PROC_ADDRESS_SUCCESS) *(void **)&cu.CtxGetDevResource = fn;
   kiln__cu = cu; /* lib stays loaded for the life of the process */
   atomic_store_explicit(&cuda_loaded, 1, memory_order_release);
   return KILN_OK;

@@ -50,6 +50,9 @@ typedef struct kiln__cuda {
   CUresult (*EventSynchronize)(CUevent);
   CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*EventDestroy)(CUevent);
+  /* Optional (NULL before CUDA 12.4 drivers), resolved for this cuda.h's CUdevResource: a
+   * context's SMs, fewer than the device's in a green context. */
+  CUresult (*CtxGetDevResource)(CUcontext, CUdevResource *, CUdevResourceType);
   int version; /* cuDriverGetVersion */
 } kiln__cuda;
 

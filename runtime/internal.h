@@ -147,8 +147,9 @@ KILN__INTERNAL int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dy
  * cluster divisibility. */
 KILN__INTERNAL kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, int64_t sms,
                                             unsigned (*grids)[3]);
-/* The SM count rules use for the calling thread's current context: its device's SMs, or
- * KILN_SM_COUNT when set (MPS, partitions, tests), clamped to KILN_PACK_MAX_SMS. *sms is
+/* The SM count rules use for the calling thread's current context: KILN_SM_COUNT when set
+ * (MPS shares, tests), else the context's SMs (a green context's part of the device), else
+ * the device's, clamped to KILN_PACK_MAX_SMS. *sms is
  * KILN_PACK_MAX_SMS (enough for any device) and *have_ctx 0 when no context is current. */
 KILN__INTERNAL kiln_status kiln__context_sms(const kiln_rt *rt, int64_t *sms, int *have_ctx);
 

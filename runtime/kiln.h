@@ -236,9 +236,9 @@ kiln_status kiln_bind_dim(kiln_bind *b, const char *name, int64_t value);
  * uses must be known, else KILN_ERR_UNBOUND; disagreeing ones give KILN_ERR_SHAPE). The
  * size is a multiple of 256, and 0 when the plan needs no workspace (b may then be NULL, as
  * it may when the rule uses no dynamic dim). Persistent kernels size their grids, and the
- * workspace, by the SM count of the device they run on: the size is for the current
- * context's device (KILN_SM_COUNT overrides its SM count), or, with no context current,
- * enough for any device. A launch checks the bound size against its own context's device. */
+ * workspace, by the SM count of the context they run in (a green context's own SMs, else
+ * the device's; KILN_SM_COUNT overrides it): the size is for the current context, or, with
+ * none current, enough for any device. A launch checks the bound size for its own context. */
 kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *bytes);
 /* Binds the workspace: ptr must be 256-byte aligned and hold bytes >= the size above
  * (checked by kiln_bind_check / kiln_launch: KILN_ERR_ALIGN, KILN_ERR_INVALID_ARG). A plan

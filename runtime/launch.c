@@ -11,8 +11,9 @@
 #define RT(plan) ((plan)->pack->rt)
 #define PORTABLE_CLUSTER 8
 
-/* The SM count of dev: KILN_SM_COUNT when set, else the device's, clamped to 1..max. */
-static kiln_status device_sms(const kiln_rt *rt, CUdevice dev, int64_t *sms) {
+/* The SM count of ctx on dev: KILN_SM_COUNT when set, else the context's (a green context
+ * has part of the device's), else the device's, clamped to 1..max. */
+static kiln_status device_sms(const kiln_rt *rt, CUcontext ctx, CUdevice dev, int64_t *sms) {
   const char *env = getenv("KILN_SM_COUNT");
   if (env && *env) {
     char *end;
@@ -24,6 +25,14 @@ static kiln_status device_sms(const kiln_rt *rt, CUdevice dev, int64_t *sms) {
     return KILN_OK;
   }
   int n;
+  CUdevResource res;
+  memset(&res, 0, sizeof res);
+  if (kiln__cu.CtxGetDevResource &&
+      kiln__cu.CtxGetDevResource(ctx, &res, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS &&
+      res.sm.smCount > 0) {
+    *sms = res.sm.smCount > KILN_PACK_MAX_SMS ? KILN_PACK_MAX_SMS : res.sm.smCount;
+    return KILN_OK;
+  }
   CUresult r = kiln__cu.DeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   if (r != CUDA_SUCCESS) {
     char desc[256];
@@ -44,7 +53,7 @@ kiln_status kiln__context_sms(const kiln_rt *rt, int64_t *sms, int *have_ctx) {
       kiln__cu.CtxGetDevice(&dev) != CUDA_SUCCESS)
     return KILN_OK;
   *have_ctx = 1;
-  return device_sms(rt, dev, sms);
+  return device_sms(rt, ctx, dev, sms);
 }
 
 kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, int64_t sms,
@@ -129,7 +138,7 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
                                        dev)) != CUDA_SUCCESS)
     return cuda_fail(plan, r, "cuDeviceGetAttribute(compute capability)");
   int64_t sms;
-  kiln_status st = device_sms(RT(plan), dev, &sms);
+  kiln_status st = device_sms(RT(plan), ctx, dev, &sms);
   if (st != KILN_OK) return st;
   int chosen[KILN_PACK_MAX_KERNELS];
   for (int k = 0; k < plan->nkernels; k++)

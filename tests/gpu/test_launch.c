@@ -429,6 +429,82 @@ static void overhead(kiln_bind *b, CUstream s, int major, int minor) {
      mk <= 1.2 * mb + 0.05 ? "" : " # TODO timing on a shared machine");
 }
 
+/* ---- the SM count persistent grids follow ------------------------------------------------ */
+
+typedef CUresult (*dev_resource_fn)(CUdevice, CUdevResource *, CUdevResourceType);
+typedef CUresult (*split_fn)(CUdevResource *, unsigned *, const CUdevResource *, CUdevResource *,
+                             unsigned, unsigned);
+typedef CUresult (*desc_fn)(CUdevResourceDesc *, CUdevResource *, unsigned);
+typedef CUresult (*green_create_fn)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
+typedef CUresult (*green_ctx_fn)(CUcontext *, CUgreenCtx);
+typedef CUresult (*green_destroy_fn)(CUgreenCtx);
+
+static void *driver_fn(const char *name) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
+                             CUdriverProcAddressQueryResult *);
+  gpa_fn gpa = lib ? (gpa_fn)dlsym(lib, "cuGetProcAddress_v2") : NULL;
+  void *fn = NULL;
+  CUdriverProcAddressQueryResult q;
+  if (!gpa || gpa(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS ||
+      q != CU_GET_PROC_ADDRESS_SUCCESS)
+    fn = NULL;
+  return fn;
+}
+
+/* The primary context's count is the device's; KILN_SM_COUNT overrides it (and a bad value
+ * is refused); a green context of part of the SMs gets its own count. */
+static void sm_counts(CUdevice dev) {
+  int n = 0;
+  int64_t sms = 0;
+  int have_ctx = 0;
+  CU(cu.DeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  unsetenv("KILN_SM_COUNT");
+  OK(kiln__context_sms(rt, &sms, &have_ctx) == KILN_OK && have_ctx && sms == n,
+     "SM count of the primary context: the device's %d (%lld)", n, (long long)sms);
+  setenv("KILN_SM_COUNT", "108", 1);
+  OK(kiln__context_sms(rt, &sms, &have_ctx) == KILN_OK && sms == 108,
+     "KILN_SM_COUNT=108 overrides it (%lld)", (long long)sms);
+  setenv("KILN_SM_COUNT", "300", 1);
+  OK(kiln__context_sms(rt, &sms, &have_ctx) == KILN_ERR_INVALID_ARG &&
+         strstr(kiln_rt_errmsg(rt), "KILN_SM_COUNT='300'"),
+     "KILN_SM_COUNT=300 is refused (%s)", kiln_rt_errmsg(rt));
+  unsetenv("KILN_SM_COUNT");
+  dev_resource_fn get = (dev_resource_fn)driver_fn("cuDeviceGetDevResource");
+  split_fn split = (split_fn)driver_fn("cuDevSmResourceSplitByCount");
+  desc_fn gen = (desc_fn)driver_fn("cuDevResourceGenerateDesc");
+  green_create_fn create = (green_create_fn)driver_fn("cuGreenCtxCreate");
+  green_ctx_fn from = (green_ctx_fn)driver_fn("cuCtxFromGreenCtx");
+  green_destroy_fn destroy = (green_destroy_fn)driver_fn("cuGreenCtxDestroy");
+  if (!get || !split || !gen || !create || !from || !destroy) {
+    printf("ok %d - # SKIP the driver has no green contexts\n", ++tap_n);
+    return;
+  }
+  CUdevResource all, part, rest;
+  CUdevResourceDesc desc;
+  CUgreenCtx green;
+  CUcontext gctx;
+  unsigned groups = 1;
+  memset(&all, 0, sizeof all);
+  memset(&part, 0, sizeof part);
+  memset(&rest, 0, sizeof rest);
+  CUresult r = get(dev, &all, CU_DEV_RESOURCE_TYPE_SM);
+  if (r == CUDA_SUCCESS) r = split(&part, &groups, &all, &rest, 0, 16);
+  if (r == CUDA_SUCCESS) r = gen(&desc, &part, 1);
+  if (r == CUDA_SUCCESS) r = create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+  if (r != CUDA_SUCCESS) {
+    printf("ok %d - # SKIP no green context of 16 SMs here (%s)\n", ++tap_n, cuname(r));
+    return;
+  }
+  CU(from(&gctx, green));
+  CU(cu.CtxSetCurrent(gctx));
+  kiln_status st_sms = kiln__context_sms(rt, &sms, &have_ctx);
+  CU(cu.CtxSetCurrent(ctx));
+  OK(st_sms == KILN_OK && sms == (int64_t)part.sm.smCount && sms < n,
+     "a green context of %u SMs: grids for its %lld", part.sm.smCount, (long long)sms);
+  destroy(green);
+}
+
 int main(int argc, char **argv) {
   const char *why = load_driver();
   if (why) return TAP_SKIP_ALL(why);
@@ -627,6 +703,7 @@ int main(int argc, char **argv) {
   }
 
   overhead(b, s, major, minor);
+  sm_counts(dev);
 
   kiln_bind_destroy(b);
   CU(cu.StreamSynchronize(s));
