@@ -1,7 +1,7 @@
 // kiln: ${what} from the per-CTA partial rows ws[G][${C}] of the previous kernel, added in a
 // fixed order (8 strided slices per column, then the slices in order): deterministic. A
-// slice loads ${per} partials before it adds them: one memory latency on the device the plan
-// is tuned for, another round only where more SMs made more partial rows.
+// slice loads its first ${per} partials before it adds them (one memory latency: all of them
+// on the GPUs kiln targets), then any more (a larger GPU's) one at a time.
 extern "C" __global__ void __launch_bounds__(256) ${symbol}(${params}) {
   constexpr int PER = ${per};  // partial rows a slice loads at once
   __shared__ float part_[8][32];
@@ -14,13 +14,13 @@ extern "C" __global__ void __launch_bounds__(256) ${symbol}(${params}) {
   kiln_pdl_wait();  // launched early (pdl): the partial rows are complete past this point
   kiln_pdl_launch_dependents();  // the stream's next kernel may start as this one's CTAs finish
   if (col < ${C}) {
-    for (kiln_i64 g0 = sl; g0 < G; g0 += 8 * PER) {
-      float v_[PER];  // the missing rows past G read as the neutral ${init}
+    float v_[PER];  // the missing rows past G read as the neutral ${init}
 #pragma unroll
-      for (int i = 0; i < PER; i++) { const kiln_i64 gi = g0 + 8 * i; v_[i] = gi < G ? ws[gi * ${C}LL + col] : ${init}; }
+    for (int i = 0; i < PER; i++) { const kiln_i64 gi = sl + 8 * i; v_[i] = gi < G ? ws[gi * ${C}LL + col] : ${init}; }
 #pragma unroll
-      for (int i = 0; i < PER; i++) { const float b = v_[i]; ${comb} }
-    }
+    for (int i = 0; i < PER; i++) { const float b = v_[i]; ${comb} }
+#pragma unroll 1
+    for (kiln_i64 gi = sl + 8 * PER; gi < G; gi += 8) { const float b = ws[gi * ${C}LL + col]; ${comb} }
   }
   part_[sl][lane] = a;
   __syncthreads();

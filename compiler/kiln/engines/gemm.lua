@@ -28,8 +28,8 @@ local settings = require "kiln.settings"
 local E = { id = "gemm", version = 1 }
 
 -- Persistent grids: a CTA per SM (the runtime's SM count), at most SLOTS of them: the
--- workspace holds a partial tile per CTA (B200 and B300 have 148 and 160 SMs).
-E.SLOTS = 160
+-- workspace holds a partial tile per CTA.
+E.SLOTS = sms.LARGE
 -- Consumer / producer registers after setmaxnreg (3 warpgroups: 2 * 232 + 40 = 3 * 168;
 -- one producer thread issues TMA copies).
 E.REG_CONSUMER, E.REG_PRODUCER = 232, 40

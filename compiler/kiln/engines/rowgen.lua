@@ -474,9 +474,9 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
   }
 end
 
--- Partial rows a finalize slice loads at once: all of them on the device plans are tuned for
--- (one memory latency there), in further rounds of as many where a device has more SMs.
-function M.partials_per_slice(cap) return math.min(64, (sms.at(cap, sms.TUNED) + 7) // 8) end
+-- Partial rows a finalize slice loads at once: all of them on the largest GPUs kiln targets
+-- (one memory latency), the rest one at a time on a larger one.
+function M.partials_per_slice(cap) return math.min(64, (sms.at(cap, sms.LARGE) + 7) // 8) end
 
 -- The workspace of per-CTA partial rows of ncols floats: one per CTA of a grid of at most
 -- rows and the cap's CTAs (bytes_max: on the largest device, for plans that share it).

@@ -10,6 +10,9 @@ local M = {}
 M.TUNED = 132
 -- The most SMs the runtime ever reports (KILN_PACK_MAX_SMS): sizes that must hold anywhere.
 M.MAX = c.max_sms
+-- The most SMs of a GPU kiln targets today (a B300's 160; a B200 has 148): what per-CTA
+-- slots and unrolled loops are sized for, with a slower path beyond.
+M.LARGE = 160
 
 -- Rule fields capping a grid axis or a workspace at max(1, floor(SMS * mul / div)).
 function M.cap(mul, div)
