@@ -358,6 +358,15 @@ kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *byte
   return KILN_OK;
 }
 
+/* Does any rule of the plan depend on the device's SM count? */
+static int plan_uses_sms(const kiln_plan *plan) {
+  if (kiln__rule_uses_sms(&plan->workspace)) return 1;
+  for (int k = 0; k < plan->nkernels; k++)
+    for (int a = 0; a < 3; a++)
+      if (kiln__rule_uses_sms(&plan->kernels[k].grid[a])) return 1;
+  return 0;
+}
+
 kiln_status kiln__check_workspace(kiln_plan *plan, const int64_t *dyn, int64_t sms, int bound,
                                   kiln_devptr ptr, size_t bytes) {
   int64_t need;
@@ -416,10 +425,10 @@ kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b) {
   }
   /* Without a current context the launch's device is unknown: the smallest workspace any
    * device needs here, the largest grids; the launch checks again for its context. */
-  int64_t sms;
-  int have_ctx;
-  st = kiln__context_sms(RT(plan), &sms, &have_ctx);
-  if (st != KILN_OK) return st;
+  int64_t sms = KILN_PACK_MAX_SMS;
+  int have_ctx = 0;
+  if (plan_uses_sms(plan) && (st = kiln__context_sms(RT(plan), &sms, &have_ctx)) != KILN_OK)
+    return st;
   st = kiln__check_workspace(plan, b->dyn, have_ctx ? sms : 1, b->ws_set, b->ws_ptr, b->ws_bytes);
   if (st != KILN_OK) return st;
   unsigned grids[KILN_PACK_MAX_KERNELS][3];
