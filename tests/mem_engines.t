@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 55 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 56 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -102,6 +102,10 @@ KILN_ROW_BWD=split run_kiln explain specs/rmsnorm_bwd.lua --set H=4096 --sm 90a
 expect_out "rmsnorm_backward:p256n2v8r2:regs\+colsum" "KILN_ROW_BWD=split forces the split backward"
 run_kiln explain tests/specs/mem/reduce.lua --sm 90a
 expect_out "colreduce:v1:add:lead:p5632n1v8r1:t22" "a column sum over 45000 columns takes 22 column tiles"
+run_kiln build tests/specs/mem/reduce.lua --sm 90a -o "$TMP/reduce.kpack"
+run_kiln pack inspect "$TMP/reduce.kpack"
+expect_out "workspace: min\(T\*262144, SMS\*2097152/32\) \+ 262144 bytes" \
+  "32 tiles: 8 CTAs per 32 SMs, and a partial row more (fewer than 4 SMs still run one CTA)"
 # the norms' bodies in PTX (docs/INTERNALS.md): taken where the forms have everything, the
 # CUDA form elsewhere (gelu has no PTX form; fp8 outputs need sm_89) and with KILN_ROW_CODE=cuda
 run_kiln source specs/layernorm.lua

@@ -14,7 +14,7 @@ cases=(
   "tests/specs/mem/reduce.lua|T=4097|0"
   "specs/gemm.lua|M=4097|0"
 )
-plan $(( ${#counts[@]} * ${#cases[@]} + ${#counts[@]} + 3 ))
+plan $(( ${#counts[@]} * ${#cases[@]} + ${#counts[@]} + 4 ))
 for n in "${counts[@]}"; do
   for c in "${cases[@]}"; do
     IFS='|' read -r spec set per_sm <<<"$c"
@@ -31,6 +31,10 @@ done
 # every backward variant on 7 SMs (at T = 1031 more SMs would not cap their grids)
 RC=0; KILN_SM_COUNT=7 timeout 600 "$KILN" run tests/specs/mem/backward.lua --check --set T=1031 >"$OUTF" 2>"$ERRF" || RC=$?
 expect_rc 0 "KILN_SM_COUNT=7: tests/specs/mem/backward.lua (T=1031) matches the reference"
+# the widest column reduction (32 tiles) on 3 SMs: a grid of one row chunk, fewer than the
+# 8 CTAs per 32 SMs round down to (its workspace holds that row)
+RC=0; KILN_SM_COUNT=3 timeout 600 "$KILN" run tests/specs/mem/reduce.lua --check --set T=4097 >"$OUTF" 2>"$ERRF" || RC=$?
+expect_rc 0 "KILN_SM_COUNT=3: tests/specs/mem/reduce.lua (T=4097) matches the reference"
 # the device's own count without the override, and a bad override is refused by name
 RC=0; timeout 120 "$KILN" run specs/layernorm_bwd.lua --check --set T=4097 >"$OUTF" 2>"$ERRF" || RC=$?
 sms=$("$KILN" env 2>/dev/null | sed -nE 's/^gpu0: .*, ([0-9]+) SMs,.*/\1/p')

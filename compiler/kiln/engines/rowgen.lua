@@ -479,10 +479,13 @@ end
 function M.partials_per_slice(cap) return math.min(64, (sms.at(cap, sms.LARGE) + 7) // 8) end
 
 -- The workspace of per-CTA partial rows of ncols floats: one per CTA of a grid of at most
--- rows and the cap's CTAs (bytes_max: on the largest device, for plans that share it).
+-- rows and the cap's CTAs (bytes_max: on the largest device, for plans that share it). A
+-- fractional cap (per div SMs) rounds down to less than the one CTA a grid has at least:
+-- a row more then.
 function M.partials_workspace(row_factors, cap, ncols)
-  return { rule = sms.rule(M.with_const(row_factors, ncols * 4), 1, sms.cap(cap.sm_mul * ncols * 4, cap.sm_div)),
-           bytes_max = sms.at(cap, sms.MAX) * ncols * 4 }
+  local rule = sms.rule(M.with_const(row_factors, ncols * 4), 1, sms.cap(cap.sm_mul * ncols * 4, cap.sm_div),
+                        cap.sm_div > 1 and ncols * 4 or nil)
+  return { rule = rule, bytes_max = (sms.at(cap, sms.MAX) + (cap.sm_div > 1 and 1 or 0)) * ncols * 4 }
 end
 
 function M.render_fill(name, vars) return render.fill(render.template(name), vars, name) end
