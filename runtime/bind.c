@@ -58,8 +58,6 @@ int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t sms, int64_
   return __builtin_add_overflow(v, g->add, out) ? -1 : 0;
 }
 
-int kiln__rule_uses_sms(const kiln__grid *g) { return g->sm_mul > 0; }
-
 int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms, int64_t *out) {
   const kiln__grid *g = &plan->workspace;
   int64_t v;
@@ -319,6 +317,9 @@ static kiln_status workspace_overflow(kiln_plan *plan) {
   return kiln__fail(RT(plan), KILN_ERR_SHAPE, "workspace size %s overflows", plan->workspace.text);
 }
 
+/* Does the rule depend on the device's SM count? */
+static int rule_uses_sms(const kiln__grid *g) { return g->sm_mul > 0; }
+
 kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *bytes) {
   if (bytes) *bytes = 0;
   if (!plan || !bytes)
@@ -348,7 +349,7 @@ kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *byte
   }
   int64_t sms = KILN_PACK_MAX_SMS;
   int have_ctx;
-  if (kiln__rule_uses_sms(&plan->workspace)) {
+  if (rule_uses_sms(&plan->workspace)) {
     kiln_status st = kiln__context_sms(RT(plan), &sms, &have_ctx);
     if (st != KILN_OK) return st;
   }
@@ -360,10 +361,10 @@ kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *byte
 
 /* Does any rule of the plan depend on the device's SM count? */
 static int plan_uses_sms(const kiln_plan *plan) {
-  if (kiln__rule_uses_sms(&plan->workspace)) return 1;
+  if (rule_uses_sms(&plan->workspace)) return 1;
   for (int k = 0; k < plan->nkernels; k++)
     for (int a = 0; a < 3; a++)
-      if (kiln__rule_uses_sms(&plan->kernels[k].grid[a])) return 1;
+      if (rule_uses_sms(&plan->kernels[k].grid[a])) return 1;
   return 0;
 }
 

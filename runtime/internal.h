@@ -136,8 +136,6 @@ KILN__INTERNAL int kiln__product_eval(const kiln__product *p, const int64_t *dyn
  * sm_mul > 0) + add, for a device of sms SMs (1..KILN_PACK_MAX_SMS); -1 on int64 overflow. */
 KILN__INTERNAL int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t sms,
                                    int64_t *out);
-/* Does the rule depend on the device's SM count? */
-KILN__INTERNAL int kiln__rule_uses_sms(const kiln__grid *g);
 /* Workspace bytes for resolved dims (dyn may be NULL when the rule has no dynamic factor) on
  * a device of sms SMs: the rule's value rounded up to KILN_PACK_WORKSPACE_ALIGN; 0 when the
  * plan needs none. -1 on int64 overflow. */

@@ -6,8 +6,6 @@ local c = require "kiln.c"
 
 local M = {}
 
--- The SM count plans are tuned for (the H200): heuristics only, never a size.
-M.TUNED = 132
 -- The most SMs the runtime ever reports (KILN_PACK_MAX_SMS): sizes that must hold anywhere.
 M.MAX = c.max_sms
 -- The most SMs of a GPU kiln targets today (a B300's 160; a B200 has 148): what per-CTA
