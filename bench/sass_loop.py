@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where ptxas put a kernel's loads: the SASS of a spec's kernels, on the CPU machine. Builds
 SPEC with a fresh cache (so that every kernel compiles and KILN_DUMP_DIR gets its source),
-compiles each source again with `nvcc -cubin -Xptxas -v` (registers, spills) and disassembles
+compiles each source (CUDA or PTX module) again with `nvcc -cubin -Xptxas -v` (registers, spills) and disassembles
 it with nvdisasm; per loop (a branch back to an earlier label) it prints the instruction count
 and the position of every memory access, barrier and shuffle. Usage:
 
@@ -66,7 +66,7 @@ def loops(lines):
 
 
 def report(name, cu, sm, args, nvd):
-    cubin = cu[:-3] + ".cubin"
+    cubin = os.path.splitext(cu)[0] + ".cubin"
     r = subprocess.run([tool("nvcc", "NVCC"), "-cubin", "-arch=sm_" + sm, "-Xptxas", "-v", "-o", cubin, cu],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -111,10 +111,11 @@ def main():
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit("sass_loop: %s failed:\n%s" % (" ".join(cmd), r.stderr))
-        sources = sorted(glob.glob(os.path.join(tmp, "dump", "*.cu")))
+        # CUDA sources and PTX modules (kiln.ptxmodule): nvcc compiles either
+        sources = sorted(glob.glob(os.path.join(tmp, "dump", "*.cu")) + glob.glob(os.path.join(tmp, "dump", "*.ptx")))
         ok = True
         for cu in sources:
-            name = os.path.basename(cu)[:-3]
+            name = os.path.splitext(os.path.basename(cu))[0]
             if args.kernel in name:
                 ok = report(name, cu, args.sm, args, nvd) and ok
         if not sources:

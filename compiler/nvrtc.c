@@ -1,6 +1,7 @@
 /* kiln compiler: NVRTC through dlopen; CUDA source to CUBIN, with logs and dumps. */
 #include "nvrtc.h"
 #include "files.h"
+#include "ptxas.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -8,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,11 @@ struct kiln_nvrtc {
   nvrtc_result (*get_ptx)(nvrtc_program, char *);
   nvrtc_result (*num_supported_archs)(int *);   /* optional */
   nvrtc_result (*supported_archs)(int *);       /* optional */
+  /* nvJitLink for PTX modules, loaded by the first one (ptxas.h) */
+  pthread_mutex_t ptxas_mu;
+  kiln_ptxas *ptxas;
+  int ptxas_tried;
+  kiln_err ptxas_err;
 };
 
 #define NVRTC_MAX_CANDIDATES 12
@@ -163,6 +170,7 @@ int kiln_nvrtc_open(kiln_nvrtc **out, kiln_err *e) {
       if (dlinfo(nv->lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
         loaded = lm->l_name;
       snprintf(nv->path, sizeof nv->path, "%s", loaded);
+      if (pthread_mutex_init(&nv->ptxas_mu, NULL) != 0) break;
       *out = nv;
       return 0;
     }
@@ -179,6 +187,8 @@ int kiln_nvrtc_open(kiln_nvrtc **out, kiln_err *e) {
 
 void kiln_nvrtc_close(kiln_nvrtc *nv) {
   if (!nv) return;
+  kiln_ptxas_close(nv->ptxas);
+  pthread_mutex_destroy(&nv->ptxas_mu);
   if (nv->lib) dlclose(nv->lib);
   free(nv);
 }
@@ -362,6 +372,58 @@ static void log_head(const char *log, char *out, size_t n) {
   }
 }
 
+/* nvJitLink, loaded once per handle by the first PTX module (from NVRTC's directory). */
+static kiln_ptxas *ptxas_of(kiln_nvrtc *nv, kiln_err *e) {
+  pthread_mutex_lock(&nv->ptxas_mu);
+  if (!nv->ptxas_tried) {
+    nv->ptxas_tried = 1;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", nv->path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else dir[0] = '\0';
+    if (kiln_ptxas_open(&nv->ptxas, dir, &nv->ptxas_err) != 0) nv->ptxas = NULL;
+  }
+  kiln_ptxas *p = nv->ptxas;
+  if (!p) *e = nv->ptxas_err;
+  pthread_mutex_unlock(&nv->ptxas_mu);
+  return p;
+}
+
+/* A PTX module (kiln.ptxmodule) to a CUBIN by ptxas through nvJitLink; dumps as NVRTC's. */
+static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, const char *arch,
+                       const char *dump_dir, void **cubin, size_t *size, char **log, kiln_err *e) {
+  if (strncmp(arch, "sm_", 3) != 0)
+    return kiln_err_set(e, "E_NVRTC", "%s: a PTX module is built for a real SM, not %s", base, arch);
+  kiln_ptxas *p = ptxas_of(nv, e);
+  if (!p) return -1;
+  char *text = NULL;
+  int status = kiln_ptxas_compile(p, source, base, arch, cubin, size, &text, e);
+  char logfile[300], logpath[PATH_MAX];
+  snprintf(logfile, sizeof logfile, "%s.log", base);
+  if (status != 0 && dump_dir) {
+    kiln_err ignored; /* the compile error matters more than a failed log dump */
+    size_t len = strlen(e->msg);
+    if (dump_file(dump_dir, logfile, text ? text : "", &ignored) == 0 && len < sizeof e->msg)
+      snprintf(e->msg + len, sizeof e->msg - len, "\n  (source and log kept in %s/%s.{ptx,log})", dump_dir, base);
+  } else if (status == 0 && dump_dir) {
+    if (text) {
+      status = dump_file(dump_dir, logfile, text, e);
+    } else if (snprintf(logpath, sizeof logpath, "%s/%s", dump_dir, logfile) < (int)sizeof logpath &&
+               unlink(logpath) != 0 && errno != ENOENT) {
+      status = kiln_err_set(e, "E_IO", "removing stale %s: %s", logpath, strerror(errno));
+    }
+    if (status != 0) {
+      free(*cubin);
+      *cubin = NULL;
+      *size = 0;
+    }
+  }
+  if (log) *log = text;
+  else free(text);
+  return status;
+}
+
 int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, const char *arch,
                        const char *const *opts, int nopts, void **cubin, size_t *size,
                        char **log, kiln_err *e) {
@@ -377,10 +439,12 @@ int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, con
   if (nopts < 0 || (nopts > 0 && !opts))
     return kiln_err_set(e, "E_NVRTC", "%s: bad option list", base);
 
+  int is_ptx = kiln_ptxas_is_ptx(source);
   char file[300];
-  snprintf(file, sizeof file, "%s.cu", base);
+  snprintf(file, sizeof file, "%s.%s", base, is_ptx ? "ptx" : "cu");
   const char *dump_dir = env_nonempty("KILN_DUMP_DIR");
   if (dump_dir && dump_file(dump_dir, file, source, e) != 0) return -1;
+  if (is_ptx) return compile_ptx(nv, source, base, arch, dump_dir, cubin, size, log, e);
 
   const char **argv = malloc(((size_t)nopts + 1) * sizeof *argv);
   char archopt[64];

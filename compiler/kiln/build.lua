@@ -81,7 +81,7 @@ function M.pack_bytes(plans, archs)
   for _, p in ipairs(plans) do
     local m = p.manifests[1]
     for ki, k in ipairs(m.kernels) do
-      k.source = nil
+      k.source, k.cuda = nil, nil
       k.by_arch = {}
       for a, arch in ipairs(archs) do
         local ka = p.manifests[a].kernels[ki]

@@ -12,6 +12,7 @@ commands:
   check SPEC...            load and validate specs (.lua or graph .json), print the graph
         [--json]           print graph JSON instead
   source SPEC [--sm SM]    print the generated CUDA of every kernel
+        [--ptx]            the PTX modules instead, for the kernels compiled from one
   explain SPEC [--sm SM]   per kernel group and engine: accepted (plans) or declined, and why
   build SPEC... --sm SM [--sm SM ...] [-o PACK] [--emit-c DIR] [-v] [-j N]
                            compile every kernel through the cache (and write a pack)
@@ -37,7 +38,7 @@ local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) en
 
 -- Options each command accepts: name -> "flag" | "value" | "list".
 local OPTIONS = {
-  ["--json"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
+  ["--json"] = "flag", ["--ptx"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
   ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "value",
   ["-j"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value",
 }
@@ -156,8 +157,10 @@ function commands.source(args)
     for _, g in ipairs(load_graphs(path, args)) do
       local m = plan.manifest(g, target)
       for _, k in ipairs(m.kernels) do
-        io.write(string.format("// ---- %s [%s] kernel %s, plan %s, %s\n", g.name, m.instance, k.symbol, k.plan_id, target.arch))
-        io.write(k.source, "\n")
+        io.write(string.format("// ---- %s [%s] kernel %s, plan %s, %s%s\n", g.name, m.instance, k.symbol, k.plan_id,
+          target.arch, k.cuda and ", compiled as a PTX module" or ""))
+        -- the CUDA form, readable; --ptx: the PTX module that is compiled where there is one
+        io.write(args.ptx and k.source or k.cuda or k.source, "\n")
       end
     end
   end

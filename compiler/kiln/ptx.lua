@@ -199,6 +199,19 @@ function M.new()
     end
     return self:def("b32", "cvt.f32.f16 %s, %s;", self:def("b16", "cvt.rn.f16.f32 %s, %s;", v))
   end
+  -- the statement as a PTX block of its own (a PTX module's kernel body, kiln.ptxmodule), its
+  -- operands %N named by name(N)
+  function P:block_text(name)
+    local out = { "{" }
+    for _, t in ipairs(ORDER) do
+      if self.n[t] > 0 then out[#out + 1] = string.format(".reg .%s %s<%d>;", t, PREFIX[t], self.n[t] + 1) end
+    end
+    for _, l in ipairs(self.lines) do
+      out[#out + 1] = (l:gsub("%%(%d+)", function(n) return name(n) end))
+    end
+    out[#out + 1] = "}"
+    return table.concat(out, "\n")
+  end
   -- the asm statement, as source lines
   function P:statement(indent)
     local out = { indent .. 'asm volatile("{\\n"' }

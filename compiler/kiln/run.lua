@@ -39,7 +39,7 @@ function M.run(args)
       local results = c.compile(jobs)
       local images = { {} }
       for i, r in ipairs(results) do images[1][i] = r.cubin end
-      for _, k in ipairs(m.kernels) do k.source = nil end
+      for _, k in ipairs(m.kernels) do k.source, k.cuda = nil, nil end
       local pack = c.pack_build { { manifest = c.json_encode(m), archs = { target.arch }, images = images } }
       local r = c.run { pack = pack, graph = g.name, instance = m.instance, dims = dims, check = args.check,
                         bench = args.bench, iters = tonumber(args.iters or "0") or 0,

@@ -9,6 +9,7 @@
 
 #include "compile.h"
 #include "nvrtc.h"
+#include "ptxas.h"
 #include "tap.h"
 
 static char root[256];
@@ -112,6 +113,43 @@ static void test_dump(kiln_nvrtc *nv) {
      "a failed compile keeps source and log (name made safe)");
   free(text);
   free(log);
+  unsetenv("KILN_DUMP_DIR");
+}
+
+static const char *PTX_EMPTY = "// kiln: a PTX module\n.version 8.0\n.target sm_90a\n.address_size 64\n"
+                                ".visible .entry kiln_ptx_empty()\n.maxntid 32, 1, 1\n{\nret;\n}\n";
+static const char *PTX_BROKEN = ".version 8.0\n.target sm_90a\n.address_size 64\n"
+                                 ".visible .entry kiln_ptx_broken()\n{\nadd.f32 %kr1, 1;\nret;\n}\n";
+
+/* PTX modules (kiln.ptxmodule) go to ptxas through nvJitLink: a cubin, or the log and the kept
+ * source. */
+static void test_ptx_module(kiln_nvrtc *nv) {
+  kiln_err e;
+  OK(kiln_ptxas_is_ptx(PTX_EMPTY) && kiln_ptxas_is_ptx("\n  .version 9.0\n") && !kiln_ptxas_is_ptx(EMPTY) &&
+         !kiln_ptxas_is_ptx("// .version in a comment\nint x;\n") && !kiln_ptxas_is_ptx(""),
+     "a PTX module is told from CUDA by its .version line");
+  void *cubin = NULL;
+  size_t size = 0;
+  double t0 = now_ms();
+  int rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", NULL, 0, &cubin, &size, NULL, &e);
+  OK(rc == 0 && is_cuda_elf(cubin, size), "a PTX module compiles to a CUDA ELF cubin (%.1f ms with nvJitLink's load)%s%s",
+     now_ms() - t0, rc ? " — " : "", rc ? e.msg : "");
+  free(cubin);
+  cubin = NULL;
+  char dir[300], path[400];
+  snprintf(dir, sizeof dir, "%s/dump_ptx", root);
+  setenv("KILN_DUMP_DIR", dir, 1);
+  rc = kiln_nvrtc_compile(nv, PTX_BROKEN, "kiln_ptx_broken", "sm_90a", NULL, 0, &cubin, &size, NULL, &e);
+  snprintf(path, sizeof path, "%s/kiln_ptx_broken.ptx", dir);
+  char *text = read_text(path);
+  OK(rc == -1 && !cubin && !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "ptxas") && strstr(e.msg, "kiln_ptx_broken") &&
+         strstr(e.msg, "kept in") && text && !strcmp(text, PTX_BROKEN),
+     "a bad PTX module: E_NVRTC with ptxas's log, its source kept as .ptx");
+  for (char *line = strtok(e.msg, "\n"); line; line = strtok(NULL, "\n")) DIAG("%s", line);
+  free(text);
+  OK(kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "compute_90a", NULL, 0, &cubin, &size, NULL, &e) == -1 &&
+         !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "real SM"),
+     "a PTX module for a compute_ target is refused by name");
   unsetenv("KILN_DUMP_DIR");
 }
 
@@ -227,7 +265,7 @@ int main(void) {
     return 0;
   }
   double open_ms = now_ms() - t0;
-  TAP_PLAN(21);
+  TAP_PLAN(25);
   int major, minor;
   kiln_nvrtc_version(nv, &major, &minor);
   DIAG("NVRTC %d.%d from %s, loaded in %.1f ms", major, minor, kiln_nvrtc_path(nv), open_ms);
@@ -243,6 +281,7 @@ int main(void) {
      "arch validation");
   test_direct(nv);
   test_dump(nv);
+  test_ptx_module(nv);
   kiln_nvrtc_close(nv);
   test_jobs();
   rm_rf(root);

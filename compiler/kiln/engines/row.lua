@@ -23,6 +23,7 @@ local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local rowbwd_smem_ptx = require "kiln.engines.rowbwd_smem_ptx"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
+local ptxmodule = require "kiln.ptxmodule"
 
 local E = { id = "row", version = 1 }
 
@@ -318,7 +319,7 @@ local function analyze(group, g, cluster)
   -- Its CTAs as the forward's: E.CLUSTER_N vectors a thread in at most E.CLUSTER_BLOCK threads
   -- where a cluster of 8 allows it (4096 x 65536: 8 CTAs of 256 threads 1.40x the split
   -- backward, 4 of 512 1.31x, 8 of 512 with 2 vectors 0.86x).
-  if kind == "norm_bwd" and not (staged and staged.ptx) and bwd_cluster then
+  if kind == "norm_bwd" and (forced or not (staged and staged.ptx)) and bwd_cluster then
     -- a cluster a row, at most SMs * CTAs per SM of them (several waves; a partial row per
     -- cluster). One wave of clusters (8 GPCs of 16 SMs: 128 * CTAs per SM / CL) measured 0.83x
     -- that at 4096 x 65536.
@@ -359,6 +360,10 @@ local function analyze(group, g, cluster)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
+  -- KILN_ROW_MINB=N (for measuring): a one-wave kernel's CTAs per SM held to at least N, which
+  -- caps its registers at 65536 / (N * block)
+  local minb = settings.choice("KILN_ROW_MINB", { "4", "6", "8", "10", "12", "16" })
+  if minb and minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
   info.L = L
   info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
     info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "")
@@ -428,6 +433,16 @@ local function bwd_after(plan, g, symbol)
 end
 
 -- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
+-- A row kernel's table with what it compiles from: `source` its PTX module where its body is
+-- one PTX statement (kiln.ptxmodule: ptxas without NVRTC's front end; `cuda` then keeps the
+-- CUDA form, which `kiln source` shows), else its CUDA source.
+local function with_source(k, K, cuda, min_blocks)
+  local module = K.asm_of and ptxmodule.wanted() and
+    ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
+  k.source, k.cuda = module or cuda, module and cuda or nil
+  return k
+end
+
 local function build_staged(plan, group, g, symbol, K)
   local info, L = plan.info, plan.info.L
   rowbwd.emit(K, info, g, info.staged)
@@ -447,11 +462,11 @@ local function build_staged(plan, group, g, symbol, K)
   -- a cluster grid: CL CTAs for each of min(T, cap) clusters (info.cap counts clusters)
   local grid = sms.rule(CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, info.grid_div,
                         sms.cap(info.cap.sm_mul * CL, info.cap.sm_div))
-  local kernels = { {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
+  local kernels = { with_source({
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 },
     smem = info.smem, cluster = { CL, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
-  } }
+  }, K, K.src:text(), info.per_sm) }
   if ncols == 0 then return { kernels = kernels } end
   local workspace
   kernels[2], workspace = colsum_finalize(plan, g, symbol)
@@ -489,19 +504,19 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
     what = string.format("%s; %d thread%s per row of %d, a cluster of %d CTAs per row (%d columns each), %d vector%s of %d per thread, %s",
       a.op, L.P, L.P == 1 and "" or "s", H, CL, L.HC, L.N, L.N == 1 and "" or "s", L.V, o.strategy)
   end
+  local min_blocks = o.persistent and info.per_sm or info.full_occupancy
   src:add(render.fill(render.template("row.cuh"), {
     what = what, block = L.block, symbol = symbol, params = params,
-    min_blocks = (o.persistent and string.format(", %d", info.per_sm))
-      or (info.full_occupancy and string.format(", %d", info.full_occupancy)) or "",
+    min_blocks = min_blocks and string.format(", %d", min_blocks) or "",
     shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }, "row.cuh"))
   local grid = o.persistent and sms.rule(info.row_factors, info.grid_div, info.cap)
     or { mul = CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, div = L.RPC, max = 0 }
-  kernels[#kernels + 1] = {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
+  kernels[#kernels + 1] = with_source({
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = o.persistent and info.smem or 0, cluster = { CL, 1, 1 },
     params = K.mparams, align = K.align, pdl = o.pdl, pdl_entry = o.entry,
-  }
+  }, K, src:text(), min_blocks)
   for _, k in ipairs(kernels.after or {}) do kernels[#kernels + 1] = k end
   kernels.after = nil
   if #kernels == 1 and not workspace then return kernels[1] end
@@ -539,6 +554,7 @@ function E.build(plan, group, g, target, symbol)
   local a, L, kind = info.anchor, info.L, info.kind
   local spec = lower.ANCHORS[a.op]
   local K = rowgen.kernel(g, symbol)
+  K.target = target
   local src = K.src
   local H = L.H
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}

@@ -372,7 +372,7 @@ function M.emit(K, info, g, st)
       P:at(END)
     end
   end
-  K:add(P:statement("  "))
+  K:asm(P)
 end
 
 return M

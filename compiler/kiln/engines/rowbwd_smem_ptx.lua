@@ -159,7 +159,7 @@ function M.emit(K, info, group, g)
       put("st.global.f32 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 4, %s;", i, gws), t)
     end)
   end
-  K:add(P:statement("  "))
+  K:asm(P)
 end
 
 return M

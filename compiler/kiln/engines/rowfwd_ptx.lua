@@ -346,7 +346,7 @@ function M.emit(K, info, group, g, target, amax_out)
     end
     P:at(SKIP)
   end
-  K:add(P:statement("  "))
+  K:asm(P)
 end
 
 return M

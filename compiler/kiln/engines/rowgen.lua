@@ -135,6 +135,12 @@ function M.kernel(g, symbol)
     return name
   end
   function K:add(fmt_, ...) self.lines[#self.lines + 1] = select("#", ...) > 0 and string.format(fmt_, ...) or fmt_ end
+  -- P's body (kiln.ptx) as the kernel's asm statement; kept for its PTX module (kiln.ptxmodule)
+  function K:asm(P)
+    self:add(P:statement("  "))
+    self.asm_of = self.asm_of or {}
+    self.asm_of[#self.lines] = P
+  end
   -- dynamic dims become the last parameters, sorted by name
   function K:finish_params()
     local names = {}

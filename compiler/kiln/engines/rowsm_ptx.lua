@@ -97,7 +97,7 @@ function M.emit(K, info, group, g)
       end
       store(dx, out)
     end)
-    K:add(P:statement("  "))
+    K:asm(P)
     return
   end
 
@@ -180,7 +180,7 @@ function M.emit(K, info, group, g)
   if out(o.Sum_exp) then stats[#stats + 1] = { o.Sum_exp, Z } end
   table.sort(stats, function(p, q) return p[1] < q[1] end)
   R.row_outputs(stats)
-  K:add(P:statement("  "))
+  K:asm(P)
 end
 
 return M

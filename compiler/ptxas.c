@@ -1,0 +1,162 @@
+/* kiln compiler: nvJitLink through dlopen; a PTX module to a CUBIN (ptxas in-process). */
+#include "ptxas.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Our own declarations of the nvJitLink entry points (no CUDA header, no link dependency). */
+typedef int jl_result; /* nvJitLinkResult; 0 is NVJITLINK_SUCCESS */
+typedef struct jl_handle_s *jl_handle;
+enum { JL_INPUT_PTX = 2 }; /* NVJITLINK_INPUT_PTX */
+
+struct kiln_ptxas {
+  void *lib;
+  jl_result (*create)(jl_handle *, uint32_t, const char **);
+  jl_result (*destroy)(jl_handle *);
+  jl_result (*add_data)(jl_handle, int, const void *, size_t, const char *);
+  jl_result (*complete)(jl_handle);
+  jl_result (*cubin_size)(jl_handle, size_t *);
+  jl_result (*cubin)(jl_handle, void *);
+  jl_result (*error_log_size)(jl_handle, size_t *);
+  jl_result (*error_log)(jl_handle, char *);
+  jl_result (*info_log_size)(jl_handle, size_t *);
+  jl_result (*info_log)(jl_handle, char *);
+};
+
+static int load_symbols(kiln_ptxas *p, const char **missing) {
+  struct {
+    void *slot;
+    const char *name;
+  } syms[] = {
+      {&p->create, "nvJitLinkCreate"},
+      {&p->destroy, "nvJitLinkDestroy"},
+      {&p->add_data, "nvJitLinkAddData"},
+      {&p->complete, "nvJitLinkComplete"},
+      {&p->cubin_size, "nvJitLinkGetLinkedCubinSize"},
+      {&p->cubin, "nvJitLinkGetLinkedCubin"},
+      {&p->error_log_size, "nvJitLinkGetErrorLogSize"},
+      {&p->error_log, "nvJitLinkGetErrorLog"},
+      {&p->info_log_size, "nvJitLinkGetInfoLogSize"},
+      {&p->info_log, "nvJitLinkGetInfoLog"},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    void *fn = dlsym(p->lib, syms[i].name);
+    if (!fn) {
+      *missing = syms[i].name;
+      return -1;
+    }
+    memcpy(syms[i].slot, &fn, sizeof fn);
+  }
+  return 0;
+}
+
+int kiln_ptxas_open(kiln_ptxas **out, const char *nvrtc_dir, kiln_err *e) {
+  *out = NULL;
+  char cands[3][PATH_MAX];
+  int n = 0;
+  if (nvrtc_dir && nvrtc_dir[0]) {
+    snprintf(cands[n++], PATH_MAX, "%s/libnvJitLink.so.13", nvrtc_dir);
+    snprintf(cands[n++], PATH_MAX, "%s/libnvJitLink.so", nvrtc_dir);
+  }
+  snprintf(cands[n++], PATH_MAX, "libnvJitLink.so.13");
+  kiln_ptxas *p = calloc(1, sizeof *p);
+  if (!p) return kiln_err_set(e, "E_NVRTC", "out of memory loading nvJitLink");
+  char why[1024] = "";
+  for (int i = 0; i < n; i++) {
+    if (strchr(cands[i], '/') && access(cands[i], F_OK) != 0) continue;
+    p->lib = dlopen(cands[i], RTLD_NOW | RTLD_LOCAL);
+    if (!p->lib) {
+      const char *msg = dlerror();
+      if (strchr(cands[i], '/') && !why[0]) snprintf(why, sizeof why, "; %.1000s", msg ? msg : cands[i]);
+      continue;
+    }
+    const char *missing = NULL;
+    if (load_symbols(p, &missing) == 0) {
+      *out = p;
+      return 0;
+    }
+    if (!why[0]) snprintf(why, sizeof why, "; %.900s lacks %.60s", cands[i], missing);
+    dlclose(p->lib);
+    p->lib = NULL;
+  }
+  free(p);
+  return kiln_err_set(e, "E_NVRTC", "nvJitLink (ptxas for kiln's PTX modules) not found beside NVRTC in "
+                      "%s or on the loader's path%s; install the CUDA toolkit's libnvJitLink, or build "
+                      "with KILN_PTX_MODULE=off", nvrtc_dir && nvrtc_dir[0] ? nvrtc_dir : "(unknown)", why);
+}
+
+void kiln_ptxas_close(kiln_ptxas *p) {
+  if (!p) return;
+  if (p->lib) dlclose(p->lib);
+  free(p);
+}
+
+int kiln_ptxas_is_ptx(const char *text) {
+  const char *s = text;
+  while (s && *s) {
+    s += strspn(s, " \t\r\n");
+    if (strncmp(s, "//", 2) != 0) return strncmp(s, ".version", 8) == 0;
+    s = strchr(s, '\n');
+  }
+  return 0;
+}
+
+/* One of the handle's logs (error or info), malloc'ed; NULL when empty. */
+static char *read_log(jl_handle h, jl_result (*size_fn)(jl_handle, size_t *),
+                      jl_result (*log_fn)(jl_handle, char *)) {
+  size_t n = 0;
+  if (size_fn(h, &n) != 0 || n <= 1) return NULL;
+  char *text = malloc(n + 1);
+  if (!text) return NULL;
+  if (log_fn(h, text) != 0) {
+    free(text);
+    return NULL;
+  }
+  text[n] = '\0';
+  return text;
+}
+
+int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const char *arch,
+                       void **cubin, size_t *size, char **log, kiln_err *e) {
+  *cubin = NULL;
+  *size = 0;
+  if (log) *log = NULL;
+  char archopt[64];
+  snprintf(archopt, sizeof archopt, "-arch=%s", arch);
+  const char *opts[] = {archopt};
+  jl_handle h = NULL;
+  jl_result rc = p->create(&h, 1, opts);
+  if (rc != 0) return kiln_err_set(e, "E_NVRTC", "%s: nvJitLinkCreate failed (%d) for %s", name, rc, arch);
+  char *text = NULL;
+  int status = 0;
+  rc = p->add_data(h, JL_INPUT_PTX, ptx, strlen(ptx), name);
+  if (rc == 0) rc = p->complete(h);
+  if (rc != 0) {
+    text = read_log(h, p->error_log_size, p->error_log);
+    status = kiln_err_set(e, "E_NVRTC", "ptxas (nvJitLink) failed to compile %s for %s (error %d)%s%.1800s", name,
+                          arch, rc, text ? ":\n" : "", text ? text : "");
+  } else {
+    text = read_log(h, p->info_log_size, p->info_log);
+    if (p->cubin_size(h, size) != 0 || *size == 0) {
+      status = kiln_err_set(e, "E_NVRTC", "%s: nvJitLinkGetLinkedCubinSize failed", name);
+    } else if (!(*cubin = malloc(*size))) {
+      status = kiln_err_set(e, "E_NVRTC", "%s: out of memory for the CUBIN", name);
+    } else if (p->cubin(h, *cubin) != 0) {
+      status = kiln_err_set(e, "E_NVRTC", "%s: nvJitLinkGetLinkedCubin failed", name);
+    }
+  }
+  p->destroy(&h);
+  if (status != 0) {
+    free(*cubin);
+    *cubin = NULL;
+    *size = 0;
+  }
+  if (log) *log = text;
+  else free(text);
+  return status;
+}
