@@ -319,7 +319,7 @@ local function analyze(group, g, cluster)
   -- Its CTAs as the forward's: E.CLUSTER_N vectors a thread in at most E.CLUSTER_BLOCK threads
   -- where a cluster of 8 allows it (4096 x 65536: 8 CTAs of 256 threads 1.40x the split
   -- backward, 4 of 512 1.31x, 8 of 512 with 2 vectors 0.86x).
-  if kind == "norm_bwd" and (forced or not (staged and staged.ptx)) and bwd_cluster then
+  if kind == "norm_bwd" and not (staged and staged.ptx) and bwd_cluster then
     -- a cluster a row, at most SMs * CTAs per SM of them (several waves; a partial row per
     -- cluster). One wave of clusters (8 GPCs of 16 SMs: 128 * CTAs per SM / CL) measured 0.83x
     -- that at 4096 x 65536.
