@@ -23,7 +23,7 @@ local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local rowbwd_smem_ptx = require "kiln.engines.rowbwd_smem_ptx"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
-local ptxmodule = require "kiln.ptxmodule"
+local ptx = require "kiln.ptx"
 
 local E = { id = "row", version = 1 }
 
@@ -404,7 +404,7 @@ end
 -- The column sums' second kernel (the fixed-order sum of the CTAs' partial rows) and the
 -- workspace rule for those rows, shared by both backward kernels.
 -- G: the partial rows' kernel grid (div, cap: per SM; default the row kernel's).
-local function colsum_finalize(plan, g, symbol, G)
+local function colsum_finalize(plan, g, symbol, target, G)
   local info = plan.info
   local H, ncols = info.L.H, #info.colsum * info.L.H
   G = G or { div = info.grid_div, cap = info.cap }
@@ -412,7 +412,7 @@ local function colsum_finalize(plan, g, symbol, G)
   for i, uid in ipairs(info.colsum) do outs[i] = { uid = uid, first = (i - 1) * H, count = H } end
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
     C = ncols, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
-    G = G, comb = "add", init = "0.0f",
+    G = G, comb = "add", init = "0.0f", target = target,
   })
   return final, rowgen.partials_workspace(info.row_factors, G.cap, ncols)
 end
@@ -420,29 +420,19 @@ end
 -- The kernels after a persistent backward and the workspace: the finalize of its partial
 -- rows, or the split backward's dx kernel (rowbwd_colsum.lua) and the finalize of its
 -- partial rows (the workspace: those rows, then the row sums).
-local function bwd_after(plan, g, symbol)
+local function bwd_after(plan, g, symbol, target)
   local info = plan.info
   if info.split then
     local gr = rowbwd_colsum.grid(info)
     return { rowbwd_colsum.build(info, g, symbol .. "_dx", plan.id .. ":dx", E.id),
-             (colsum_finalize(plan, g, symbol, { div = gr.div, cap = gr.cap })) }, rowbwd_colsum.workspace(info)
+             (colsum_finalize(plan, g, symbol, target, { div = gr.div, cap = gr.cap })) }, rowbwd_colsum.workspace(info)
   end
   if #info.colsum == 0 then return {}, nil end
-  local final, workspace = colsum_finalize(plan, g, symbol)
+  local final, workspace = colsum_finalize(plan, g, symbol, target)
   return { final }, workspace
 end
 
 -- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
--- A row kernel's table with what it compiles from: `source` its PTX module where its body is
--- one PTX statement (kiln.ptxmodule: ptxas without NVRTC's front end; `cuda` then keeps the
--- CUDA form, which `kiln source` shows), else its CUDA source.
-local function with_source(k, K, cuda, min_blocks)
-  local module = K.asm_of and ptxmodule.wanted() and
-    ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
-  k.source, k.cuda = module or cuda, module and cuda or nil
-  return k
-end
-
 local function build_staged(plan, group, g, symbol, K)
   local info, L = plan.info, plan.info.L
   rowbwd.emit(K, info, g, info.staged)
@@ -462,19 +452,19 @@ local function build_staged(plan, group, g, symbol, K)
   -- a cluster grid: CL CTAs for each of min(T, cap) clusters (info.cap counts clusters)
   local grid = sms.rule(CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, info.grid_div,
                         sms.cap(info.cap.sm_mul * CL, info.cap.sm_div))
-  local kernels = { with_source({
+  local kernels = { rowgen.with_source({
     symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 },
     smem = info.smem, cluster = { CL, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   }, K, K.src:text(), info.per_sm) }
   if ncols == 0 then return { kernels = kernels } end
   local workspace
-  kernels[2], workspace = colsum_finalize(plan, g, symbol)
+  kernels[2], workspace = colsum_finalize(plan, g, symbol, K.target)
   return { kernels = kernels, workspace = workspace }
 end
 
 -- The kernel zeroing a plan's amax outputs (`amax`: the group's amax nodes), launched first.
-local function amax_init(plan, g, symbol, amax)
+local function amax_init(plan, g, symbol, amax, target)
   local init = rowgen.kernel(g, symbol .. "_init")
   local stores = {}
   for _, r in ipairs(amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(r.outputs.Y, true)) end
@@ -482,11 +472,21 @@ local function amax_init(plan, g, symbol, amax)
   init.src:need("common/pdl.cuh")
   init.src:add(render.fill(render.template("amax_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
     body = table.concat(init.lines, "\n") }, "amax_init.cuh"))
-  return {
-    symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = rowgen.OPTIONS,
+  -- the same in PTX, for its PTX module: thread 0 stores the zeros
+  local cuda = init.src:text()
+  init.lines, init.target = {}, target
+  local P = ptx.new()
+  local zero = P:def("pred", "setp.eq.u32 %s, %s, 0;", P:def("b32", "mov.u32 %s, %%tid.x;"))
+  for _, r in ipairs(amax) do
+    P:put("@%s st.global.f32 [%s], 0f00000000;", zero, P:global(P:input("l", init:ptr(r.outputs.Y, true))))
+  end
+  init:add("  kiln_pdl_entry();")
+  init:asm(P)
+  return rowgen.with_source({
+    symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", options = rowgen.OPTIONS,
     block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
     pdl_entry = true,
-  }
+  }, init, cuda)
 end
 
 -- The plan's kernels: those before (`kernels`: an amax init), the row kernel K, then those after
@@ -512,7 +512,7 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
   }, "row.cuh"))
   local grid = o.persistent and sms.rule(info.row_factors, info.grid_div, info.cap)
     or { mul = CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, div = L.RPC, max = 0 }
-  kernels[#kernels + 1] = with_source({
+  kernels[#kernels + 1] = rowgen.with_source({
     symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = o.persistent and info.smem or 0, cluster = { CL, 1, 1 },
     params = K.mparams, align = K.align, pdl = o.pdl, pdl_entry = o.entry,
@@ -533,7 +533,7 @@ end
 -- The persistent backward of the generic passes with its body in PTX (rowbwd_smem_ptx.lua).
 local function build_bwd_ptx(plan, group, g, symbol, K)
   rowbwd_smem_ptx.emit(K, plan.info, group, g)
-  local after, workspace = bwd_after(plan, g, symbol)
+  local after, workspace = bwd_after(plan, g, symbol, K.target)
   return assemble(plan, symbol, K, { after = after }, workspace, { persistent = true, strategy = ptx_strategy(plan.info) })
 end
 
@@ -544,7 +544,7 @@ local function build_fwd_ptx(plan, group, g, target, symbol, K)
   for i, r in ipairs(amax) do amax_out[i] = r.outputs.Y end
   rowfwd_ptx.emit(K, plan.info, group, g, target, amax_out)
   local kernels = {}
-  if #amax > 0 then kernels[1] = amax_init(plan, g, symbol, amax) end
+  if #amax > 0 then kernels[1] = amax_init(plan, g, symbol, amax, target) end
   return assemble(plan, symbol, K, kernels, nil, { strategy = ptx_strategy(plan.info),
     pdl = #amax > 0 or nil, entry = #amax == 0 or nil })
 end
@@ -1115,13 +1115,13 @@ function E.build(plan, group, g, target, symbol)
       end
       K:add("  }")
     end
-    kernels.after, workspace = bwd_after(plan, g, symbol)
+    kernels.after, workspace = bwd_after(plan, g, symbol, target)
   end
 
   -- amax outputs: max over the CTA, then one atomic per CTA (zeroed by the init kernel)
   if #amax_acc > 0 then
     src:need("common/amax.cuh")
-    kernels[#kernels + 1] = amax_init(plan, g, symbol, amax)
+    kernels[#kernels + 1] = amax_init(plan, g, symbol, amax, target)
     for i, acc in ipairs(amax_acc) do
       K.shared[#K.shared + 1] = string.format("  __shared__ kiln_u32 amr%d_[%d];", i - 1, L.block // 32)
       K:add("  %s = kiln_warp_max_u32(%s);", acc.var, acc.var)

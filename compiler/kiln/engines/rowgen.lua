@@ -10,6 +10,8 @@ local pw = require "kiln.engines.pwexpr"
 local settings = require "kiln.settings"
 local errors = require "kiln.errors"
 local sms = require "kiln.engines.sms"
+local ptxmodule = require "kiln.ptxmodule"
+local partials_ptx = require "kiln.engines.partials_ptx"
 
 local M = {}
 
@@ -473,11 +475,27 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
     per = M.partials_per_slice(opts.G.cap), init = opts.init, comb = comb, tail = tail, after = after,
     what = opts.what or "column sums",
   }))
-  return {
-    symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = M.OPTIONS,
+  local cuda = src:text()
+  -- plain column sums: the same body in PTX as well, for a PTX module (opts.target given)
+  if opts.target and partials_ptx.accepts(g, opts) then
+    K.target = opts.target
+    partials_ptx.emit(K, g, opts, M.partials_per_slice(opts.G.cap))
+  end
+  return M.with_source({
+    symbol = symbol, engine = engine_id, plan_id = plan_id, options = M.OPTIONS,
     block = { 256, 1, 1 }, grid = { (opts.C + 31) // 32, 1, 1 }, smem = 0, cluster = { 1, 1, 1 },
     params = K.mparams, align = K.align, pdl = true,
-  }
+  }, K, cuda)
+end
+
+-- Kernel table k with what it compiles from: `source` the PTX module of K where K's body is
+-- one PTX statement (K:asm; kiln.ptxmodule: ptxas without NVRTC's front end), with `cuda`
+-- keeping the CUDA form that `kiln source` shows; else `source` the CUDA form.
+function M.with_source(k, K, cuda, min_blocks)
+  local module = K.asm_of and K.target and ptxmodule.wanted() and
+    ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
+  k.source, k.cuda = module or cuda, module and cuda or nil
+  return k
 end
 
 -- Partial rows a finalize slice loads at once: all of them on the largest GPUs kiln targets
