@@ -38,38 +38,45 @@ function M.emit(K, g, opts, per)
   local sl = def("b32", "shr.u32 %s, %s, 5;", tid)
   local col = def("b32", "mad.lo.s32 %s, %s, 32, %s;", def("b32", "mov.u32 %s, %%ctaid.x;"), lane)
   -- the previous kernel's grid: ceil(rows / div), at most max(1, floor(sms * mul / div'))
+  -- (a power of two divides by a shift: ptxas calls a routine for a 64-bit division)
+  local function over(x, d)
+    if d == 1 then return x end
+    if ptx.pow2(d) then return def("b64", "shr.s64 %s, %s, %d;", x, ptx.log2(d)) end
+    return def("b64", "div.s64 %s, %s, %d;", x, d)
+  end
   local div, cap = opts.G.div, opts.G.cap
-  local G = div > 1 and def("b64", "div.s64 %s, %s, %d;", def("b64", "add.s64 %s, %s, %d;", rows, div - 1), div) or rows
-  local most = def("b64", "mul.lo.s64 %s, %s, %d;", nsms, cap.sm_mul)
-  if cap.sm_div > 1 then most = def("b64", "div.s64 %s, %s, %d;", most, cap.sm_div) end
+  local G = div > 1 and over(def("b64", "add.s64 %s, %s, %d;", rows, div - 1), div) or rows
+  local most = over(def("b64", "mul.lo.s64 %s, %s, %d;", nsms, cap.sm_mul), cap.sm_div)
   G = def("b64", "min.s64 %s, %s, %s;", G, def("b64", "max.s64 %s, %s, 1;", most))
+  -- (at most 256 SMs' CTAs: 32 bits from here)
+  G = def("b32", "cvt.u32.u64 %s, %s;", G)
   local a = def("b32", "mov.b32 %s, 0f00000000;")
   local inside = def("pred", "setp.lt.u32 %s, %s, %d;", col, C)
   local done = P:label()
   put("@!%s bra %s;", inside, done)
-  local gi = def("b64", "cvt.u64.u32 %s, %s;", sl)
   local base = def("b64", "mad.wide.u32 %s, %s, 4, %s;", col, ws)
   -- the slice's first `per` rows: every load issued before the first add (rows past G read 0),
-  -- at offsets from the first one's address while they fit an immediate
-  local left = def("b64", "sub.s64 %s, %s, %s;", G, gi)
-  local at = def("b64", "mad.lo.s64 %s, %s, %d, %s;", gi, C * 4, base)
+  -- at offsets from the first one's address while they fit an immediate; the rows were
+  -- complete before this kernel's wait, so they are read-only here (.nc)
+  local left = def("b32", "sub.s32 %s, %s, %s;", G, sl)
+  local at = def("b64", "mad.wide.u32 %s, %s, %d, %s;", sl, C * 4, base)
   local v = {}
   for i = 1, per do
     local off = 8 * (i - 1) * C * 4
     local addr = off < 2 ^ 31 and string.format("%s+%d", at, off) or def("b64", "add.s64 %s, %s, %d;", at, off)
-    local ok = def("pred", "setp.gt.s64 %s, %s, %d;", left, 8 * (i - 1))
+    local ok = def("pred", "setp.gt.s32 %s, %s, %d;", left, 8 * (i - 1))
     v[i] = def("b32", "mov.b32 %s, 0f00000000;")
-    put("@%s ld.global.f32 %s, [%s];", ok, v[i], addr)
+    put("@%s ld.global.nc.f32 %s, [%s];", ok, v[i], addr)
   end
   for i = 1, per do put("add.f32 %s, %s, %s;", a, a, v[i]) end
   -- a larger GPU's further rows, one at a time
-  local r = def("b64", "add.s64 %s, %s, %d;", gi, 8 * per)
+  local r = def("b32", "add.s32 %s, %s, %d;", sl, 8 * per)
   local loop, out = P:label(), P:label()
   P:at(loop)
-  local more = def("pred", "setp.lt.s64 %s, %s, %s;", r, G)
+  local more = def("pred", "setp.lt.s32 %s, %s, %s;", r, G)
   put("@!%s bra %s;", more, out)
-  put("add.f32 %s, %s, %s;", a, a, def("b32", "ld.global.f32 %s, [%s];", def("b64", "mad.lo.s64 %s, %s, %d, %s;", r, C * 4, base)))
-  put("add.s64 %s, %s, 8;", r, r)
+  put("add.f32 %s, %s, %s;", a, a, def("b32", "ld.global.nc.f32 %s, [%s];", def("b64", "mad.wide.u32 %s, %s, %d, %s;", r, C * 4, base)))
+  put("add.s32 %s, %s, 8;", r, r)
   put("bra.uni %s;", loop)
   P:at(out)
   P:at(done)

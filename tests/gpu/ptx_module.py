@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Every plan of two packs of the same specs, one built with PTX modules (kiln.ptxmodule,
+compiled by ptxas through nvJitLink) and one with KILN_PTX_MODULE=off (the CUDA forms through
+NVRTC), run on the same random inputs at an odd row count: every output must have the same
+bits (outputs poisoned with NaN first). TAP on stdout. Usage: ptx_module.py MODULES.kpack CUDA.kpack"""
+import sys
+
+import torch
+from tap import finish, ok  # this folder: TAP lines; puts the kiln package on the path
+import kiln  # after tap
+
+T = 4097
+TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn,
+         "fp8_e5m2": torch.float8_e5m2}
+
+
+def shape(t):
+    return [T if d == "T" else d for d in t.dims]
+
+
+def main():
+    a, b = kiln.Pack(sys.argv[1]), kiln.Pack(sys.argv[2])
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321)
+    for pa in a.plans():
+        pb = b.plan(pa.graph, pa.instance)
+        ins, outs_a, outs_b = {}, {}, {}
+        for t in pa.tensors:
+            if t.role == "input":
+                v = torch.randn(shape(t), generator=gen, device="cuda")
+                ins[t.name] = (v.abs() + 0.5 if t.name in ("inv_std", "inv_rms", "scale") else v).to(TORCH[t.dtype])
+            elif t.role == "output":
+                for outs in (outs_a, outs_b):
+                    outs[t.name] = torch.full(shape(t), float("nan"), device="cuda").to(TORCH[t.dtype])
+        pa(**ins, **outs_a)
+        pb(**ins, **outs_b)
+        torch.cuda.synchronize()
+        same = [n for n in outs_a if torch.equal(outs_a[n].view(torch.uint8), outs_b[n].view(torch.uint8))]
+        ok(len(same) == len(outs_a), "%s [%s] at T = %d, %d kernel%s: %s the same bits in both builds%s" % (
+            pa.graph, pa.instance, T, len(pa.kernels), "s" if len(pa.kernels) > 1 else "", ", ".join(sorted(outs_a)),
+            "" if len(same) == len(outs_a) else " (differ: %s)" % ", ".join(n for n in outs_a if n not in same)))
+    finish()
+
+
+if __name__ == "__main__":
+    main()
