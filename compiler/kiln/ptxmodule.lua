@@ -18,7 +18,7 @@ local function param(decl)
   local name = decl:match("([%a_][%w_]*)%s*$")
   if not name then return nil end
   if decl:find("*", 1, true) then return name, ".u64", "b64" end
-  if decl:match("^%s*const%s+kiln_i64%s") or decl:match("^%s*kiln_i64%s") then return name, ".s64", "b64" end
+  if decl:match("^%s*const%s+kiln_i64%s") or decl:match("^%s*kiln_i64%s") then return name, ".u64", "b64" end
   if decl:match("^%s*float%s") then return name, ".f32", "f32" end
   return nil
 end
@@ -45,107 +45,130 @@ local function shared(line)
   return string.format(".shared .align %d .b8 %s[%d];", a, name, bytes), name
 end
 
--- An operand's C expression as PTX instructions setting register r: a parameter, a shared
--- array's generic address, or a 64-bit product of parameters and integers.
-local function operand(expr, r, params, arrays, out)
-  local arr = expr:match("^&?([%a_][%w_]*)[%[%]0]*$")
-  if arr and arrays[arr] then
-    out[#out + 1] = string.format("mov.u64 %s, %s;", r, arr)
-    out[#out + 1] = string.format("cvta.shared.u64 %s, %s;", r, r)
-    return true
-  end
-  if params[expr] then
-    out[#out + 1] = string.format("ld.param%s %s, [%s];", params[expr], r, expr)
-    return true
-  end
-  local prod = expr:match("^%(kiln_i64%)%((.*)%)$")
-  if not prod then return false end
-  prod = prod:gsub("[()%s]", "")
-  local first = true
-  for f in (prod .. "*"):gmatch("([^*]*)%*") do
-    local set = first and "mov.b64 %s, %s;" or "mul.lo.s64 %s, %s, %s;"
-    local val
-    if f:match("^%d+$") then val = f
-    elseif params[f] == ".s64" then
-      val = r .. "f"
-      out[#out + 1] = string.format("ld.param.s64 %s, [%s];", val, f)
-    else return false end
-    out[#out + 1] = first and string.format(set, r, val) or string.format(set, r, r, val)
-    first = false
-  end
-  return true
-end
-
--- Whether kernels with their body in PTX are written as PTX modules (KILN_PTX_MODULE=off keeps
--- the CUDA wrapper, compiled by NVRTC, for measuring).
-function M.wanted()
-  local v, bad = settings.choice("KILN_PTX_MODULE", { "on", "off" })
+-- Which kernels compile from their PTX module: those written for it (`own`: the column sums'
+-- finalize, the amax init kernel) by default; KILN_PTX_MODULE=all every kernel with its body
+-- in PTX, =off none (build time). nvJitLink compiles a module as relocatable code, and ptxas
+-- then allocates registers differently from NVRTC's whole-program compile: the row kernels,
+-- tuned on NVRTC's code, keep their CUDA form unless asked (docs/INTERNALS.md, "PTX modules").
+function M.wanted(own)
+  local v, bad = settings.choice("KILN_PTX_MODULE", { "all", "off" })
   if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  return v ~= "off"
+  return v == "all" or (v == "" and own)
 end
 
 -- The PTX module of row kernel K (rowgen.kernel with one K:asm statement), or nil and why not.
--- o: symbol, block, min_blocks (or nil), target ({ arch, sm }).
+-- o: symbol, block, min_blocks (or nil), target ({ arch, sm }). The wrapper is laid out as
+-- NVRTC lays out the CUDA form's (its parameters loaded in order into the operands' registers,
+-- numbered in operand order, then the programmatic-launch calls, then the shared arrays'
+-- addresses), so that ptxas sees the same program and gives the same SASS.
 function M.render(K, o)
   if not o.target.arch:match("^sm_") then return nil, "a PTX target" end
-  local params, decls, regs = {}, {}, {}
-  for _, d in ipairs(K.params) do
+  local params, order, decls = {}, {}, {}
+  for i, d in ipairs(K.params) do
     local name, ty = param(d)
     if not name then return nil, "parameter " .. d end
-    params[name] = ty
-    decls[#decls + 1] = string.format("  .param %s %s", ty, name)
+    params[name] = { ty = ty, pname = string.format("%s_param_%d", o.symbol, i - 1) }
+    order[i] = name
+    decls[i] = string.format("\t.param %s %s", ty, params[name].pname)
   end
-  local arrays, top = {}, {}
-  for _, line in ipairs(K.shared) do
+  local arrays, top, inner = {}, {}, {}
+  local function declare(line)
     local ptx, name = shared(line)
-    if not ptx then return nil, "shared array " .. line end
+    if not ptx then return false end
     arrays[name] = true
-    top[#top + 1] = ptx
+    -- a dynamic array at module scope, a static one inside the entry (as NVVM demotes it)
+    if ptx:match("^%.extern") then top[#top + 1] = ptx else inner[#inner + 1] = "\t" .. ptx end
+    return true
   end
-  local body, P = {}, nil
+  for _, line in ipairs(K.shared) do
+    if not declare(line) then return nil, "shared array " .. line end
+  end
+  local pdl, P = false, nil
   for i, line in ipairs(K.lines) do
     if K.asm_of and K.asm_of[i] then
       if P then return nil, "two PTX statements" end
       P = K.asm_of[i]
     elseif line:match("^%s*kiln_pdl_entry%(%);") then
-      -- programmatic dependent launch (sm_90+): wait for the previous kernel, let the next start
-      if o.target.sm >= 90 then body[#body + 1] = "griddepcontrol.wait;\ngriddepcontrol.launch_dependents;" end
-    else
-      local ptx, name = shared(line)
-      if not ptx then return nil, "statement " .. line end
-      arrays[name] = true
-      top[#top + 1] = ptx
+      pdl = true
+    elseif not declare(line) then
+      return nil, "statement " .. line
     end
   end
   if not P then return nil, "no PTX statement" end
-  local setup = {}
+  -- registers: the operands' first, per class in operand order, then temporaries
+  local count = { rd = 0, r = 0, f = 0 }
+  local function reg(class) count[class] = count[class] + 1; return "%" .. class .. count[class] end
+  local ops = {}
   for i, op in ipairs(P.ops) do
     local c, expr = op:match('^"(%a)"%((.*)%)$')
-    local r = "%ko" .. (i - 1)
-    regs[#regs + 1] = string.format(".reg .%s %s;", c == "f" and "f32" or c == "r" and "b32" or "b64", r)
-    -- a product's factors are loaded into one scratch register
-    if expr:match("^%(kiln_i64%)") then regs[#regs + 1] = string.format(".reg .b64 %sf;", r) end
-    if not operand(expr, r, params, arrays, setup) then return nil, "operand " .. expr end
+    local class = c == "f" and "f" or c == "r" and "r" or "rd"
+    ops[i] = { expr = expr, reg = reg(class), class = class }
+  end
+  -- what each operand is: a parameter, a shared array's address or a product of dims
+  local loaded, after = {}, {}
+  for _, op in ipairs(ops) do
+    local e = op.expr
+    local arr = e:match("^&?([%a_][%w_]*)[%[%]0]*$")
+    if arr and arrays[arr] then
+      local t = reg("rd")
+      after[#after + 1] = string.format("\tmov.u64 \t%s, %s;", t, arr)
+      after[#after + 1] = string.format("\tcvta.shared.u64 \t%s, %s;", op.reg, t)
+    elseif params[e] then
+      if loaded[e] then after[#after + 1] = string.format("\tmov.b64 \t%s, %s;", op.reg, loaded[e])
+      else loaded[e] = op.reg end
+    else
+      local prod = e:match("^%(kiln_i64%)%((.*)%)$")
+      if not prod then return nil, "operand " .. e end
+      local factors = {}
+      for f in (prod:gsub("[()%s]", "") .. "*"):gmatch("([^*]*)%*") do factors[#factors + 1] = f end
+      if #factors == 1 and params[factors[1]] and params[factors[1]].ty == ".u64" then
+        if loaded[factors[1]] then after[#after + 1] = string.format("\tmov.b64 \t%s, %s;", op.reg, loaded[factors[1]])
+        else loaded[factors[1]] = op.reg end
+      else
+        local acc
+        for _, f in ipairs(factors) do
+          local v
+          if f:match("^%d+$") then v = f
+          elseif params[f] and params[f].ty == ".u64" then
+            if not loaded[f] then loaded[f] = reg("rd") end
+            v = loaded[f]
+          else return nil, "operand " .. e end
+          if acc then after[#after + 1] = string.format("\tmul.lo.s64 \t%s, %s, %s;", op.reg, acc, v)
+          else after[#after + 1] = string.format("\tmov.b64 \t%s, %s;", op.reg, v) end
+          acc = op.reg
+        end
+      end
+    end
   end
   local out = {
     "// kiln: " .. o.symbol .. ", a PTX module (kiln.ptxmodule)",
-    ".version " .. isa(o.target.sm),
-    ".target " .. o.target.arch,
-    ".address_size 64",
-    "",
+    "", ".version " .. isa(o.target.sm), ".target " .. o.target.arch, ".address_size 64", "",
   }
   for _, t in ipairs(top) do out[#out + 1] = t end
-  out[#out + 1] = ""
   out[#out + 1] = string.format(".visible .entry %s(\n%s\n)", o.symbol, table.concat(decls, ",\n"))
   out[#out + 1] = string.format(".maxntid %d, 1, 1", o.block)
   if o.min_blocks then out[#out + 1] = string.format(".minnctapersm %d", o.min_blocks) end
   out[#out + 1] = "{"
-  for _, r in ipairs(regs) do out[#out + 1] = r end
-  for _, l in ipairs(body) do out[#out + 1] = l end
-  for _, l in ipairs(setup) do out[#out + 1] = l end
-  -- the statement's own registers and lines; its operands %N are the %koN set above
-  out[#out + 1] = P:block_text(function(n) return "%ko" .. n end)
-  out[#out + 1] = "ret;"
+  for _, class in ipairs({ "r", "f", "rd" }) do
+    local ty = class == "rd" and ".b64" or class == "f" and ".f32" or ".b32"
+    if count[class] > 0 then out[#out + 1] = string.format("\t.reg %s \t%%%s<%d>;", ty, class, count[class] + 1) end
+  end
+  for _, l in ipairs(inner) do out[#out + 1] = l end
+  out[#out + 1] = ""
+  for _, name in ipairs(order) do
+    if loaded[name] then
+      out[#out + 1] = string.format("\tld.param%s \t%s, [%s];", params[name].ty, loaded[name], params[name].pname)
+    end
+  end
+  -- programmatic dependent launch (sm_90+): wait for the previous kernel, let the next start
+  if pdl and o.target.sm >= 90 then
+    out[#out + 1] = "\tgriddepcontrol.wait;"
+    out[#out + 1] = "\tgriddepcontrol.launch_dependents;"
+  end
+  for _, l in ipairs(after) do out[#out + 1] = l end
+  -- the statement's own registers and lines, its operands %N the registers above
+  out[#out + 1] = P:block_text(function(n) return ops[tonumber(n) + 1].reg end)
+  out[#out + 1] = "\tret;"
   out[#out + 1] = "}"
   return table.concat(out, "\n") .. "\n"
 end

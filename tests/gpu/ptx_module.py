@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Every plan of two packs of the same specs, one built with PTX modules (kiln.ptxmodule,
-compiled by ptxas through nvJitLink) and one with KILN_PTX_MODULE=off (the CUDA forms through
-NVRTC), run on the same random inputs at an odd row count: every output must have the same
-bits (outputs poisoned with NaN first). TAP on stdout. Usage: ptx_module.py MODULES.kpack CUDA.kpack"""
+"""Every plan of two packs of the same specs, one built with every kernel it can as a PTX module
+(KILN_PTX_MODULE=all: kiln.ptxmodule, compiled by ptxas through nvJitLink) and one with
+KILN_PTX_MODULE=off (the CUDA forms through NVRTC), run on the same random inputs at an odd row
+count: every output must have the same bits (outputs poisoned with NaN first). TAP on stdout.
+Usage: ptx_module.py MODULES.kpack CUDA.kpack"""
 import sys
 
 import torch

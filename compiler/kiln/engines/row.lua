@@ -486,7 +486,7 @@ local function amax_init(plan, g, symbol, amax, target)
     symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", options = rowgen.OPTIONS,
     block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
     pdl_entry = true,
-  }, init, cuda)
+  }, init, cuda, nil, true)
 end
 
 -- The plan's kernels: those before (`kernels`: an amax init), the row kernel K, then those after

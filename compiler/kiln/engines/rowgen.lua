@@ -485,14 +485,15 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
     symbol = symbol, engine = engine_id, plan_id = plan_id, options = M.OPTIONS,
     block = { 256, 1, 1 }, grid = { (opts.C + 31) // 32, 1, 1 }, smem = 0, cluster = { 1, 1, 1 },
     params = K.mparams, align = K.align, pdl = true,
-  }, K, cuda)
+  }, K, cuda, nil, true)
 end
 
 -- Kernel table k with what it compiles from: `source` the PTX module of K where K's body is
--- one PTX statement (K:asm; kiln.ptxmodule: ptxas without NVRTC's front end), with `cuda`
--- keeping the CUDA form that `kiln source` shows; else `source` the CUDA form.
-function M.with_source(k, K, cuda, min_blocks)
-  local module = K.asm_of and K.target and ptxmodule.wanted() and
+-- one PTX statement (K:asm; kiln.ptxmodule: ptxas without NVRTC's front end) and modules are
+-- wanted for it (`own`: a kernel written for one), with `cuda` keeping the CUDA form that
+-- `kiln source` shows; else `source` the CUDA form.
+function M.with_source(k, K, cuda, min_blocks, own)
+  local module = K.asm_of and K.target and ptxmodule.wanted(own) and
     ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
   k.source, k.cuda = module or cuda, module and cuda or nil
   return k
