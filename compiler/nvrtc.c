@@ -372,6 +372,17 @@ static void log_head(const char *log, char *out, size_t n) {
   }
 }
 
+/* Under KILN_DUMP_DIR: a compile's log as NAME.log, or no stale one when it had none. */
+static int keep_log(const char *dir, const char *base, const char *text, kiln_err *e) {
+  char logfile[300], logpath[PATH_MAX];
+  snprintf(logfile, sizeof logfile, "%s.log", base);
+  if (text) return dump_file(dir, logfile, text, e);
+  if (snprintf(logpath, sizeof logpath, "%s/%s", dir, logfile) < (int)sizeof logpath && unlink(logpath) != 0 &&
+      errno != ENOENT)
+    return kiln_err_set(e, "E_IO", "removing stale %s: %s", logpath, strerror(errno));
+  return 0;
+}
+
 /* nvJitLink, loaded once per handle by the first PTX module (from NVRTC's directory). */
 static kiln_ptxas *ptxas_of(kiln_nvrtc *nv, kiln_err *e) {
   pthread_mutex_lock(&nv->ptxas_mu);
@@ -399,20 +410,13 @@ static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, con
   if (!p) return -1;
   char *text = NULL;
   int status = kiln_ptxas_compile(p, source, base, arch, cubin, size, &text, e);
-  char logfile[300], logpath[PATH_MAX];
-  snprintf(logfile, sizeof logfile, "%s.log", base);
   if (status != 0 && dump_dir) {
     kiln_err ignored; /* the compile error matters more than a failed log dump */
     size_t len = strlen(e->msg);
-    if (dump_file(dump_dir, logfile, text ? text : "", &ignored) == 0 && len < sizeof e->msg)
+    if (keep_log(dump_dir, base, text ? text : "", &ignored) == 0 && len < sizeof e->msg)
       snprintf(e->msg + len, sizeof e->msg - len, "\n  (source and log kept in %s/%s.{ptx,log})", dump_dir, base);
   } else if (status == 0 && dump_dir) {
-    if (text) {
-      status = dump_file(dump_dir, logfile, text, e);
-    } else if (snprintf(logpath, sizeof logpath, "%s/%s", dump_dir, logfile) < (int)sizeof logpath &&
-               unlink(logpath) != 0 && errno != ENOENT) {
-      status = kiln_err_set(e, "E_IO", "removing stale %s: %s", logpath, strerror(errno));
-    }
+    status = keep_log(dump_dir, base, text, e);
     if (status != 0) {
       free(*cubin);
       *cubin = NULL;
@@ -483,10 +487,8 @@ int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, con
     char head[2048], kept[PATH_MAX + 64] = "";
     log_head(text, head, sizeof head);
     if (dump_dir) {
-      char logfile[300];
-      snprintf(logfile, sizeof logfile, "%s.log", base);
       kiln_err ignored; /* the compile error matters more than a failed log dump */
-      if (dump_file(dump_dir, logfile, text ? text : "", &ignored) == 0)
+      if (keep_log(dump_dir, base, text ? text : "", &ignored) == 0)
         snprintf(kept, sizeof kept, "\n  (source and log kept in %s/%s.{cu,log})", dump_dir,
                  base);
     }
@@ -515,16 +517,7 @@ int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, con
   }
   nv->destroy_program(&prog);
 
-  if (status == 0 && dump_dir) {
-    char logfile[300], logpath[PATH_MAX];
-    snprintf(logfile, sizeof logfile, "%s.log", base);
-    if (text) {
-      status = dump_file(dump_dir, logfile, text, e);
-    } else if (snprintf(logpath, sizeof logpath, "%s/%s", dump_dir, logfile) < (int)sizeof logpath &&
-               unlink(logpath) != 0 && errno != ENOENT) {
-      status = kiln_err_set(e, "E_IO", "removing stale %s: %s", logpath, strerror(errno));
-    }
-  }
+  if (status == 0 && dump_dir) status = keep_log(dump_dir, base, text, e);
   if (status != 0) {
     free(*cubin);
     *cubin = NULL;
