@@ -362,8 +362,9 @@ local function analyze(group, g, cluster)
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
   -- KILN_ROW_MINB=N (for measuring): a one-wave kernel's CTAs per SM held to at least N, which
   -- caps its registers at 65536 / (N * block)
-  local minb = settings.choice("KILN_ROW_MINB", { "4", "6", "8", "10", "12", "16" })
-  if minb and minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
+  local minb, bad = settings.choice("KILN_ROW_MINB", { "4", "6", "8", "10", "12", "16" })
+  if not minb then return fail("%s", bad) end
+  if minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
   info.L = L
   info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
     info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "")
