@@ -11,6 +11,7 @@
 #include "cache.h"
 #include "compile.h"
 #include "nvrtc.h"
+#include "ptxas.h"
 
 /* Our own declarations of the few driver entry points (no cuda.h needed). */
 typedef int cu_result; /* CUresult; 0 is CUDA_SUCCESS */
@@ -137,6 +138,10 @@ static void report_nvrtc(json_t *r, int *bad) {
   kiln_err err;
   if (kiln_nvrtc_probe(probed_path, sizeof probed_path, probed, sizeof probed, &err) == 0)
     set_str(r, "nvrtc_key_version", probed[0] ? probed : "unknown (NVRTC must be loaded)", bad);
+  /* nvJitLink beside it: ptxas for the kernels kiln writes as PTX modules */
+  char jitlink[4096];
+  set_str(r, "nvjitlink", kiln_ptxas_probe(jitlink, sizeof jitlink) == 0 ? jitlink
+          : "not beside NVRTC (no PTX modules: every kernel compiles from CUDA)", bad);
   kiln_nvrtc *nv = NULL;
   if (kiln_nvrtc_open(&nv, &err) != 0) {
     set_str(r, "nvrtc", "not found", bad);

@@ -2,6 +2,7 @@
 #include "primitives.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "env.h"
 #include "pack_inspect.h"
 #include "pack_write.h"
+#include "ptxas.h"
 #include "run.h"
 #include "luahost.h"
 
@@ -345,11 +347,18 @@ static int l_env_report(lua_State *L) {
   return 1;
 }
 
+/* kiln.c.ptx_modules() -> whether nvJitLink lies beside NVRTC (PTX modules can be compiled). */
+static int l_ptx_modules(lua_State *L) {
+  char path[PATH_MAX];
+  lua_pushboolean(L, kiln_ptxas_probe(path, sizeof path) == 0);
+  return 1;
+}
+
 void kiln_primitives_register(lua_State *L) {
   static const luaL_Reg fns[] = {{"compile", l_compile}, {"cache_command", l_cache_command},
                                  {"env_report", l_env_report}, {"cache_why", l_cache_why},
                                  {"pack_build", l_pack_build}, {"emit_c", l_emit_c},
                                  {"pack_command", l_pack_command}, {"device_arch", l_device_arch},
-                                 {"run", l_run}, {NULL, NULL}};
+                                 {"run", l_run}, {"ptx_modules", l_ptx_modules}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

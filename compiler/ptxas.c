@@ -1,5 +1,6 @@
 /* kiln compiler: nvJitLink through dlopen; a PTX module to a CUBIN (ptxas in-process). */
 #include "ptxas.h"
+#include "nvrtc.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -53,6 +54,26 @@ static int load_symbols(kiln_ptxas *p, const char **missing) {
     memcpy(syms[i].slot, &fn, sizeof fn);
   }
   return 0;
+}
+
+int kiln_ptxas_probe(char *path, size_t pathsz) {
+  char nvrtc[PATH_MAX], version[32];
+  kiln_err ignored;
+  if (pathsz) path[0] = '\0';
+  if (kiln_nvrtc_probe(nvrtc, sizeof nvrtc, version, sizeof version, &ignored) != 0) return -1;
+  char *slash = strrchr(nvrtc, '/');
+  if (!slash) return -1;
+  *slash = '\0';
+  const char *names[] = {"libnvJitLink.so.13", "libnvJitLink.so"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char cand[PATH_MAX];
+    if (snprintf(cand, sizeof cand, "%s/%s", nvrtc, names[i]) >= (int)sizeof cand) continue;
+    if (access(cand, R_OK) == 0) {
+      snprintf(path, pathsz, "%s", cand);
+      return 0;
+    }
+  }
+  return -1;
 }
 
 int kiln_ptxas_open(kiln_ptxas **out, const char *nvrtc_dir, kiln_err *e) {

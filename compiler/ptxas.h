@@ -13,6 +13,10 @@
 
 typedef struct kiln_ptxas kiln_ptxas;
 
+/* Finds nvJitLink beside the NVRTC on disk (kiln_nvrtc_probe) without loading it: 0 with its
+ * path, -1 when there is none (kiln then compiles the CUDA forms through NVRTC). */
+int kiln_ptxas_probe(char *path, size_t pathsz);
+
 /* Loads nvJitLink from nvrtc_dir (may be NULL) or the loader's path. On failure: E_NVRTC
  * naming where it looked, -1. */
 int kiln_ptxas_open(kiln_ptxas **out, const char *nvrtc_dir, kiln_err *e);

@@ -5,6 +5,7 @@
 -- A kernel with anything else in its CUDA wrapper keeps the CUDA source.
 local settings = require "kiln.settings"
 local errors = require "kiln.errors"
+local c = require "kiln.c"
 
 local M = {}
 
@@ -50,10 +51,18 @@ end
 -- in PTX, =off none (build time). nvJitLink compiles a module as relocatable code, and ptxas
 -- then allocates registers differently from NVRTC's whole-program compile: the row kernels,
 -- tuned on NVRTC's code, keep their CUDA form unless asked (docs/INTERNALS.md, "PTX modules").
+-- Without nvJitLink beside NVRTC every kernel keeps its CUDA form (KILN_PTX_MODULE=all is then
+-- an error).
+local available
 function M.wanted(own)
   local v, bad = settings.choice("KILN_PTX_MODULE", { "all", "off" })
   if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  return v == "all" or (v == "" and own)
+  if not (v == "all" or (v == "" and own)) then return false end
+  if available == nil then available = c.ptx_modules() end
+  if not available and v == "all" then
+    errors.raise_at(nil, nil, "E_NVRTC", "KILN_PTX_MODULE=all: nvJitLink is not beside NVRTC (see kiln env)")
+  end
+  return available
 end
 
 -- The PTX module of row kernel K (rowgen.kernel with one K:asm statement), or nil and why not.
