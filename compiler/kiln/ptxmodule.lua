@@ -1,8 +1,8 @@
 -- kiln.ptxmodule: a kernel whose body is one PTX statement (kiln.ptx), written as a whole PTX
 -- module: the parameters, shared arrays, launch bounds and programmatic-launch calls of its
 -- CUDA wrapper in PTX. ptxas (through nvJitLink) compiles it without NVRTC's front end and
--- NVVM, which cost about 20 ms a kernel on the CPU machine (docs/INTERNALS.md, "PTX modules").
--- A kernel with anything else in its CUDA wrapper keeps the CUDA source.
+-- NVVM, about half of a row kernel's compile (docs/INTERNALS.md, "PTX modules"). A kernel with
+-- anything else in its CUDA wrapper keeps the CUDA source.
 local settings = require "kiln.settings"
 local errors = require "kiln.errors"
 local c = require "kiln.c"
@@ -26,17 +26,18 @@ end
 
 local ELEM = { float = 4, kiln_u32 = 4, kiln_u16 = 2, kiln_u8 = 1 }
 
--- A shared array declaration of the CUDA wrapper: its PTX form, or nil.
+-- A shared array declaration of the CUDA wrapper ("[extern] __shared__ [__align__(A)] TYPE
+-- NAME[N]...;"): its PTX form and name, or nil.
 local function shared(line)
-  local ext, align, ctype, name, dims = line:match(
-    "^%s*(e?x?t?e?r?n?)%s*__shared__%s+(_?_?a?l?i?g?n?_?_?%(?%d*%)?)%s*([%a_][%w_]*)%s+([%a_][%w_]*)(%b[][%[%]%d]*)%s*;")
-  if not name or not ELEM[ctype] then return nil end
-  local a = tonumber(align:match("%((%d+)%)") or "") or ELEM[ctype]
+  local ext, rest = line:match("^%s*(%a*)%s*__shared__%s+(.*)$")
+  if not rest or (ext ~= "" and ext ~= "extern") then return nil end
+  local a = tonumber(rest:match("^__align__%((%d+)%)") or "")
+  rest = rest:gsub("^__align__%(%d+%)%s*", "")
+  local ctype, name, dims = rest:match("^([%a_][%w_]*)%s+([%a_][%w_]*)([%[%]%d]+)%s*;")
+  if not ELEM[ctype or ""] then return nil end
+  a = a or ELEM[ctype]
   if ext == "extern" then
-    if dims ~= "[]" then return nil end
-    return string.format(".extern .shared .align %d .b8 %s[];", a, name), name
-  elseif ext ~= "" then
-    return nil
+    return dims == "[]" and string.format(".extern .shared .align %d .b8 %s[];", a, name) or nil, name
   end
   local bytes = ELEM[ctype]
   for d in dims:gmatch("%[(%d*)%]") do
