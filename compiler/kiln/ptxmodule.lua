@@ -114,7 +114,7 @@ function M.render(K, o)
     local class = c == "f" and "f" or c == "r" and "r" or "rd"
     ops[i] = { expr = expr, reg = reg(class), class = class }
   end
-  -- what each operand is: a parameter, a shared array's address or a product of dims
+  -- what each operand is: a parameter, a shared array's address or a row count (one dim)
   local loaded, after = {}, {}
   for _, op in ipairs(ops) do
     local e = op.expr
@@ -127,27 +127,11 @@ function M.render(K, o)
       if loaded[e] then after[#after + 1] = string.format("\tmov.b64 \t%s, %s;", op.reg, loaded[e])
       else loaded[e] = op.reg end
     else
-      local prod = e:match("^%(kiln_i64%)%((.*)%)$")
-      if not prod then return nil, "operand " .. e end
-      local factors = {}
-      for f in (prod:gsub("[()%s]", "") .. "*"):gmatch("([^*]*)%*") do factors[#factors + 1] = f end
-      if #factors == 1 and params[factors[1]] and params[factors[1]].ty == ".u64" then
-        if loaded[factors[1]] then after[#after + 1] = string.format("\tmov.b64 \t%s, %s;", op.reg, loaded[factors[1]])
-        else loaded[factors[1]] = op.reg end
-      else
-        local acc
-        for _, f in ipairs(factors) do
-          local v
-          if f:match("^%d+$") then v = f
-          elseif params[f] and params[f].ty == ".u64" then
-            if not loaded[f] then loaded[f] = reg("rd") end
-            v = loaded[f]
-          else return nil, "operand " .. e end
-          if acc then after[#after + 1] = string.format("\tmul.lo.s64 \t%s, %s, %s;", op.reg, acc, v)
-          else after[#after + 1] = string.format("\tmov.b64 \t%s, %s;", op.reg, v) end
-          acc = op.reg
-        end
-      end
+      -- a row count: one dim (a product of several keeps the CUDA form)
+      local dim = e:match("^%(kiln_i64%)%(%(?([%a_][%w_]*)%)?%)$")
+      if not dim or not params[dim] or params[dim].ty ~= ".u64" then return nil, "operand " .. e end
+      if loaded[dim] then after[#after + 1] = string.format("\tmov.b64 \t%s, %s;", op.reg, loaded[dim])
+      else loaded[dim] = op.reg end
     end
   end
   local out = {
