@@ -170,7 +170,11 @@ int kiln_nvrtc_open(kiln_nvrtc **out, kiln_err *e) {
       if (dlinfo(nv->lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
         loaded = lm->l_name;
       snprintf(nv->path, sizeof nv->path, "%s", loaded);
-      if (pthread_mutex_init(&nv->ptxas_mu, NULL) != 0) break;
+      if (pthread_mutex_init(&nv->ptxas_mu, NULL) != 0) {
+        dlclose(nv->lib);
+        free(nv);
+        return kiln_err_set(e, "E_NVRTC", "pthread_mutex_init failed loading NVRTC");
+      }
       *out = nv;
       return 0;
     }

@@ -18,9 +18,9 @@ local function isa(sm) return sm >= 100 and "8.6" or "8.0" end
 local function param(decl)
   local name = decl:match("([%a_][%w_]*)%s*$")
   if not name then return nil end
-  if decl:find("*", 1, true) then return name, ".u64", "b64" end
-  if decl:match("^%s*const%s+kiln_i64%s") or decl:match("^%s*kiln_i64%s") then return name, ".u64", "b64" end
-  if decl:match("^%s*float%s") then return name, ".f32", "f32" end
+  if decl:find("*", 1, true) then return name, ".u64" end
+  if decl:match("^%s*const%s+kiln_i64%s") or decl:match("^%s*kiln_i64%s") then return name, ".u64" end
+  if decl:match("^%s*float%s") then return name, ".f32" end
   return nil
 end
 

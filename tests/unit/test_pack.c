@@ -131,6 +131,14 @@ static const char *manifest_no_ws =
     "   \"params\": [{\"kind\": \"tensor\", \"uid\": 1}, {\"kind\": \"scalar\", \"uid\": 2}]}]}";
 
 /* A fake cubin: a 64-bit little-endian ELF header for EM_CUDA, then a tag. */
+/* Plan `graph` of pack with its info and first kernel's info (the rules as text). */
+static void plan_rules(kiln_pack *pack, const char *graph, kiln_plan **p, kiln_plan_info *info,
+                       kiln_kernel_info *kernel) {
+  kiln_plan_get(pack, graph, "", p);
+  kiln_plan_info_get(*p, info);
+  kiln_plan_kernel(*p, 0, kernel);
+}
+
 static kiln_blob fake_cubin(unsigned char *buf, size_t size, const char *tag) {
   memset(buf, 0, size);
   memcpy(buf,
@@ -685,11 +693,9 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
      "M = 1000 bound as a dim: ceil(100000/3) = 33334 -> 33536 bytes (%zu)", n);
   {
     kiln_plan *pa;
-    kiln_plan_get(pack, "ws_add", "", &pa);
     kiln_plan_info ia;
-    kiln_plan_info_get(pa, &ia);
     kiln_kernel_info ka;
-    kiln_plan_kernel(pa, 0, &ka);
+    plan_rules(pack, "ws_add", &pa, &ia, &ka);
     OK(ia.workspace && strcmp(ia.workspace, "M*8 + 5000") == 0 && ka.grid[0] &&
            strcmp(ka.grid[0], "ceil(M/64) + 2") == 0,
        "rules with an added constant read back (%s; grid %s)", ia.workspace ? ia.workspace : "NULL",
@@ -706,11 +712,9 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
   }
   {
     kiln_plan *ps;
-    kiln_plan_get(pack, "ws_sms", "", &ps);
     kiln_plan_info is;
-    kiln_plan_info_get(ps, &is);
     kiln_kernel_info ks;
-    kiln_plan_kernel(ps, 0, &ks);
+    plan_rules(pack, "ws_sms", &ps, &is, &ks);
     OK(is.workspace && strcmp(is.workspace, "min(M*16, SMS*2048)") == 0 &&
            strcmp(ks.grid[0], "min(ceil(M/64), SMS*2)") == 0 &&
            strcmp(ks.grid[1], "min(ceil(M/64), 300, SMS*1/2)") == 0,
