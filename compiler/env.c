@@ -138,10 +138,18 @@ static void report_nvrtc(json_t *r, int *bad) {
   kiln_err err;
   if (kiln_nvrtc_probe(probed_path, sizeof probed_path, probed, sizeof probed, &err) == 0)
     set_str(r, "nvrtc_key_version", probed[0] ? probed : "unknown (NVRTC must be loaded)", bad);
-  /* nvJitLink beside it: ptxas for the kernels kiln writes as PTX modules */
-  char jitlink[4096];
-  set_str(r, "nvjitlink", kiln_ptxas_probe(jitlink, sizeof jitlink) == 0 ? jitlink
-          : "not beside NVRTC (no PTX modules: every kernel compiles from CUDA)", bad);
+  /* ptxas of its toolkit, for the kernels kiln writes as PTX modules: the executable (NVRTC's
+   * code), else nvJitLink (kiln's own small kernels only) */
+  char exe[4096], jitlink[4096];
+  int has_exe = kiln_ptxas_exe_probe(exe, sizeof exe) == 0;
+  int has_jitlink = kiln_ptxas_probe(jitlink, sizeof jitlink) == 0;
+  set_str(r, "ptxas", has_exe ? exe : "not in NVRTC's toolkit (the row kernels compile from CUDA)", bad);
+  set_str(r, "nvjitlink", has_jitlink ? jitlink : "not beside NVRTC", bad);
+  const char *pick = getenv("KILN_PTXAS");
+  int use_exe = has_exe && !(pick && !strcmp(pick, "nvjitlink"));
+  set_str(r, "ptx_modules", use_exe ? "every kernel with a PTX body, through ptxas"
+          : has_jitlink ? "the finalize and amax init kernels, through nvJitLink"
+          : "none: every kernel compiles from CUDA", bad);
   kiln_nvrtc *nv = NULL;
   if (kiln_nvrtc_open(&nv, &err) != 0) {
     set_str(r, "nvrtc", "not found", bad);

@@ -39,11 +39,13 @@ struct kiln_nvrtc {
   nvrtc_result (*get_ptx)(nvrtc_program, char *);
   nvrtc_result (*num_supported_archs)(int *);   /* optional */
   nvrtc_result (*supported_archs)(int *);       /* optional */
-  /* nvJitLink for PTX modules, loaded by the first one (ptxas.h) */
+  /* ptxas for PTX modules (ptxas.h): nvJitLink, loaded by the first module that asks for it;
+   * the executable, found by the first that asks for it ("" when there is none) */
   pthread_mutex_t ptxas_mu;
   kiln_ptxas *ptxas;
-  int ptxas_tried;
+  int ptxas_tried, exe_tried;
   kiln_err ptxas_err;
+  char exe[PATH_MAX];
 };
 
 #define NVRTC_MAX_CANDIDATES 12
@@ -387,16 +389,21 @@ static int keep_log(const char *dir, const char *base, const char *text, kiln_er
   return 0;
 }
 
-/* nvJitLink, loaded once per handle by the first PTX module (from NVRTC's directory). */
+/* The directory of the NVRTC in use, for the ptxas of its toolkit. */
+static void nvrtc_dir(const kiln_nvrtc *nv, char *dir, size_t n) {
+  if (!realpath(nv->path, dir)) snprintf(dir, n, "%s", nv->path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  else dir[0] = '\0';
+}
+
+/* nvJitLink, loaded once per handle by the first PTX module that asks for it. */
 static kiln_ptxas *ptxas_of(kiln_nvrtc *nv, kiln_err *e) {
   pthread_mutex_lock(&nv->ptxas_mu);
   if (!nv->ptxas_tried) {
     nv->ptxas_tried = 1;
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", nv->path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else dir[0] = '\0';
+    nvrtc_dir(nv, dir, sizeof dir);
     if (kiln_ptxas_open(&nv->ptxas, dir, &nv->ptxas_err) != 0) nv->ptxas = NULL;
   }
   kiln_ptxas *p = nv->ptxas;
@@ -405,15 +412,46 @@ static kiln_ptxas *ptxas_of(kiln_nvrtc *nv, kiln_err *e) {
   return p;
 }
 
-/* A PTX module (kiln.ptxmodule) to a CUBIN by ptxas through nvJitLink; dumps as NVRTC's. */
+/* The ptxas executable of NVRTC's toolkit, looked for once per handle; NULL when absent. */
+static const char *exe_of(kiln_nvrtc *nv) {
+  pthread_mutex_lock(&nv->ptxas_mu);
+  if (!nv->exe_tried) {
+    nv->exe_tried = 1;
+    char dir[PATH_MAX];
+    nvrtc_dir(nv, dir, sizeof dir);
+    if (kiln_ptxas_exe_find(dir, nv->exe, sizeof nv->exe) != 0) nv->exe[0] = '\0';
+  }
+  pthread_mutex_unlock(&nv->ptxas_mu);
+  return nv->exe[0] ? nv->exe : NULL;
+}
+
+/* A PTX module (kiln.ptxmodule) to a CUBIN by ptxas, dumped as NVRTC's. Its one option says
+ * which ptxas (and so is part of its cache key): --compiler=ptxas the executable (NVRTC's
+ * whole-program compile), --compiler=nvjitlink or none nvJitLink in-process. */
 static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, const char *arch,
-                       const char *dump_dir, void **cubin, size_t *size, char **log, kiln_err *e) {
+                       const char *const *opts, int nopts, const char *dump_dir, void **cubin,
+                       size_t *size, char **log, kiln_err *e) {
   if (strncmp(arch, "sm_", 3) != 0)
     return kiln_err_set(e, "E_NVRTC", "%s: a PTX module is built for a real SM, not %s", base, arch);
-  kiln_ptxas *p = ptxas_of(nv, e);
-  if (!p) return -1;
+  int use_exe = 0;
+  for (int i = 0; i < nopts; i++) {
+    if (strcmp(opts[i], "--compiler=ptxas") == 0) use_exe = 1;
+    else if (strcmp(opts[i], "--compiler=nvjitlink") == 0) use_exe = 0;
+    else return kiln_err_set(e, "E_NVRTC", "%s: a PTX module takes --compiler=ptxas|nvjitlink, not '%s'", base, opts[i]);
+  }
   char *text = NULL;
-  int status = kiln_ptxas_compile(p, source, base, arch, cubin, size, &text, e);
+  int status;
+  if (use_exe) {
+    const char *exe = exe_of(nv);
+    if (!exe)
+      return kiln_err_set(e, "E_NVRTC", "%s: no ptxas executable in the toolkit of %s (KILN_PTXAS=nvjitlink "
+                          "compiles in-process)", base, nv->path);
+    status = kiln_ptxas_exe_compile(exe, source, base, arch, cubin, size, &text, e);
+  } else {
+    kiln_ptxas *p = ptxas_of(nv, e);
+    if (!p) return -1;
+    status = kiln_ptxas_compile(p, source, base, arch, cubin, size, &text, e);
+  }
   if (status != 0 && dump_dir) {
     kiln_err ignored; /* the compile error matters more than a failed log dump */
     size_t len = strlen(e->msg);
@@ -452,7 +490,7 @@ int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, con
   snprintf(file, sizeof file, "%s.%s", base, is_ptx ? "ptx" : "cu");
   const char *dump_dir = env_nonempty("KILN_DUMP_DIR");
   if (dump_dir && dump_file(dump_dir, file, source, e) != 0) return -1;
-  if (is_ptx) return compile_ptx(nv, source, base, arch, dump_dir, cubin, size, log, e);
+  if (is_ptx) return compile_ptx(nv, source, base, arch, opts, nopts, dump_dir, cubin, size, log, e);
 
   const char **argv = malloc(((size_t)nopts + 1) * sizeof *argv);
   char archopt[64];

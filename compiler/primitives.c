@@ -347,10 +347,19 @@ static int l_env_report(lua_State *L) {
   return 1;
 }
 
-/* kiln.c.ptx_modules() -> whether nvJitLink lies beside NVRTC (PTX modules can be compiled). */
-static int l_ptx_modules(lua_State *L) {
+/* kiln.c.ptx_compilers() -> { ptxas = path, nvjitlink = path }: what of NVRTC's toolkit can
+ * compile PTX modules (either may be absent). */
+static int l_ptx_compilers(lua_State *L) {
   char path[PATH_MAX];
-  lua_pushboolean(L, kiln_ptxas_probe(path, sizeof path) == 0);
+  lua_newtable(L);
+  if (kiln_ptxas_exe_probe(path, sizeof path) == 0) {
+    lua_pushstring(L, path);
+    lua_setfield(L, -2, "ptxas");
+  }
+  if (kiln_ptxas_probe(path, sizeof path) == 0) {
+    lua_pushstring(L, path);
+    lua_setfield(L, -2, "nvjitlink");
+  }
   return 1;
 }
 
@@ -359,6 +368,6 @@ void kiln_primitives_register(lua_State *L) {
                                  {"env_report", l_env_report}, {"cache_why", l_cache_why},
                                  {"pack_build", l_pack_build}, {"emit_c", l_emit_c},
                                  {"pack_command", l_pack_command}, {"device_arch", l_device_arch},
-                                 {"run", l_run}, {"ptx_modules", l_ptx_modules}, {NULL, NULL}};
+                                 {"run", l_run}, {"ptx_compilers", l_ptx_compilers}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

@@ -1,8 +1,11 @@
-/* kiln compiler: nvJitLink through dlopen, compiling a PTX module to a CUBIN with ptxas alone.
- * kiln's kernels whose body is PTX come as whole PTX modules (kiln.ptxmodule), which skip
- * NVRTC's front end and NVVM (about 20 ms a kernel on a slow CPU).
- *
- * The library is looked for beside the NVRTC in use (the same toolkit), then through the
+/* kiln compiler: ptxas alone, compiling a PTX module to a CUBIN. kiln's kernels whose body is
+ * PTX come as whole PTX modules (kiln.ptxmodule), which skip NVRTC's front end and NVVM (a
+ * third to a half of a kernel's compile). Two ways in:
+ *  - the toolkit's ptxas executable (ptxas_exe.c), in a child process: the whole-program
+ *    compile NVRTC does, so the same SASS as the kernel's CUDA form;
+ *  - nvJitLink (ptxas.c) in-process: relocatable code, whose registers ptxas allocates
+ *    differently (kiln's own small kernels; KILN_PTXAS=nvjitlink for every module).
+ * Both are looked for in the toolkit of the NVRTC in use; nvJitLink also through the
  * loader's own search for libnvJitLink.so.13. */
 #ifndef KILN_PTXAS_H
 #define KILN_PTXAS_H
@@ -16,6 +19,17 @@ typedef struct kiln_ptxas kiln_ptxas;
 /* Finds nvJitLink beside the NVRTC on disk (kiln_nvrtc_probe) without loading it: 0 with its
  * path, -1 when there is none (kiln then compiles the CUDA forms through NVRTC). */
 int kiln_ptxas_probe(char *path, size_t pathsz);
+
+/* The ptxas executable of the toolkit whose NVRTC lies in nvrtc_dir (lib/../bin,
+ * targets/<triple>/lib/../../../bin): 0 with its real path, -1 when there is none. */
+int kiln_ptxas_exe_find(const char *nvrtc_dir, char *path, size_t pathsz);
+/* The same for the NVRTC found on disk (kiln_nvrtc_probe), without loading it. */
+int kiln_ptxas_exe_probe(char *path, size_t pathsz);
+
+/* Compiles the PTX module (named NAME in messages) for ARCH with the ptxas executable EXE, its
+ * files in a fresh directory under $TMPDIR (or /tmp), removed after. As kiln_ptxas_compile. */
+int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, const char *arch,
+                           void **cubin, size_t *size, char **log, kiln_err *e);
 
 /* Loads nvJitLink from nvrtc_dir (may be NULL) or the loader's path. On failure: E_NVRTC
  * naming where it looked, -1. */

@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 61 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 65 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -148,22 +148,35 @@ ok "11 of the 12 backwards of backward.lua take the PTX form (not the split one 
   test "$(grep -c 'body in PTX' "$OUTF")" = 11
 run_kiln source specs/softmax.lua specs/softmax_bwd.lua
 ok "the shipped softmax kernels' bodies are in PTX" test "$(grep -c 'body in PTX' "$OUTF")" = 12
-# PTX modules (docs/INTERNALS.md): the finalize and the amax init kernel by default, every
-# kernel with its body in PTX under KILN_PTX_MODULE=all
-run_kiln source specs/layernorm_bwd.lua specs/rmsnorm_residual_fp8.lua --set H=4096 --sm 90a
-ok "by default the finalize and the amax init kernel compile as PTX modules, the row kernels from CUDA" \
+# PTX modules (docs/INTERNALS.md): by default every kernel with its body in PTX through the
+# toolkit's ptxas executable; through nvJitLink (KILN_PTXAS=nvjitlink) the finalize and the amax
+# init kernel only, unless KILN_PTX_MODULE=all
+SPX="specs/layernorm_bwd.lua specs/rmsnorm_residual_fp8.lua"
+run_kiln source $SPX --set H=4096 --sm 90a --ptx
+ok "by default all four kernels compile as PTX modules by ptxas, and --ptx prints the modules" \
+  bash -c "test \$(grep -c 'compiled as a PTX module by ptxas$' '$OUTF') = 4 && test \$(grep -c '^\.version 8\.0' '$OUTF') = 4 &&
+           grep -q '^\.visible \.entry kiln_layernorm_bwd_k0_final(' '$OUTF' && grep -q 'griddepcontrol.wait' '$OUTF'"
+KILN_PTX_MODULE=own run_kiln source $SPX --set H=4096 --sm 90a
+ok "KILN_PTX_MODULE=own: the finalize and the amax init kernel only" \
   bash -c "test \$(grep -c 'compiled as a PTX module' '$OUTF') = 2 && grep -q '_final.*compiled as a PTX module' '$OUTF' &&
            grep -q '_init.*compiled as a PTX module' '$OUTF'"
-KILN_PTX_MODULE=all run_kiln source specs/layernorm_bwd.lua specs/rmsnorm_residual_fp8.lua --set H=4096 --sm 90a --ptx
-ok "KILN_PTX_MODULE=all: all four, and --ptx prints the modules" \
-  bash -c "test \$(grep -c 'compiled as a PTX module' '$OUTF') = 4 && test \$(grep -c '^\.version 8\.0' '$OUTF') = 4 &&
-           grep -q '^\.visible \.entry kiln_layernorm_bwd_k0_final(' '$OUTF' && grep -q 'griddepcontrol.wait' '$OUTF'"
+KILN_PTXAS=nvjitlink run_kiln source $SPX --set H=4096 --sm 90a
+ok "KILN_PTXAS=nvjitlink: the finalize and the amax init kernel through nvJitLink, the row kernels from CUDA" \
+  bash -c "test \$(grep -c 'compiled as a PTX module by nvjitlink$' '$OUTF') = 2 && grep -q '_final.*by nvjitlink' '$OUTF' &&
+           grep -q '_init.*by nvjitlink' '$OUTF'"
+KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln source $SPX --set H=4096 --sm 90a
+ok "KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all: all four through nvJitLink" \
+  test "$(grep -c 'compiled as a PTX module by nvjitlink$' "$OUTF")" = 4
 KILN_PTX_MODULE=off run_kiln source specs/layernorm_bwd.lua --set H=4096 --sm 90a
 ok "KILN_PTX_MODULE=off: none" bash -c "! grep -q 'compiled as a PTX module' '$OUTF'"
 KILN_PTX_MODULE=on run_kiln build specs/layernorm.lua --sm 90a
-expect_err "E_USAGE.*KILN_PTX_MODULE=on: want all or off" "KILN_PTX_MODULE=on is refused by name"
-KILN_PTX_MODULE=all run_kiln build specs/layernorm_bwd.lua specs/rmsnorm_residual_fp8.lua specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod.kpack"
-ok "KILN_PTX_MODULE=all builds for sm_80, sm_90a and sm_100a" test -s "$TMP/mod.kpack"
+expect_err "E_USAGE.*KILN_PTX_MODULE=on: want all, own or off" "KILN_PTX_MODULE=on is refused by name"
+KILN_PTXAS=ptxas run_kiln build specs/layernorm.lua --sm 90a
+expect_err "E_USAGE.*KILN_PTXAS=ptxas: want nvjitlink" "KILN_PTXAS=ptxas is refused by name"
+run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod.kpack"
+ok "modules through ptxas build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod.kpack"
+KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod_jl.kpack"
+ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod_jl.kpack"
 run_kiln source tests/specs/mem/variants.lua --sm 90a
 expect_out "softmax_backward; .*row held in registers\.$" "a softmax backward with a fused add keeps the CUDA form"
 KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua

@@ -1,7 +1,7 @@
 -- kiln.ptxmodule: a kernel whose body is one PTX statement (kiln.ptx), written as a whole PTX
 -- module: the parameters, shared arrays, launch bounds and programmatic-launch calls of its
--- CUDA wrapper in PTX. ptxas (through nvJitLink) compiles it without NVRTC's front end and
--- NVVM, about half of a row kernel's compile (docs/INTERNALS.md, "PTX modules"). A kernel with
+-- CUDA wrapper in PTX. ptxas compiles it without NVRTC's front end and NVVM, a third to a
+-- half of a row kernel's compile (docs/INTERNALS.md, "PTX modules"). A kernel with
 -- anything else in its CUDA wrapper keeps the CUDA source.
 local settings = require "kiln.settings"
 local errors = require "kiln.errors"
@@ -47,23 +47,38 @@ local function shared(line)
   return string.format(".shared .align %d .b8 %s[%d];", a, name, bytes), name
 end
 
--- Which kernels compile from their PTX module: those written for it (`own`: the column sums'
--- finalize, the amax init kernel) by default; KILN_PTX_MODULE=all every kernel with its body
--- in PTX, =off none (build time). nvJitLink compiles a module as relocatable code, and ptxas
--- then allocates registers differently from NVRTC's whole-program compile: the row kernels,
--- tuned on NVRTC's code, keep their CUDA form unless asked (docs/INTERNALS.md, "PTX modules").
--- Without nvJitLink beside NVRTC every kernel keeps its CUDA form (KILN_PTX_MODULE=all is then
--- an error).
-local available
-function M.wanted(own)
-  local v, bad = settings.choice("KILN_PTX_MODULE", { "all", "off" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  if not (v == "all" or (v == "" and own)) then return false end
-  if available == nil then available = c.ptx_modules() end
-  if not available and v == "all" then
-    errors.raise_at(nil, nil, "E_NVRTC", "KILN_PTX_MODULE=all: nvJitLink is not beside NVRTC (see kiln env)")
+-- Which ptxas compiles the modules (their one option, in their cache key): "ptxas", the
+-- toolkit's executable in a child process, whole-program as NVRTC compiles, so the SASS of the
+-- CUDA form; else "nvjitlink" in-process, relocatable code whose registers ptxas allocates
+-- differently (docs/INTERNALS.md, "PTX modules"). KILN_PTXAS=nvjitlink picks it where both are.
+local compiler
+local function pick()
+  if compiler == nil then
+    local v, bad = settings.choice("KILN_PTXAS", { "nvjitlink" })
+    if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+    local found = c.ptx_compilers()
+    compiler = (v == "" and found.ptxas and "ptxas") or (found.nvjitlink and "nvjitlink") or false
   end
-  return available
+  return compiler
+end
+
+-- The ptxas (above) that compiles this kernel's PTX module, or nil for its CUDA form. By
+-- default every kernel with its body in PTX when the executable is there (the same SASS as
+-- NVRTC's), else only those written for a module (`own`: the column sums' finalize, the amax
+-- init kernel, tuned on nvJitLink's code). KILN_PTX_MODULE (build time): =all every kernel with
+-- its body in PTX through whichever ptxas there is (an error without one), =own only the own
+-- kernels, =off none.
+function M.wanted(own)
+  local v, bad = settings.choice("KILN_PTX_MODULE", { "all", "own", "off" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  if v == "off" then return nil end
+  local cc = pick()
+  if not cc and v == "all" then
+    errors.raise_at(nil, nil, "E_NVRTC", "KILN_PTX_MODULE=all: neither ptxas nor nvJitLink is in NVRTC's toolkit (see kiln env)")
+  end
+  if not cc then return nil end
+  if own or v == "all" or (v == "" and cc == "ptxas") then return cc end
+  return nil
 end
 
 -- The PTX module of row kernel K (rowgen.kernel with one K:asm statement), or nil and why not.

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Every plan of two packs of the same specs, one built with every kernel it can as a PTX module
-(KILN_PTX_MODULE=all: kiln.ptxmodule, compiled by ptxas through nvJitLink) and one with
-KILN_PTX_MODULE=off (the CUDA forms through NVRTC), run on the same random inputs at an odd row
-count: every output must have the same bits (outputs poisoned with NaN first). TAP on stdout.
-Usage: ptx_module.py MODULES.kpack CUDA.kpack"""
+"""Every plan of packs of the same specs, built with every kernel it can as a PTX module
+(kiln.ptxmodule: by the ptxas executable, or through nvJitLink) and one with KILN_PTX_MODULE=off
+(the CUDA forms through NVRTC, the last pack), run on the same random inputs at an odd row
+count: every output must have the same bits as the last pack's (outputs poisoned with NaN
+first). TAP on stdout. Usage: ptx_module.py MODULES.kpack [MODULES.kpack ...] CUDA.kpack"""
 import sys
 
 import torch
@@ -19,10 +19,7 @@ def shape(t):
     return [T if d == "T" else d for d in t.dims]
 
 
-def main():
-    a, b = kiln.Pack(sys.argv[1]), kiln.Pack(sys.argv[2])
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(4321)
+def compare(a, b, label, gen):
     for pa in a.plans():
         pb = b.plan(pa.graph, pa.instance)
         ins, outs_a, outs_b = {}, {}, {}
@@ -37,9 +34,18 @@ def main():
         pb(**ins, **outs_b)
         torch.cuda.synchronize()
         same = [n for n in outs_a if torch.equal(outs_a[n].view(torch.uint8), outs_b[n].view(torch.uint8))]
-        ok(len(same) == len(outs_a), "%s [%s] at T = %d, %d kernel%s: %s the same bits in both builds%s" % (
-            pa.graph, pa.instance, T, len(pa.kernels), "s" if len(pa.kernels) > 1 else "", ", ".join(sorted(outs_a)),
+        ok(len(same) == len(outs_a), "%s: %s [%s] at T = %d, %d kernel%s: %s the same bits as the CUDA forms%s" % (
+            label, pa.graph, pa.instance, T, len(pa.kernels), "s" if len(pa.kernels) > 1 else "",
+            ", ".join(sorted(outs_a)),
             "" if len(same) == len(outs_a) else " (differ: %s)" % ", ".join(n for n in outs_a if n not in same)))
+
+
+def main():
+    cuda = kiln.Pack(sys.argv[-1])
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321)
+    for path in sys.argv[1:-1]:
+        compare(kiln.Pack(path), cuda, path.rsplit("/", 1)[-1], gen)
     finish()
 
 

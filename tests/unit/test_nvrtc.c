@@ -150,6 +150,52 @@ static void test_ptx_module(kiln_nvrtc *nv) {
   OK(kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "compute_90a", NULL, 0, &cubin, &size, NULL, &e) == -1 &&
          !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "real SM"),
      "a PTX module for a compute_ target is refused by name");
+  const char *bogus[] = {"--compiler=nvcc"};
+  OK(kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", bogus, 1, &cubin, &size, NULL, &e) == -1 &&
+         !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "--compiler=nvcc"),
+     "a PTX module's unknown option is refused by name");
+
+  /* the ptxas executable (--compiler=ptxas), in a child process */
+  char exe[4096];
+  if (kiln_ptxas_exe_probe(exe, sizeof exe) != 0) {
+    for (int i = 0; i < 4; i++) OK(1, "# SKIP no ptxas executable in NVRTC's toolkit");
+    unsetenv("KILN_DUMP_DIR");
+    return;
+  }
+  const char *via_exe[] = {"--compiler=ptxas"};
+  t0 = now_ms();
+  rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", via_exe, 1, &cubin, &size, NULL, &e);
+  OK(rc == 0 && is_cuda_elf(cubin, size), "the ptxas executable (%s) compiles a module to a cubin (%.1f ms)%s%s", exe,
+     now_ms() - t0, rc ? " — " : "", rc ? e.msg : "");
+  free(cubin);
+  cubin = NULL;
+  char *log = NULL;
+  unlink(path);
+  rc = kiln_nvrtc_compile(nv, PTX_BROKEN, "kiln_ptx_broken", "sm_90a", via_exe, 1, &cubin, &size, &log, &e);
+  text = read_text(path);
+  OK(rc == -1 && !cubin && !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "ptxas failed") &&
+         strstr(e.msg, "exit status") && strstr(e.msg, "kiln_ptx_broken") && strstr(e.msg, "kept in") && log &&
+         strstr(log, "error") && text && !strcmp(text, PTX_BROKEN),
+     "a bad module through the executable: E_NVRTC with its exit status and log, the source kept");
+  for (char *line = strtok(e.msg, "\n"); line; line = strtok(NULL, "\n")) DIAG("%s", line);
+  free(text);
+  free(log);
+  /* its files live in a fresh directory under TMPDIR, removed after */
+  char tmp[300], saved[300] = "";
+  if (getenv("TMPDIR")) snprintf(saved, sizeof saved, "%s", getenv("TMPDIR"));
+  snprintf(tmp, sizeof tmp, "%s/ptxas_tmp", root);
+  mkdir(tmp, 0700);
+  setenv("TMPDIR", tmp, 1);
+  rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", via_exe, 1, &cubin, &size, NULL, &e);
+  free(cubin);
+  cubin = NULL;
+  OK(rc == 0 && rmdir(tmp) == 0, "the executable's files go under TMPDIR and are removed");
+  setenv("TMPDIR", "/nonexistent/kiln", 1);
+  rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", via_exe, 1, &cubin, &size, NULL, &e);
+  OK(rc == -1 && !cubin && !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "/nonexistent/kiln"),
+     "an unusable TMPDIR is named in the error");
+  if (saved[0]) setenv("TMPDIR", saved, 1);
+  else unsetenv("TMPDIR");
   unsetenv("KILN_DUMP_DIR");
 }
 
@@ -265,7 +311,7 @@ int main(void) {
     return 0;
   }
   double open_ms = now_ms() - t0;
-  TAP_PLAN(25);
+  TAP_PLAN(30);
   int major, minor;
   kiln_nvrtc_version(nv, &major, &minor);
   DIAG("NVRTC %d.%d from %s, loaded in %.1f ms", major, minor, kiln_nvrtc_path(nv), open_ms);

@@ -491,11 +491,14 @@ end
 -- Kernel table k with what it compiles from: `source` the PTX module of K where K's body is
 -- one PTX statement (K:asm; kiln.ptxmodule: ptxas without NVRTC's front end) and modules are
 -- wanted for it (`own`: a kernel written for one), with `cuda` keeping the CUDA form that
--- `kiln source` shows; else `source` the CUDA form.
+-- `kiln source` shows and `options` naming the ptxas that compiles it; else `source` the CUDA
+-- form.
 function M.with_source(k, K, cuda, min_blocks, own)
-  local module = K.asm_of and K.target and ptxmodule.wanted(own) and
+  local compiler = K.asm_of and K.target and ptxmodule.wanted(own)
+  local module = compiler and
     ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
   k.source, k.cuda = module or cuda, module and cuda or nil
+  if module then k.options = { "--compiler=" .. compiler } end
   return k
 end
 
