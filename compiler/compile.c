@@ -214,7 +214,13 @@ int kiln_compile_jobs(kiln_cache *c, kiln_compile_job *jobs, int njobs, kiln_jit
 
   if (nmiss) {
     batch b = {.cache = c, .nv = NULL, .jobs = jobs, .todo = todo, .ntodo = nmiss, .next = 0};
-    if (kiln_nvrtc_open(&b.nv, &err) != 0) {
+    /* PTX modules for the ptxas executable need no NVRTC: a batch of only those does not load
+     * it (tens of ms, the larger part of a small JIT), when the disk told its version */
+    int need = !probed[0];
+    for (int t = 0; t < nmiss && !need; t++)
+      need = kiln_nvrtc_needs_nvrtc(jobs[todo[t]].source, jobs[todo[t]].opts, jobs[todo[t]].nopts);
+    snprintf(b.nvrtc_version, sizeof b.nvrtc_version, "%s", probed);
+    if (need && kiln_nvrtc_open(&b.nv, &err) != 0) {
       fail_todo(jobs, todo, nmiss, &err);
     } else if (pthread_mutex_init(&b.mu, NULL) != 0) {
       kiln_err_set(&err, "E_NVRTC", "pthread_mutex_init failed");
@@ -222,8 +228,10 @@ int kiln_compile_jobs(kiln_cache *c, kiln_compile_job *jobs, int njobs, kiln_jit
     } else {
       /* Keys follow the NVRTC actually loaded, should the probe have guessed wrong. */
       int major, minor;
-      kiln_nvrtc_version(b.nv, &major, &minor);
-      snprintf(b.nvrtc_version, sizeof b.nvrtc_version, "%d.%d", major, minor);
+      if (b.nv) {
+        kiln_nvrtc_version(b.nv, &major, &minor);
+        snprintf(b.nvrtc_version, sizeof b.nvrtc_version, "%d.%d", major, minor);
+      }
       compile_misses(&b, threads);
       pthread_mutex_destroy(&b.mu);
     }

@@ -412,8 +412,19 @@ static kiln_ptxas *ptxas_of(kiln_nvrtc *nv, kiln_err *e) {
   return p;
 }
 
+/* Without a handle: the ptxas executable of the toolkit whose NVRTC is on disk, looked for once. */
+static char probed_exe[PATH_MAX];
+static void probe_exe(void) {
+  if (kiln_ptxas_exe_probe(probed_exe, sizeof probed_exe) != 0) probed_exe[0] = '\0';
+}
+
 /* The ptxas executable of NVRTC's toolkit, looked for once per handle; NULL when absent. */
 static const char *exe_of(kiln_nvrtc *nv) {
+  if (!nv) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, probe_exe);
+    return probed_exe[0] ? probed_exe : NULL;
+  }
   pthread_mutex_lock(&nv->ptxas_mu);
   if (!nv->exe_tried) {
     nv->exe_tried = 1;
@@ -439,13 +450,14 @@ static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, con
     else if (strcmp(opts[i], "--compiler=nvjitlink") == 0) use_exe = 0;
     else return kiln_err_set(e, "E_NVRTC", "%s: a PTX module takes --compiler=ptxas|nvjitlink, not '%s'", base, opts[i]);
   }
+  if (!use_exe && !nv) return kiln_err_set(e, "E_NVRTC", "%s: nvJitLink needs NVRTC loaded", base);
   char *text = NULL;
   int status;
   if (use_exe) {
     const char *exe = exe_of(nv);
     if (!exe)
       return kiln_err_set(e, "E_NVRTC", "%s: no ptxas executable in the toolkit of %s (KILN_PTXAS=nvjitlink "
-                          "compiles in-process)", base, nv->path);
+                          "compiles in-process)", base, nv ? nv->path : "the NVRTC on disk");
     status = kiln_ptxas_exe_compile(exe, source, base, arch, cubin, size, &text, e);
   } else {
     kiln_ptxas *p = ptxas_of(nv, e);
@@ -470,6 +482,13 @@ static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, con
   return status;
 }
 
+int kiln_nvrtc_needs_nvrtc(const char *source, const char *const *opts, int nopts) {
+  if (!source || !kiln_ptxas_is_ptx(source)) return 1;
+  for (int i = 0; i < nopts; i++)
+    if (opts && opts[i] && strcmp(opts[i], "--compiler=ptxas") == 0) return 0;
+  return 1;
+}
+
 int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, const char *arch,
                        const char *const *opts, int nopts, void **cubin, size_t *size,
                        char **log, kiln_err *e) {
@@ -491,6 +510,7 @@ int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, con
   const char *dump_dir = env_nonempty("KILN_DUMP_DIR");
   if (dump_dir && dump_file(dump_dir, file, source, e) != 0) return -1;
   if (is_ptx) return compile_ptx(nv, source, base, arch, opts, nopts, dump_dir, cubin, size, log, e);
+  if (!nv) return kiln_err_set(e, "E_NVRTC", "%s: NVRTC is not loaded", base);
 
   const char **argv = malloc(((size_t)nopts + 1) * sizeof *argv);
   char archopt[64];

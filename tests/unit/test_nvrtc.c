@@ -158,7 +158,7 @@ static void test_ptx_module(kiln_nvrtc *nv) {
   /* the ptxas executable (--compiler=ptxas), in a child process */
   char exe[4096];
   if (kiln_ptxas_exe_probe(exe, sizeof exe) != 0) {
-    for (int i = 0; i < 4; i++) OK(1, "# SKIP no ptxas executable in NVRTC's toolkit");
+    for (int i = 0; i < 6; i++) OK(1, "# SKIP no ptxas executable in NVRTC's toolkit");
     unsetenv("KILN_DUMP_DIR");
     return;
   }
@@ -180,6 +180,18 @@ static void test_ptx_module(kiln_nvrtc *nv) {
   for (char *line = strtok(e.msg, "\n"); line; line = strtok(NULL, "\n")) DIAG("%s", line);
   free(text);
   free(log);
+  /* without NVRTC loaded: the executable of the toolkit on disk; nothing else */
+  rc = kiln_nvrtc_compile(NULL, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", via_exe, 1, &cubin, &size, NULL, &e);
+  OK(rc == 0 && is_cuda_elf(cubin, size) && !kiln_nvrtc_needs_nvrtc(PTX_EMPTY, via_exe, 1) &&
+         kiln_nvrtc_needs_nvrtc(PTX_EMPTY, NULL, 0) && kiln_nvrtc_needs_nvrtc(EMPTY, via_exe, 1),
+     "a module for the executable compiles without NVRTC loaded, and only such a one needs none");
+  free(cubin);
+  cubin = NULL;
+  OK(kiln_nvrtc_compile(NULL, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", NULL, 0, &cubin, &size, NULL, &e) == -1 &&
+         strstr(e.msg, "needs NVRTC loaded") &&
+         kiln_nvrtc_compile(NULL, EMPTY, "kiln_empty", "sm_90a", NULL, 0, &cubin, &size, NULL, &e) == -1 &&
+         strstr(e.msg, "not loaded") && !cubin,
+     "nvJitLink modules and CUDA sources without NVRTC: E_NVRTC");
   /* its files live in a fresh directory under TMPDIR, removed after */
   char tmp[300], saved[300] = "";
   if (getenv("TMPDIR")) snprintf(saved, sizeof saved, "%s", getenv("TMPDIR"));
@@ -311,7 +323,7 @@ int main(void) {
     return 0;
   }
   double open_ms = now_ms() - t0;
-  TAP_PLAN(30);
+  TAP_PLAN(32);
   int major, minor;
   kiln_nvrtc_version(nv, &major, &minor);
   DIAG("NVRTC %d.%d from %s, loaded in %.1f ms", major, minor, kiln_nvrtc_path(nv), open_ms);
