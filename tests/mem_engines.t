@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 65 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 67 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -112,7 +112,7 @@ run_kiln source specs/layernorm.lua
 expect_out 'asm volatile\("\{' "layernorm's body is one asm statement"
 run_kiln source tests/specs/mem/forward.lua --sm 90a
 ok "9 of the 10 forward norms of forward.lua take the PTX form on sm_90a (the ragged row too; not the gelu epilogue)" \
-  test "$(grep -c 'body in PTX' "$OUTF")" = 9
+  test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 9
 ok "of the 2 at H = 65536 the rmsnorm splits its row over a cluster of CTAs (one reduction)" \
   test "$(grep -c "row held in the cluster's registers" "$OUTF")" = 1
 ok "and the layernorm (two reductions) re-reads it" test "$(grep -c 'row re-read (L2), body in PTX' "$OUTF")" = 1
@@ -142,7 +142,7 @@ expect_out "cluster" "a pack for sm_90a and sm_100a keeps the clusters"
 KILN_ROW_CLUSTER=3 run_kiln explain tests/specs/mem/wide.lua --sm 90a
 expect_err "E_USAGE.*KILN_ROW_CLUSTER=3: want 0, 1, 2, 4 or 8" "KILN_ROW_CLUSTER=3 is refused by name"
 run_kiln source tests/specs/mem/forward.lua --sm 80
-ok "7 of them on sm_80 (not the fp8 outputs either)" test "$(grep -c 'body in PTX' "$OUTF")" = 7
+ok "7 of them on sm_80 (not the fp8 outputs either)" test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 7
 run_kiln source tests/specs/mem/backward.lua --sm 90a
 ok "11 of the 12 backwards of backward.lua take the PTX form (not the split one of 5 vectors per thread re-read)" \
   test "$(grep -c 'body in PTX' "$OUTF")" = 11
@@ -177,6 +177,14 @@ run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod.kp
 ok "modules through ptxas build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod.kpack"
 KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod_jl.kpack"
 ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod_jl.kpack"
+# pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by ptxas
+run_kiln source specs/swiglu.lua specs/scale_residual_cast.lua tests/specs/mem/pointwise.lua --sm 90a
+ok "the pointwise kernels take the PTX form (a broadcast row keeps the CUDA form)" \
+  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 9 &&
+           test \$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' '$OUTF') = 9 &&
+           grep -q '^// ---- pw_row_broadcast \[H=4096\] .*, sm_90a$' '$OUTF'"
+KILN_ROW_CODE=cuda run_kiln source specs/swiglu.lua --sm 90a
+ok "KILN_ROW_CODE=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/variants.lua --sm 90a
 expect_out "softmax_backward; .*row held in registers\.$" "a softmax backward with a fused add keeps the CUDA form"
 KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua

@@ -27,6 +27,8 @@ def compare(a, b, label, gen):
             if t.role == "input":
                 v = torch.randn(shape(t), generator=gen, device="cuda")
                 ins[t.name] = (v.abs() + 0.5 if t.name in ("inv_std", "inv_rms", "scale") else v).to(TORCH[t.dtype])
+            elif t.role == "scalar":
+                ins[t.name] = 0.7
             elif t.role == "output":
                 for outs in (outs_a, outs_b):
                     outs[t.name] = torch.full(shape(t), float("nan"), device="cuda").to(TORCH[t.dtype])

@@ -1,4 +1,4 @@
-/* The ptxas executable gives a PTX module NVRTC's code: for each row kernel of two `kiln source`
+/* The ptxas executable gives a PTX module NVRTC's code: for each PTX-body kernel of two `kiln source`
  * listings of the same specs (the CUDA forms, and --ptx with the modules), the CUDA form through
  * NVRTC and the module through ptxas have the same SASS, kernel info and constant bank, byte for
  * byte (TAP). Usage: test_ptxas_exe CUDA_LISTING PTX_LISTING ARCH */

@@ -4,6 +4,8 @@ local render = require "kiln.render"
 local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local pointwise_ptx = require "kiln.engines.pointwise_ptx"
 
 local E = { id = "pointwise", version = 1 }
 
@@ -58,9 +60,32 @@ function E.propose(group, g, target)
   return plans
 end
 
+-- The kernel with its body in PTX (pointwise_ptx.lua): its CUDA form is the PTX wrapped in a
+-- kernel, and where PTX modules are wanted its module compiles without NVRTC.
+local function build_ptx(plan, group, g, target, symbol, space)
+  local vec, block = plan.knobs.vec, plan.knobs.block
+  local K = rowgen.kernel(g, symbol)
+  K.target = target
+  pointwise_ptx.emit(K, group, g, vec, block, space)
+  local names, const = shape.product(space)
+  local factors = {}
+  for _, n in ipairs(names) do factors[#factors + 1] = n end
+  factors[#factors + 1] = const
+  K.src:add(render.fill(render.template("pointwise_ptx.cuh"), {
+    block = block, symbol = symbol, params = K:finish_params(), body = table.concat(K.lines, "\n"),
+    what = string.format("%d elements a thread, %d threads a CTA, body in PTX", vec, block),
+  }, "pointwise_ptx.cuh"))
+  return rowgen.with_source({
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = pw.OPTIONS,
+    block = { block, 1, 1 }, grid = { { mul = factors, div = block * vec, max = 0 }, 1, 1 },
+    smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
+  }, K, K.src:text())
+end
+
 function E.build(plan, group, g, target, symbol)
   local vec, block = plan.knobs.vec, plan.knobs.block
   local space = g.by_uid[group.outputs[1]].dims
+  if pointwise_ptx.accepts(group, g, vec, space, target) then return build_ptx(plan, group, g, target, symbol, space) end
   local src = render.source()
   src:need("common/prelude.cuh")
   local params, manifest_params, align = {}, {}, {}

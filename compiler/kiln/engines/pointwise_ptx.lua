@@ -1,0 +1,138 @@
+-- kiln.engines.pointwise_ptx: the pointwise kernel with its body written as PTX (kiln.ptx), the
+-- same work as pointwise.lua's CUDA form: each thread the `vec` consecutive elements of the
+-- flattened output at its index, 16-byte loads and stores, the fused ops of ptxops. Its PTX
+-- module (kiln.ptxmodule) compiles by ptxas alone, so a JIT of pointwise specs need not load
+-- NVRTC. Takes inputs of the output's shape (row-major), single fp32 values, scalars and
+-- constants, fp32/fp16/bf16 tensors (fp8 outputs from sm_89); anything else keeps the CUDA
+-- form, as does KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
+local dtypes = require "kiln.dtypes"
+local shape = require "kiln.shape"
+local ptx = require "kiln.ptx"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
+local ptxops = require "kiln.engines.ptxops"
+
+local M = {}
+
+local IN, OPS = rowptx.IN, ptxops.OPS
+local FP8 = { fp8_e4m3 = true, fp8_e5m2 = true }
+
+-- How input t reaches the kernel: "full" (a vector of the output's shape), "one" (a single
+-- fp32 value), "value" (a scalar or a constant), or nil and why not.
+local function input_kind(t, space, vec)
+  if t.role == "constant" or t.role == "scalar" then return "value" end
+  if not IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
+  if pw.access(t, space, vec) == "full" then
+    if (vec * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "vectors narrower than a word" end
+    return "full"
+  end
+  if rowptx.one_value(t) and t.dtype == "fp32" then return "one" end
+  return nil, t.name .. " is broadcast"
+end
+
+-- Whether this form takes the group (pointwise.lua's plan: vec elements a thread over `space`):
+-- true, or nil and why not.
+function M.accepts(group, g, vec, space, target)
+  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  if vec < 2 then return nil, "one element a thread" end
+  for _, d in ipairs(space) do
+    if type(d) ~= "number" and not tostring(d):match("^[%a_][%w_]*$") then return nil, "dim " .. tostring(d) end
+  end
+  for _, node in ipairs(group.nodes) do
+    if node.def.special or not OPS[node.def.name] then return nil, "op " .. node.op .. " has no PTX form here" end
+  end
+  for _, uid in ipairs(group.inputs) do
+    local ok, why = input_kind(g.by_uid[uid], space, vec)
+    if not ok then return nil, why end
+  end
+  local read_later = pw.read_set(group.nodes)
+  for _, node in ipairs(group.nodes) do
+    for _, uid in pairs(node.outputs) do
+      local t = g.by_uid[uid]
+      if read_later[uid] and t.dtype ~= "fp32" and not IN[t.dtype] then return nil, "a " .. t.dtype .. " value read again" end
+    end
+  end
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    if FP8[t.dtype] then
+      if target.sm < 89 then return nil, "fp8 outputs before sm_89" end
+      if read_later[uid] then return nil, "an fp8 value read again" end
+    elseif not IN[t.dtype] then
+      return nil, "output " .. t.name .. " is " .. t.dtype
+    end
+    if (vec * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "output vectors narrower than a word" end
+  end
+  return true
+end
+
+-- The kernel body into K (rowgen.kernel): the thread's first element, past the end nothing,
+-- else its inputs' vectors, the nodes per element, the outputs' vectors.
+function M.emit(K, group, g, vec, block, space)
+  rowgen.pdl_entry(K)
+  local P = ptx.new()
+  local function def(t, ...) return P:def(t, ...) end
+  local tid = def("b32", "mov.u32 %s, %%tid.x;")
+  local cta = def("b32", "mov.u32 %s, %%ctaid.x;")
+  local thread = def("b64", "add.s64 %s, %s, %s;", def("b64", "mul.wide.u32 %s, %s, %d;", cta, block),
+    def("b64", "cvt.u64.u32 %s, %s;", tid))
+  local first = def("b64", "mul.lo.s64 %s, %s, %d;", thread, vec)
+  -- the element count: the constant part times each dynamic dim
+  local names, const = shape.product(space)
+  local n = def("b64", "mov.b64 %s, %d;", const)
+  for _, name in ipairs(names) do
+    K:note_dyn({ name })
+    n = def("b64", "mul.lo.s64 %s, %s, %s;", n, P:input("l", string.format("(kiln_i64)(dim_%s)", name)))
+  end
+  local DONE = P:label()
+  P:put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", first, n), DONE)
+  -- the address of the thread's vector of tensor uid
+  local function at(uid, writable)
+    local size = dtypes.size(g.by_uid[uid].dtype)
+    K:need_align(uid, math.min(16, vec * size))
+    local base = P:global(P:input("l", K:ptr(uid, writable)))
+    return def("b64", "mad.lo.s64 %s, %s, %d, %s;", first, size, base), size
+  end
+  local value = {}  -- value[j][uid]: element j's fp32 register
+  for j = 0, vec - 1 do value[j] = {} end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    local kind = input_kind(t, space, vec)
+    local v
+    if kind == "value" then
+      v = t.role == "constant" and ptx.f32(t.value) or P:input("f", K:scalar(uid))
+    elseif kind == "one" then
+      v = def("b32", "ld.global.nc.b32 %s, [%s];", P:global(P:input("l", K:ptr(uid))))
+    end
+    if v then
+      for j = 0, vec - 1 do value[j][uid] = v end
+    else
+      local addr, size = at(uid)
+      local read = P:reader(P:load("global.nc", addr, 0, vec * size), t.dtype)
+      for j = 0, vec - 1 do value[j][uid] = read(j) end
+    end
+  end
+  -- the nodes, element by element; a narrow value read again rounded to its dtype
+  local read_later = pw.read_set(group.nodes)
+  for j = 0, vec - 1 do
+    local val = value[j]
+    for _, node in ipairs(group.nodes) do
+      local args = {}
+      for i, p in ipairs(node.def.input_ports) do args[i] = val[node.inputs[p.name]] or ptx.f32(0) end
+      local out = node.outputs.OUT_0 or select(2, next(node.outputs))
+      local v = OPS[node.def.name](P, args[1], args[2], node.attrs or {})
+      local t = g.by_uid[out]
+      if t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
+      val[out] = v
+    end
+  end
+  for _, uid in ipairs(group.outputs) do
+    local vals = {}
+    for j = 0, vec - 1 do vals[j + 1] = value[j][uid] end
+    P:store("global", at(uid, true), 0, P:pack(vals, g.by_uid[uid].dtype))
+  end
+  P:at(DONE)
+  K:asm(P)
+end
+
+return M

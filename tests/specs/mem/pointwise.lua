@@ -1,0 +1,34 @@
+-- The pointwise kernels with their bodies in PTX (pointwise_ptx.lua): every op with a PTX form,
+-- fp32/fp16/bf16 tensors mixed, a runtime scalar, constants, a single fp32 value, casts, an fp8
+-- output, several outputs, a narrow value read again; and one the PTX form declines (a
+-- broadcast row), which keeps the CUDA form.
+local k = require "kiln"
+local dims = { T = k.dynamic, H = { 1000, 4096 } }
+return {
+  k.graph "pw_ops_bf16" {
+    dims = dims, dtype = "bf16",
+    inputs = { a = { "T", "H" }, b = { "T", "H" }, s = { scalar = true, dtype = "fp32" } },
+    body = function(g, a, b, s)
+      local t = g:max(a, b) - g:min(a, b) * s
+      return { y = g:sigmoid(t) + g:exp(g:neg(g:abs(b))) / (g:abs(a) + 1.5), z = g:swish(t) }
+    end,
+  },
+  k.graph "pw_mixed" {
+    dims = dims, dtype = "fp16",
+    inputs = { x = { "T", "H", dtype = "fp32" }, r = { "T", "H" }, c = { 1, 1, dtype = "fp32" } },
+    body = function(g, x, r, c)
+      local h = g:cast(x * c + r, "bf16")
+      return { h = h, y = g:cast(h * 0.5 - r, "fp32") }
+    end,
+  },
+  k.graph "pw_fp8" {
+    dims = dims, dtype = "bf16",
+    inputs = { x = { "T", "H" }, s = { scalar = true, dtype = "fp32" } },
+    body = function(g, x, s) return { q = g:cast(x * s, "fp8_e4m3") } end,
+  },
+  k.graph "pw_row_broadcast" {
+    dims = dims, dtype = "bf16",
+    inputs = { x = { "T", "H" }, bias = { "H" } },
+    body = function(g, x, bias) return { y = g:swish(x + bias) } end,
+  },
+}
