@@ -298,6 +298,16 @@ int kiln_nvrtc_probe(char *path, size_t pathsz, char *version, size_t versionsz,
   return kiln_err_set(e, "E_NVRTC", "NVRTC not found on disk (looked in %s)", looked);
 }
 
+int kiln_nvrtc_probe_dir(char *dir, size_t n) {
+  char version[32];
+  kiln_err ignored;
+  if (kiln_nvrtc_probe(dir, n, version, sizeof version, &ignored) != 0) return -1;
+  char *slash = strrchr(dir, '/');
+  if (!slash) return -1;
+  *slash = '\0';
+  return 0;
+}
+
 int kiln_nvrtc_arch_valid(const char *arch) {
   if (!arch) return 0;
   const char *p;

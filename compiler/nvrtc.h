@@ -33,6 +33,10 @@ int kiln_nvrtc_supported_archs(const kiln_nvrtc *nv, int *archs, int max);
  * (E_NVRTC) when no candidate file exists. */
 int kiln_nvrtc_probe(char *path, size_t pathsz, char *version, size_t versionsz, kiln_err *e);
 
+/* The directory of the NVRTC kiln_nvrtc_probe finds (its toolkit holds ptxas and nvJitLink):
+ * 0, or -1 when there is none. */
+int kiln_nvrtc_probe_dir(char *dir, size_t n);
+
 /* 1 if arch is "sm_NN" or "sm_NNa" (2 or 3 digits), else 0. */
 int kiln_nvrtc_arch_valid(const char *arch);
 

@@ -57,13 +57,9 @@ static int load_symbols(kiln_ptxas *p, const char **missing) {
 }
 
 int kiln_ptxas_probe(char *path, size_t pathsz) {
-  char nvrtc[PATH_MAX], version[32];
-  kiln_err ignored;
+  char nvrtc[PATH_MAX];
   if (pathsz) path[0] = '\0';
-  if (kiln_nvrtc_probe(nvrtc, sizeof nvrtc, version, sizeof version, &ignored) != 0) return -1;
-  char *slash = strrchr(nvrtc, '/');
-  if (!slash) return -1;
-  *slash = '\0';
+  if (kiln_nvrtc_probe_dir(nvrtc, sizeof nvrtc) != 0) return -1;
   const char *names[] = {"libnvJitLink.so.13", "libnvJitLink.so"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     char cand[PATH_MAX];

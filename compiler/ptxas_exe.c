@@ -34,13 +34,9 @@ int kiln_ptxas_exe_find(const char *nvrtc_dir, char *path, size_t pathsz) {
 }
 
 int kiln_ptxas_exe_probe(char *path, size_t pathsz) {
-  char nvrtc[PATH_MAX], version[32];
-  kiln_err ignored;
+  char nvrtc[PATH_MAX];
   if (pathsz) path[0] = '\0';
-  if (kiln_nvrtc_probe(nvrtc, sizeof nvrtc, version, sizeof version, &ignored) != 0) return -1;
-  char *slash = strrchr(nvrtc, '/');
-  if (!slash) return -1;
-  *slash = '\0';
+  if (kiln_nvrtc_probe_dir(nvrtc, sizeof nvrtc) != 0) return -1;
   return kiln_ptxas_exe_find(nvrtc, path, pathsz);
 }
 

@@ -15,8 +15,7 @@ local ptxops = require "kiln.engines.ptxops"
 
 local M = {}
 
-local IN, OPS = rowptx.IN, ptxops.OPS
-local FP8 = { fp8_e4m3 = true, fp8_e5m2 = true }
+local IN = ptxops.IN
 
 -- How input t reaches the kernel: "full" (a vector of the output's shape), "one" (a single
 -- fp32 value), "value" (a scalar or a constant), or nil and why not.
@@ -39,29 +38,18 @@ function M.accepts(group, g, vec, space, target)
   for _, d in ipairs(space) do
     if type(d) ~= "number" and not tostring(d):match("^[%a_][%w_]*$") then return nil, "dim " .. tostring(d) end
   end
-  for _, node in ipairs(group.nodes) do
-    if node.def.special or not OPS[node.def.name] then return nil, "op " .. node.op .. " has no PTX form here" end
-  end
+  local bad = ptxops.op_declines(group.nodes)
+  if bad then return nil, bad end
   for _, uid in ipairs(group.inputs) do
     local ok, why = input_kind(g.by_uid[uid], space, vec)
     if not ok then return nil, why end
   end
   local read_later = pw.read_set(group.nodes)
-  for _, node in ipairs(group.nodes) do
-    for _, uid in pairs(node.outputs) do
-      local t = g.by_uid[uid]
-      if read_later[uid] and t.dtype ~= "fp32" and not IN[t.dtype] then return nil, "a " .. t.dtype .. " value read again" end
-    end
-  end
+  bad = ptxops.read_again_declines(group.nodes, g, read_later)
+  if bad then return nil, bad end
   for _, uid in ipairs(group.outputs) do
-    local t = g.by_uid[uid]
-    if FP8[t.dtype] then
-      if target.sm < 89 then return nil, "fp8 outputs before sm_89" end
-      if read_later[uid] then return nil, "an fp8 value read again" end
-    elseif not IN[t.dtype] then
-      return nil, "output " .. t.name .. " is " .. t.dtype
-    end
-    if (vec * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "output vectors narrower than a word" end
+    bad = ptxops.output_declines(g.by_uid[uid], vec, read_later, target)
+    if bad then return nil, bad end
   end
   return true
 end
@@ -112,20 +100,9 @@ function M.emit(K, group, g, vec, block, space)
       for j = 0, vec - 1 do value[j][uid] = read(j) end
     end
   end
-  -- the nodes, element by element; a narrow value read again rounded to its dtype
+  -- the nodes, element by element
   local read_later = pw.read_set(group.nodes)
-  for j = 0, vec - 1 do
-    local val = value[j]
-    for _, node in ipairs(group.nodes) do
-      local args = {}
-      for i, p in ipairs(node.def.input_ports) do args[i] = val[node.inputs[p.name]] or ptx.f32(0) end
-      local out = node.outputs.OUT_0 or select(2, next(node.outputs))
-      local v = OPS[node.def.name](P, args[1], args[2], node.attrs or {})
-      local t = g.by_uid[out]
-      if t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
-      val[out] = v
-    end
-  end
+  for j = 0, vec - 1 do ptxops.run_nodes(P, group.nodes, value[j], g, read_later) end
   for _, uid in ipairs(group.outputs) do
     local vals = {}
     for j = 0, vec - 1 do vals[j + 1] = value[j][uid] end

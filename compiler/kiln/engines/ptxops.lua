@@ -2,9 +2,14 @@
 -- their bodies in PTX (rowfwd_ptx: the forward norms' prologues and epilogues; pointwise_ptx:
 -- the pointwise kernels): add, sub, mul, div, max, min, neg, abs, identity (casts),
 -- add_square, exp, sigmoid, swish. An op without a form here keeps its kernel's CUDA form.
+local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
 
 local M = {}
+
+-- The tensor dtypes these forms read and round to (fp8 only written, from sm_89).
+M.IN = { fp32 = true, fp16 = true, bf16 = true }
+local FP8 = { fp8_e4m3 = true, fp8_e5m2 = true }
 
 -- The fused ops' PTX: op name -> function(P, a, b) giving the result's register, with the
 -- rounding of the CUDA form (IEEE division; a + b * b contracted to one fma, as NVVM does).
@@ -46,5 +51,53 @@ M.OPS = {
   identity = function(_, a) return a end,
   add_square = function(P, a, b) return P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", b, b, a) end,
 }
+
+
+-- Why an element output t, written in vectors of v, is beyond these forms (nil when it is not):
+-- `read_later` as pwexpr.read_set.
+function M.output_declines(t, v, read_later, target)
+  if FP8[t.dtype] then
+    if target.sm < 89 then return "fp8 outputs before sm_89" end
+    if read_later[t.uid] then return "an fp8 value read again" end
+  elseif not M.IN[t.dtype] then
+    return "output " .. t.name .. " is " .. t.dtype
+  end
+  if (v * dtypes.size(t.dtype)) % 4 ~= 0 then return "output vectors narrower than a word" end
+  return nil
+end
+
+-- Why a node of the list has no PTX form here (nil when each has one).
+function M.op_declines(nodes)
+  for _, node in ipairs(nodes) do
+    if node.def.special or not M.OPS[node.def.name] then return "op " .. node.op .. " has no PTX form here" end
+  end
+  return nil
+end
+
+-- Why the nodes' values read again cannot round to their dtypes in registers (nil when they can).
+function M.read_again_declines(nodes, g, read_later)
+  for _, node in ipairs(nodes) do
+    for _, uid in pairs(node.outputs) do
+      local t = g.by_uid[uid]
+      if read_later[uid] and t.dtype ~= "fp32" and not M.IN[t.dtype] then return "a " .. t.dtype .. " value read again" end
+    end
+  end
+  return nil
+end
+
+-- The nodes' values into `value` (registers by uid) by P, a 16-bit value read again rounded to
+-- its dtype; recip[uid], where given, makes a division by uid a multiply by it.
+function M.run_nodes(P, nodes, value, g, read_later, recip)
+  for _, node in ipairs(nodes) do
+    local args = {}
+    for i, p in ipairs(node.def.input_ports) do args[i] = value[node.inputs[p.name]] or ptx.f32(0) end
+    local out = node.outputs.OUT_0 or select(2, next(node.outputs))
+    local r = recip and node.def.name == "div" and recip[node.inputs.b]
+    local v = r and P:def("b32", "mul.f32 %s, %s, %s;", args[1], r) or M.OPS[node.def.name](P, args[1], args[2], node.attrs or {})
+    local t = g.by_uid[out]
+    if t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
+    value[out] = v
+  end
+end
 
 return M

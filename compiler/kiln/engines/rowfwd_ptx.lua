@@ -6,7 +6,6 @@
 -- outputs, and per-row reductions of epilogue values with per-row ops on their results.
 -- NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda keeps the
 -- CUDA form (for measuring; rowgen.ptx_wanted).
-local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
@@ -15,9 +14,6 @@ local ptxops = require "kiln.engines.ptxops"
 
 local M = {}
 
-local IN = rowptx.IN
-local OPS = ptxops.OPS
-local FP8 = { fp8_e4m3 = true, fp8_e5m2 = true }
 
 -- Per-row reductions (lower.lua's rowred) by mode: the start value, the combine `op` (also
 -- the in-place update of acc by an element, of |x| with `abs`, of x * x with `sq`), what a lane
@@ -51,21 +47,15 @@ function M.accepts(info, group, g, target)
   if why then return nil, why end
   local read_later = pw.read_set(group.nodes)
   for _, list in ipairs({ group.prologue or {}, group.epilogue or {}, group.rowpw or {} }) do
-    for _, node in ipairs(list) do
-      if not OPS[node.def.name] then return nil, "op " .. node.op .. " has no PTX form here" end
-    end
+    local bad = ptxops.op_declines(list)
+    if bad then return nil, bad end
   end
   for _, uid in ipairs(group.outputs) do
     local t = g.by_uid[uid]
     local kind = info.out_kind[uid]
     if kind == "elem" then
-      if FP8[t.dtype] then
-        if target.sm < 89 then return nil, "fp8 outputs before sm_89" end
-        if read_later[uid] then return nil, "an fp8 value read again" end
-      elseif not IN[t.dtype] then
-        return nil, "output " .. t.name .. " is " .. t.dtype
-      end
-      if (L.V * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "output vectors narrower than a word" end
+      local bad = ptxops.output_declines(t, L.V, read_later, target)
+      if bad then return nil, bad end
     elseif kind == "row" then
       local bad = rowptx.row_output_declines(t)
       if bad then return nil, bad end
@@ -74,12 +64,8 @@ function M.accepts(info, group, g, target)
     end
   end
   -- values computed inside the kernel and read again: their dtypes round in registers
-  for _, node in ipairs(group.nodes) do
-    for _, uid in pairs(node.outputs) do
-      local t = g.by_uid[uid]
-      if read_later[uid] and t.dtype ~= "fp32" and not IN[t.dtype] then return nil, "a " .. t.dtype .. " value read again" end
-    end
-  end
+  local bad = ptxops.read_again_declines(group.nodes, g, read_later)
+  if bad then return nil, bad end
   return true
 end
 
@@ -105,20 +91,8 @@ function M.emit(K, info, group, g, target, amax_out)
   local P, put, def, base = R.P, R.put, R.def, R.base
   local tid, gptr = R.tid, R.gptr
   local sources, vectors, masked, reread, allreduce = R.sources, R.vectors, R.masked, R.reread, R.allreduce
-  -- the nodes' values into `value` (element j), a 16-bit value read again rounded to its dtype
   local recip = {}  -- per-row divisors' reciprocals (rowgen.row_divisors)
-  local function run_nodes(nodes, value)
-    for _, node in ipairs(nodes) do
-      local args = {}
-      for i, p in ipairs(node.def.input_ports) do args[i] = value[node.inputs[p.name]] or ptx.f32(0) end
-      local out = node.outputs.OUT_0 or select(2, next(node.outputs))
-      local r = node.def.name == "div" and recip[node.inputs.b]
-      local v = r and def("b32", "mul.f32 %s, %s, %s;", args[1], r) or OPS[node.def.name](P, args[1], args[2], node.attrs or {})
-      local t = g.by_uid[out]
-      if t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
-      value[out] = v
-    end
-  end
+  local function run_nodes(nodes, value) ptxops.run_nodes(P, nodes, value, g, read_later, recip) end
   local function element_outputs(nodes)
     local list = {}
     for _, n in ipairs(nodes) do

@@ -10,7 +10,7 @@ local rowgen = require "kiln.engines.rowgen"
 
 local M = {}
 
-M.IN = { fp32 = true, fp16 = true, bf16 = true }
+M.IN = require("kiln.engines.ptxops").IN
 
 -- A tensor of one value in all.
 function M.one_value(t)
