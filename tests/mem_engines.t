@@ -107,12 +107,12 @@ run_kiln pack inspect "$TMP/reduce.kpack"
 expect_out "workspace: min\(T\*262144, SMS\*2097152/32\) \+ 262144 bytes" \
   "32 tiles: 8 CTAs per 32 SMs, and a partial row more (fewer than 4 SMs still run one CTA)"
 # the norms' bodies in PTX (docs/INTERNALS.md): taken where the forms have everything, the
-# CUDA form elsewhere (gelu has no PTX form; fp8 outputs need sm_89) and with KILN_ROW_CODE=cuda
+# CUDA form elsewhere (fp8 outputs need sm_89) and with KILN_ROW_CODE=cuda
 run_kiln source specs/layernorm.lua
 expect_out 'asm volatile\("\{' "layernorm's body is one asm statement"
 run_kiln source tests/specs/mem/forward.lua --sm 90a
-ok "9 of the 10 forward norms of forward.lua take the PTX form on sm_90a (the ragged row too; not the gelu epilogue)" \
-  test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 9
+ok "the 10 forward norms of forward.lua take the PTX form on sm_90a (the ragged row and the GELU epilogue too)" \
+  test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 10
 ok "of the 2 at H = 65536 the rmsnorm splits its row over a cluster of CTAs (one reduction)" \
   test "$(grep -c "row held in the cluster's registers" "$OUTF")" = 1
 ok "and the layernorm (two reductions) re-reads it" test "$(grep -c 'row re-read (L2), body in PTX' "$OUTF")" = 1
@@ -142,7 +142,7 @@ expect_out "cluster" "a pack for sm_90a and sm_100a keeps the clusters"
 KILN_ROW_CLUSTER=3 run_kiln explain tests/specs/mem/wide.lua --sm 90a
 expect_err "E_USAGE.*KILN_ROW_CLUSTER=3: want 0, 1, 2, 4 or 8" "KILN_ROW_CLUSTER=3 is refused by name"
 run_kiln source tests/specs/mem/forward.lua --sm 80
-ok "7 of them on sm_80 (not the fp8 outputs either)" test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 7
+ok "8 of them on sm_80 (not the fp8 outputs)" test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 8
 run_kiln source tests/specs/mem/backward.lua --sm 90a
 ok "11 of the 12 backwards of backward.lua take the PTX form (not the split one of 5 vectors per thread re-read)" \
   test "$(grep -c 'body in PTX' "$OUTF")" = 11
@@ -179,10 +179,10 @@ KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln build $SPX specs/softmax.lua -
 ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod_jl.kpack"
 # pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by ptxas
 run_kiln source specs/swiglu.lua specs/scale_residual_cast.lua tests/specs/mem/pointwise.lua --sm 90a
-ok "the pointwise kernels take the PTX form (a broadcast row keeps the CUDA form)" \
-  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 9 &&
-           test \$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' '$OUTF') = 9 &&
-           grep -q '^// ---- pw_row_broadcast \[H=4096\] .*, sm_90a$' '$OUTF'"
+ok "the pointwise kernels take the PTX form (GELU into fp32 keeps the CUDA form)" \
+  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 11 &&
+           test \$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' '$OUTF') = 11 &&
+           grep -q '^// ---- pw_gelu_fp32 .H=4096. .*, sm_90a$' '$OUTF'"
 KILN_ROW_CODE=cuda run_kiln source specs/swiglu.lua --sm 90a
 ok "KILN_ROW_CODE=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/variants.lua --sm 90a

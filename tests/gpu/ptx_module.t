@@ -7,7 +7,7 @@
 . "$(dirname "$0")/../lib.sh"
 "$KILN" env 2>/dev/null | grep -q '^gpu_count: [1-9]' || skip_all "no CUDA device"
 python3 -c "import torch" 2>/dev/null || skip_all "no torch"
-S="specs/layernorm_bwd.lua specs/rmsnorm_bwd.lua specs/rmsnorm_residual_fp8.lua specs/layernorm.lua specs/softmax_bwd.lua specs/swiglu.lua specs/scale_residual_cast.lua"
+S="specs/layernorm_bwd.lua specs/rmsnorm_bwd.lua specs/rmsnorm_residual_fp8.lua specs/layernorm.lua specs/softmax_bwd.lua specs/swiglu.lua specs/scale_residual_cast.lua specs/bias_gelu.lua"
 "$KILN" env | grep -q '^ptx_modules: every kernel' || { echo "1..1"; echo "not ok 1 - no ptxas executable: $("$KILN" env | grep '^ptxas')"; exit 1; }
 "$KILN" build $S --set H=2048 --sm 90a -o "$TMP/ptxas.kpack" >/dev/null 2>"$ERRF" &&
   KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all KILN_CACHE_DIR="$TMP/cache_jl" "$KILN" build $S --set H=2048 --sm 90a -o "$TMP/nvjitlink.kpack" >/dev/null 2>>"$ERRF" &&

@@ -2,9 +2,9 @@
 -- same work as pointwise.lua's CUDA form: each thread the `vec` consecutive elements of the
 -- flattened output at its index, 16-byte loads and stores, the fused ops of ptxops. Its PTX
 -- module (kiln.ptxmodule) compiles by ptxas alone, so a JIT of pointwise specs need not load
--- NVRTC. Takes inputs of the output's shape (row-major), single fp32 values, scalars and
--- constants, fp32/fp16/bf16 tensors (fp8 outputs from sm_89); anything else keeps the CUDA
--- form, as does KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
+-- NVRTC. Takes inputs of the output's shape (row-major), ones repeating along its leading dims
+-- (a bias), single fp32 values, scalars and constants, fp32/fp16/bf16 tensors (fp8 outputs from
+-- sm_89); anything else keeps the CUDA form, as does KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
@@ -17,14 +17,31 @@ local M = {}
 
 local IN = ptxops.IN
 
--- How input t reaches the kernel: "full" (a vector of the output's shape), "one" (a single
--- fp32 value), "value" (a scalar or a constant), or nil and why not.
+-- The period of a row-major input broadcast over the output's leading dims (its dims past the
+-- leading 1s are the output's last ones, all constant): its element count, or nil.
+local function period(t, space)
+  local first = 1
+  while first < #t.dims and t.dims[first] == 1 do first = first + 1 end
+  local pad, n = #space - #t.dims, 1
+  for k = first, #t.dims do
+    if type(t.dims[k]) ~= "number" or t.dims[k] ~= space[k + pad] then return nil end
+    n = n * t.dims[k]
+  end
+  return shape.is_row_major(t.dims, t.strides) and n or nil
+end
+
+-- How input t reaches the kernel: "full" (a vector of the output's shape), "suffix" (a vector of
+-- a tensor repeating along the leading dims, e.g. a bias over the last: at most 65536 vectors),
+-- "one" (a single fp32 value), "value" (a scalar or a constant), or nil and why not.
 local function input_kind(t, space, vec)
   if t.role == "constant" or t.role == "scalar" then return "value" end
   if not IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
-  if pw.access(t, space, vec) == "full" then
+  local how = pw.access(t, space, vec)
+  if how == "full" or how == "row" then
     if (vec * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "vectors narrower than a word" end
-    return "full"
+    if how == "full" then return "full" end
+    local n = period(t, space)
+    if n and n % vec == 0 and n // vec <= 65536 then return "suffix", n // vec end
   end
   if rowptx.one_value(t) and t.dtype == "fp32" then return "one" end
   return nil, t.name .. " is broadcast"
@@ -38,7 +55,7 @@ function M.accepts(group, g, vec, space, target)
   for _, d in ipairs(space) do
     if type(d) ~= "number" and not tostring(d):match("^[%a_][%w_]*$") then return nil, "dim " .. tostring(d) end
   end
-  local bad = ptxops.op_declines(group.nodes)
+  local bad = ptxops.op_declines(group.nodes, g)
   if bad then return nil, bad end
   for _, uid in ipairs(group.inputs) do
     local ok, why = input_kind(g.by_uid[uid], space, vec)
@@ -74,18 +91,28 @@ function M.emit(K, group, g, vec, block, space)
   end
   local DONE = P:label()
   P:put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", first, n), DONE)
-  -- the address of the thread's vector of tensor uid
-  local function at(uid, writable)
+  -- the address of the thread's vector of tensor uid: element `index` (b64) of it
+  local function at(uid, writable, index)
     local size = dtypes.size(g.by_uid[uid].dtype)
     K:need_align(uid, math.min(16, vec * size))
     local base = P:global(P:input("l", K:ptr(uid, writable)))
-    return def("b64", "mad.lo.s64 %s, %s, %d, %s;", first, size, base), size
+    return def("b64", "mad.lo.s64 %s, %s, %d, %s;", index or first, size, base), size
+  end
+  -- the first element of the thread's vector in a tensor of d vectors repeating: (thread mod d)
+  -- * vec, the 64-bit thread index's halves reduced apart (32-bit remainders by a constant are
+  -- multiplies; d <= 65536 keeps the sum within 32 bits)
+  local function repeated(d)
+    local lo = def("b32", "cvt.u32.u64 %s, %s;", thread)
+    local hi = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "shr.u64 %s, %s, 32;", thread))
+    local m = def("b32", "mad.lo.u32 %s, %s, %d, %s;", def("b32", "rem.u32 %s, %s, %d;", hi, d), (1 << 32) % d,
+      def("b32", "rem.u32 %s, %s, %d;", lo, d))
+    return def("b64", "mul.wide.u32 %s, %s, %d;", def("b32", "rem.u32 %s, %s, %d;", m, d), vec)
   end
   local value = {}  -- value[j][uid]: element j's fp32 register
   for j = 0, vec - 1 do value[j] = {} end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    local kind = input_kind(t, space, vec)
+    local kind, d = input_kind(t, space, vec)
     local v
     if kind == "value" then
       v = t.role == "constant" and ptx.f32(t.value) or P:input("f", K:scalar(uid))
@@ -95,7 +122,7 @@ function M.emit(K, group, g, vec, block, space)
     if v then
       for j = 0, vec - 1 do value[j][uid] = v end
     else
-      local addr, size = at(uid)
+      local addr, size = at(uid, false, kind == "suffix" and repeated(d) or nil)
       local read = P:reader(P:load("global.nc", addr, 0, vec * size), t.dtype)
       for j = 0, vec - 1 do value[j][uid] = read(j) end
     end

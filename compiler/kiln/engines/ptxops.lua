@@ -1,7 +1,8 @@
 -- kiln.engines.ptxops: the fused pointwise ops written as PTX (kiln.ptx), for the kernels with
 -- their bodies in PTX (rowfwd_ptx: the forward norms' prologues and epilogues; pointwise_ptx:
 -- the pointwise kernels): add, sub, mul, div, max, min, neg, abs, identity (casts),
--- add_square, exp, sigmoid, swish. An op without a form here keeps its kernel's CUDA form.
+-- add_square, exp, sigmoid, swish, and GELU into a 16-bit or fp8 value. An op without a form
+-- here keeps its kernel's CUDA form.
 local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
 
@@ -66,10 +67,36 @@ function M.output_declines(t, v, read_later, target)
   return nil
 end
 
+-- Ops whose PTX here holds only for a value stored in 16 bits or fewer (the CUDA form's
+-- `narrow` expressions, pwexpr): GELU as kiln_gelu_narrow computes it (templates/common/gelu.cuh:
+-- x (1 - q) or x q, q = 2^(a R(min(a, 9)) - 1) the lower tail, a = |x|).
+local GELU_R = { 7.347970410e-08, -3.615636615e-06, 7.886790991e-05, -1.015811344e-03, 8.733196184e-03,
+                 -5.426368862e-02, -4.582904875e-01, -1.151269794e+00 }
+M.NARROW_OPS = {
+  gelu = function(P, x)
+    local a = P:def("b32", "abs.f32 %s, %s;", x)
+    local c = P:def("b32", "min.f32 %s, %s, %s;", a, ptx.f32(9))
+    local r = ptx.f32(GELU_R[1])
+    for i = 2, #GELU_R do r = P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", r, c, ptx.f32(GELU_R[i])) end
+    local q = P:def("b32", "ex2.approx.ftz.f32 %s, %s;", P:def("b32", "fma.rn.f32 %s, %s, %s, 0fBF800000;", a, r))
+    local up = P:def("pred", "setp.ge.f32 %s, %s, 0f00000000;", x)
+    local s = P:def("b32", "selp.f32 %s, %s, %s, %s;", P:def("b32", "sub.f32 %s, 0f3F800000, %s;", q), q, up)
+    return P:def("b32", "mul.f32 %s, %s, %s;", x, s)
+  end,
+}
+local NARROW = require("kiln.engines.pwexpr").NARROW
+
+-- The PTX of node (its output stored in g's dtype), or nil.
+local function op_of(node, g)
+  if node.def.special then return nil end
+  local out = g.by_uid[node.outputs.OUT_0 or select(2, next(node.outputs))]
+  return M.OPS[node.def.name] or (NARROW[out.dtype] and M.NARROW_OPS[node.def.name]) or nil
+end
+
 -- Why a node of the list has no PTX form here (nil when each has one).
-function M.op_declines(nodes)
+function M.op_declines(nodes, g)
   for _, node in ipairs(nodes) do
-    if node.def.special or not M.OPS[node.def.name] then return "op " .. node.op .. " has no PTX form here" end
+    if not op_of(node, g) then return "op " .. node.op .. " has no PTX form here" end
   end
   return nil
 end
@@ -93,7 +120,7 @@ function M.run_nodes(P, nodes, value, g, read_later, recip)
     for i, p in ipairs(node.def.input_ports) do args[i] = value[node.inputs[p.name]] or ptx.f32(0) end
     local out = node.outputs.OUT_0 or select(2, next(node.outputs))
     local r = recip and node.def.name == "div" and recip[node.inputs.b]
-    local v = r and P:def("b32", "mul.f32 %s, %s, %s;", args[1], r) or M.OPS[node.def.name](P, args[1], args[2], node.attrs or {})
+    local v = r and P:def("b32", "mul.f32 %s, %s, %s;", args[1], r) or op_of(node, g)(P, args[1], args[2], node.attrs or {})
     local t = g.by_uid[out]
     if t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
     value[out] = v

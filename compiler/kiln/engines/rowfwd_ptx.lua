@@ -47,7 +47,7 @@ function M.accepts(info, group, g, target)
   if why then return nil, why end
   local read_later = pw.read_set(group.nodes)
   for _, list in ipairs({ group.prologue or {}, group.epilogue or {}, group.rowpw or {} }) do
-    local bad = ptxops.op_declines(list)
+    local bad = ptxops.op_declines(list, g)
     if bad then return nil, bad end
   end
   for _, uid in ipairs(group.outputs) do

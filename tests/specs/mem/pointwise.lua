@@ -1,7 +1,8 @@
 -- The pointwise kernels with their bodies in PTX (pointwise_ptx.lua): every op with a PTX form,
 -- fp32/fp16/bf16 tensors mixed, a runtime scalar, constants, a single fp32 value, casts, an fp8
--- output, several outputs, a narrow value read again; and one the PTX form declines (a
--- broadcast row), which keeps the CUDA form.
+-- output, several outputs, a narrow value read again, rows repeating along T (a bias, a [1, H]
+-- scale), GELU into bf16; and one the PTX form declines (GELU into fp32: erff), which keeps the
+-- CUDA form.
 local k = require "kiln"
 local dims = { T = k.dynamic, H = { 1000, 4096 } }
 return {
@@ -30,7 +31,12 @@ return {
   },
   k.graph "pw_row_broadcast" {
     dims = dims, dtype = "bf16",
-    inputs = { x = { "T", "H" }, bias = { "H" } },
-    body = function(g, x, bias) return { y = g:swish(x + bias) } end,
+    inputs = { x = { "T", "H" }, bias = { "H" }, g2 = { 1, "H", dtype = "fp32" } },
+    body = function(g, x, bias, g2) return { y = g:gelu(x + bias), z = x * g2 } end,
+  },
+  k.graph "pw_gelu_fp32" {
+    dims = dims, dtype = "fp32",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x) return { y = g:gelu(x) } end,
   },
 }
