@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 67 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 68 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -179,10 +179,13 @@ KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln build $SPX specs/softmax.lua -
 ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod_jl.kpack"
 # pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by ptxas
 run_kiln source specs/swiglu.lua specs/scale_residual_cast.lua tests/specs/mem/pointwise.lua --sm 90a
-ok "the pointwise kernels take the PTX form (GELU into fp32 keeps the CUDA form)" \
-  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 11 &&
-           test \$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' '$OUTF') = 11 &&
-           grep -q '^// ---- pw_gelu_fp32 .H=4096. .*, sm_90a$' '$OUTF'"
+ok "the pointwise kernels take the PTX form (GELU into fp32 and a repeating bias keep the CUDA form)" \
+  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 9 &&
+           test \$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' '$OUTF') = 9 &&
+           grep -q '^// ---- pw_gelu_fp32 .H=4096. .*, sm_90a$' '$OUTF' && grep -q '^// ---- pw_row_broadcast .H=4096. .*, sm_90a$' '$OUTF'"
+KILN_PW_REPEAT=ptx run_kiln source tests/specs/mem/pointwise.lua specs/bias_gelu.lua --sm 90a
+ok "KILN_PW_REPEAT=ptx: the repeating bias too (and bias_gelu)" \
+  test "$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' "$OUTF")" = 10
 KILN_ROW_CODE=cuda run_kiln source specs/swiglu.lua --sm 90a
 ok "KILN_ROW_CODE=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/variants.lua --sm 90a

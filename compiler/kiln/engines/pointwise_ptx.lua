@@ -2,9 +2,10 @@
 -- same work as pointwise.lua's CUDA form: each thread the `vec` consecutive elements of the
 -- flattened output at its index, 16-byte loads and stores, the fused ops of ptxops. Its PTX
 -- module (kiln.ptxmodule) compiles by ptxas alone, so a JIT of pointwise specs need not load
--- NVRTC. Takes inputs of the output's shape (row-major), ones repeating along its leading dims
--- (a bias), single fp32 values, scalars and constants, fp32/fp16/bf16 tensors (fp8 outputs from
--- sm_89); anything else keeps the CUDA form, as does KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
+-- NVRTC. Takes inputs of the output's shape (row-major), single fp32 values, scalars and
+-- constants (and under KILN_PW_REPEAT=ptx ones repeating along the leading dims, e.g. a bias),
+-- fp32/fp16/bf16 tensors (fp8 outputs from sm_89); anything else keeps the CUDA form, as does
+-- KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
@@ -12,6 +13,8 @@ local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
 local ptxops = require "kiln.engines.ptxops"
+local settings = require "kiln.settings"
+local errors = require "kiln.errors"
 
 local M = {}
 
@@ -30,6 +33,16 @@ local function period(t, space)
   return shape.is_row_major(t.dims, t.strides) and n or nil
 end
 
+-- Whether inputs repeating along the leading dims take this form: KILN_PW_REPEAT=ptx (build
+-- time, for measuring). With ptxas's division routine for the vector's place in the repeat,
+-- bias_gelu measured 0.951x the template form and a bias + swish 0.932x (a bias add alone
+-- 1.001x; H200, 2026-12-01); the mask and multiply below are not measured yet.
+local function repeat_wanted()
+  local v, bad = settings.choice("KILN_PW_REPEAT", { "ptx" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  return v == "ptx"
+end
+
 -- How input t reaches the kernel: "full" (a vector of the output's shape), "suffix" (a vector of
 -- a tensor repeating along the leading dims, e.g. a bias over the last: at most 65536 vectors),
 -- "one" (a single fp32 value), "value" (a scalar or a constant), or nil and why not.
@@ -41,7 +54,10 @@ local function input_kind(t, space, vec)
     if (vec * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "vectors narrower than a word" end
     if how == "full" then return "full" end
     local n = period(t, space)
-    if n and n % vec == 0 and n // vec <= 65536 then return "suffix", n // vec end
+    if n and n % vec == 0 and n // vec <= 65536 then
+      if repeat_wanted() then return "suffix", n // vec end
+      return nil, t.name .. " repeats along the leading dims (KILN_PW_REPEAT=ptx takes it)"
+    end
   end
   if rowptx.one_value(t) and t.dtype == "fp32" then return "one" end
   return nil, t.name .. " is broadcast"
@@ -99,14 +115,19 @@ function M.emit(K, group, g, vec, block, space)
     return def("b64", "mad.lo.s64 %s, %s, %d, %s;", index or first, size, base), size
   end
   -- the first element of the thread's vector in a tensor of d vectors repeating: (thread mod d)
-  -- * vec, the 64-bit thread index's halves reduced apart (32-bit remainders by a constant are
-  -- multiplies; d <= 65536 keeps the sum within 32 bits)
+  -- * vec. ptxas divides even by a constant with its reciprocal routine (a MUFU and some 20
+  -- instructions ahead of the loads), so: a mask for a power of two, else the quotient as the
+  -- high half of thread * (floor(2^64 / d) + 1) (exact for thread < 2^48, d <= 65536)
   local function repeated(d)
-    local lo = def("b32", "cvt.u32.u64 %s, %s;", thread)
-    local hi = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "shr.u64 %s, %s, 32;", thread))
-    local m = def("b32", "mad.lo.u32 %s, %s, %d, %s;", def("b32", "rem.u32 %s, %s, %d;", hi, d), (1 << 32) % d,
-      def("b32", "rem.u32 %s, %s, %d;", lo, d))
-    return def("b64", "mul.wide.u32 %s, %s, %d;", def("b32", "rem.u32 %s, %s, %d;", m, d), vec)
+    local c
+    if ptx.pow2(d) then
+      c = def("b64", "and.b64 %s, %s, %d;", thread, d - 1)
+    else
+      local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
+      local q = def("b64", "mul.hi.u64 %s, %s, 0x%016X;", thread, m)
+      c = def("b64", "sub.s64 %s, %s, %s;", thread, def("b64", "mul.lo.s64 %s, %s, %d;", q, d))
+    end
+    return def("b64", "mul.lo.s64 %s, %s, %d;", c, vec)
   end
   local value = {}  -- value[j][uid]: element j's fp32 register
   for j = 0, vec - 1 do value[j] = {} end
