@@ -1,5 +1,6 @@
 /* kiln compiler: Lua state, sandbox budgets, embedded-module loading, kiln.c primitives. */
 #include "luahost.h"
+#include "files.h"
 
 #include <errno.h>
 #include <lauxlib.h>
@@ -108,30 +109,6 @@ static int l_budget(lua_State *L) {
   return 0;
 }
 
-static int read_path(const char *path, char **data, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap + 1);
-  size_t got;
-  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap) {
-      char *nb = realloc(buf, 2 * cap + 1);
-      if (!nb) { free(buf); buf = NULL; break; }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (!buf || bad) { free(buf); return -1; }
-  buf[n] = '\0';
-  *data = buf;
-  *size = n;
-  return 0;
-}
-
 int kiln_host_read_embedded(const char *name, char **data, size_t *size) {
   const char *override = NULL, *rel = NULL;
   if (strncmp(name, "lua/", 4) == 0) override = getenv("KILN_LUA_PATH"), rel = name + 4;
@@ -139,7 +116,7 @@ int kiln_host_read_embedded(const char *name, char **data, size_t *size) {
   if (override && *override) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", override, rel);
-    if (read_path(path, data, size) == 0) return 0;
+    if (kiln_read_file(path, data, size) == 0) return 0;
   }
   for (const kiln_embedded_file *f = kiln_embedded_files; f->name; f++) {
     if (strcmp(f->name, name) != 0) continue;
@@ -208,7 +185,7 @@ static int l_read_file(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   char *data;
   size_t size;
-  if (read_path(path, &data, &size) != 0) {
+  if (kiln_read_file(path, &data, &size) != 0) {
     luaL_pushfail(L);
     lua_pushfstring(L, "%s: %s", path, strerror(errno ? errno : EIO));
     return 2;

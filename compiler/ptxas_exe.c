@@ -1,6 +1,7 @@
 /* kiln compiler: the toolkit's ptxas executable; a PTX module to a CUBIN in a child process. */
 #include "ptxas.h"
 #include "nvrtc.h"
+#include "files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,25 +39,6 @@ int kiln_ptxas_exe_probe(char *path, size_t pathsz) {
   if (pathsz) path[0] = '\0';
   if (kiln_nvrtc_probe_dir(nvrtc, sizeof nvrtc) != 0) return -1;
   return kiln_ptxas_exe_find(nvrtc, path, pathsz);
-}
-
-/* The whole of a file, NUL-terminated and malloc'ed (NULL on failure); *n its length. */
-static char *slurp(const char *path, size_t *n) {
-  *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (len >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) &&
-      fread(buf, 1, (size_t)len, f) == (size_t)len) {
-    buf[len] = '\0';
-    *n = (size_t)len;
-  } else {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  return buf;
 }
 
 static int write_all(const char *path, const char *text, size_t n) {
@@ -113,7 +95,8 @@ int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, c
                                name, exe, strerror(errno));
   }
   size_t n = 0;
-  char *text = status == 0 ? slurp(logf, &n) : NULL;
+  char *text = NULL;
+  if (status == 0 && kiln_read_file(logf, &text, &n) != 0) text = NULL;
   if (text && n == 0) {
     free(text);
     text = NULL;
@@ -125,7 +108,8 @@ int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, c
     status = kiln_err_set(e, "E_NVRTC", "ptxas failed to compile %s for %s (%s)%s%.1800s", name, arch, how,
                           text ? ":\n" : "", text ? text : "");
   } else if (status == 0) {
-    *cubin = slurp(out, size);
+    char *bytes = NULL;
+    if (kiln_read_file(out, &bytes, size) == 0) *cubin = bytes;
     if (!*cubin || *size < 4 || memcmp(*cubin, "\x7f" "ELF", 4) != 0) {
       status = kiln_err_set(e, "E_NVRTC", "%s: ptxas (%s) left no CUBIN for %s%s%.1800s", name, exe, arch,
                             text ? ":\n" : "", text ? text : "");

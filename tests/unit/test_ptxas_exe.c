@@ -7,24 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "files.h"
 #include "nvrtc.h"
 #include "ptxas.h"
 #include "tap.h"
 
+/* The whole of a file (kiln_read_file), or NULL. */
 static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = '\0';
-  fclose(f);
-  return s;
+  char *text = NULL;
+  size_t n = 0;
+  return kiln_read_file(path, &text, &n) == 0 ? text : NULL;
 }
 
 /* The kernels of a listing: each "// ---- " header line and the text after it, split in place. */
