@@ -39,13 +39,11 @@ struct kiln_nvrtc {
   nvrtc_result (*get_ptx)(nvrtc_program, char *);
   nvrtc_result (*num_supported_archs)(int *);   /* optional */
   nvrtc_result (*supported_archs)(int *);       /* optional */
-  /* ptxas for PTX modules (ptxas.h): nvJitLink, loaded by the first module that asks for it;
-   * the executable, found by the first that asks for it ("" when there is none) */
+  /* nvJitLink for PTX modules (ptxas.h), loaded by the first module that asks for it */
   pthread_mutex_t ptxas_mu;
   kiln_ptxas *ptxas;
-  int ptxas_tried, exe_tried;
+  int ptxas_tried;
   kiln_err ptxas_err;
-  char exe[PATH_MAX];
 };
 
 #define NVRTC_MAX_CANDIDATES 12
@@ -422,28 +420,16 @@ static kiln_ptxas *ptxas_of(kiln_nvrtc *nv, kiln_err *e) {
   return p;
 }
 
-/* Without a handle: the ptxas executable of the toolkit whose NVRTC is on disk, looked for once. */
+/* The ptxas executable of the toolkit whose NVRTC is on disk (the one the build chose modules
+ * for: kiln.c.ptx_compilers), looked for once a process; NULL when absent. */
 static char probed_exe[PATH_MAX];
 static void probe_exe(void) {
   if (kiln_ptxas_exe_probe(probed_exe, sizeof probed_exe) != 0) probed_exe[0] = '\0';
 }
-
-/* The ptxas executable of NVRTC's toolkit, looked for once per handle; NULL when absent. */
-static const char *exe_of(kiln_nvrtc *nv) {
-  if (!nv) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, probe_exe);
-    return probed_exe[0] ? probed_exe : NULL;
-  }
-  pthread_mutex_lock(&nv->ptxas_mu);
-  if (!nv->exe_tried) {
-    nv->exe_tried = 1;
-    char dir[PATH_MAX];
-    nvrtc_dir(nv, dir, sizeof dir);
-    if (kiln_ptxas_exe_find(dir, nv->exe, sizeof nv->exe) != 0) nv->exe[0] = '\0';
-  }
-  pthread_mutex_unlock(&nv->ptxas_mu);
-  return nv->exe[0] ? nv->exe : NULL;
+static const char *exe_path(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, probe_exe);
+  return probed_exe[0] ? probed_exe : NULL;
 }
 
 /* A PTX module (kiln.ptxmodule) to a CUBIN by ptxas, dumped as NVRTC's. Its one option says
@@ -464,10 +450,10 @@ static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, con
   char *text = NULL;
   int status;
   if (use_exe) {
-    const char *exe = exe_of(nv);
+    const char *exe = exe_path();
     if (!exe)
-      return kiln_err_set(e, "E_NVRTC", "%s: no ptxas executable in the toolkit of %s (KILN_PTXAS=nvjitlink "
-                          "compiles in-process)", base, nv ? nv->path : "the NVRTC on disk");
+      return kiln_err_set(e, "E_NVRTC", "%s: no ptxas executable in the toolkit of the NVRTC on disk "
+                          "(KILN_PTXAS=nvjitlink compiles in-process)", base);
     status = kiln_ptxas_exe_compile(exe, source, base, arch, cubin, size, &text, e);
   } else {
     kiln_ptxas *p = ptxas_of(nv, e);

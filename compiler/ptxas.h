@@ -20,10 +20,9 @@ typedef struct kiln_ptxas kiln_ptxas;
  * path, -1 when there is none (kiln then compiles the CUDA forms through NVRTC). */
 int kiln_ptxas_probe(char *path, size_t pathsz);
 
-/* The ptxas executable of the toolkit whose NVRTC lies in nvrtc_dir (lib/../bin,
- * targets/<triple>/lib/../../../bin): 0 with its real path, -1 when there is none. */
-int kiln_ptxas_exe_find(const char *nvrtc_dir, char *path, size_t pathsz);
-/* The same for the NVRTC found on disk (kiln_nvrtc_probe), without loading it. */
+/* The ptxas executable of the toolkit whose NVRTC is found on disk (kiln_nvrtc_probe; lib/../bin
+ * or targets/<triple>/lib/../../../bin), without loading NVRTC: 0 with its real path, -1 when
+ * there is none. */
 int kiln_ptxas_exe_probe(char *path, size_t pathsz);
 
 /* Compiles the PTX module (named NAME in messages) for ARCH with the ptxas executable EXE, its

@@ -16,29 +16,23 @@
 
 extern char **environ;
 
-int kiln_ptxas_exe_find(const char *nvrtc_dir, char *path, size_t pathsz) {
+int kiln_ptxas_exe_probe(char *path, size_t pathsz) {
+  char nvrtc[PATH_MAX];
   if (pathsz) path[0] = '\0';
-  if (!nvrtc_dir || !nvrtc_dir[0]) return -1;
+  if (kiln_nvrtc_probe_dir(nvrtc, sizeof nvrtc) != 0) return -1;
   /* NVRTC's toolkit: lib/ or lib64/ beside bin/ (toolkits, the PyPI wheels), or
    * targets/<triple>/lib/ three levels below it */
   const char *rel[] = {"../bin/ptxas", "../../../bin/ptxas"};
   for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
     char cand[PATH_MAX], real[PATH_MAX];
     struct stat st;
-    if (snprintf(cand, sizeof cand, "%s/%s", nvrtc_dir, rel[i]) >= (int)sizeof cand) continue;
+    if (snprintf(cand, sizeof cand, "%s/%s", nvrtc, rel[i]) >= (int)sizeof cand) continue;
     if (!realpath(cand, real) || stat(real, &st) != 0 || !S_ISREG(st.st_mode) || access(real, X_OK) != 0)
       continue;
     snprintf(path, pathsz, "%s", real);
     return 0;
   }
   return -1;
-}
-
-int kiln_ptxas_exe_probe(char *path, size_t pathsz) {
-  char nvrtc[PATH_MAX];
-  if (pathsz) path[0] = '\0';
-  if (kiln_nvrtc_probe_dir(nvrtc, sizeof nvrtc) != 0) return -1;
-  return kiln_ptxas_exe_find(nvrtc, path, pathsz);
 }
 
 static int write_all(const char *path, const char *text, size_t n) {
