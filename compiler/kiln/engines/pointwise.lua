@@ -60,6 +60,15 @@ function E.propose(group, g, target)
   return plans
 end
 
+-- The launch grid: one thread for each `vec` elements of `space`, `block` threads a CTA.
+local function grid_of(space, block, vec)
+  local names, const = shape.product(space)
+  local factors = {}
+  for _, n in ipairs(names) do factors[#factors + 1] = n end
+  factors[#factors + 1] = const
+  return { { mul = factors, div = block * vec, max = 0 }, 1, 1 }
+end
+
 -- The kernel with its body in PTX (pointwise_ptx.lua): its CUDA form is the PTX wrapped in a
 -- kernel, and where PTX modules are wanted its module compiles without NVRTC.
 local function build_ptx(plan, group, g, target, symbol, space)
@@ -67,17 +76,13 @@ local function build_ptx(plan, group, g, target, symbol, space)
   local K = rowgen.kernel(g, symbol)
   K.target = target
   pointwise_ptx.emit(K, group, g, vec, block, space)
-  local names, const = shape.product(space)
-  local factors = {}
-  for _, n in ipairs(names) do factors[#factors + 1] = n end
-  factors[#factors + 1] = const
   K.src:add(render.fill(render.template("pointwise_ptx.cuh"), {
     block = block, symbol = symbol, params = K:finish_params(), body = table.concat(K.lines, "\n"),
     what = string.format("%d elements a thread, %d threads a CTA, body in PTX", vec, block),
   }, "pointwise_ptx.cuh"))
   return rowgen.with_source({
     symbol = symbol, engine = E.id, plan_id = plan.id, options = pw.OPTIONS,
-    block = { block, 1, 1 }, grid = { { mul = factors, div = block * vec, max = 0 }, 1, 1 },
+    block = { block, 1, 1 }, grid = grid_of(space, block, vec),
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   }, K, K.src:text())
 end
@@ -164,12 +169,9 @@ function E.build(plan, group, g, target, symbol)
     vec = vec, block = block, symbol = symbol, params = table.concat(params, ", "), numel = numel,
     prologue = table.concat(prologue, "\n"), body = table.concat(body, "\n"), epilogue = table.concat(epilogue, "\n"),
   }, "pointwise.cuh"))
-  local factors = {}
-  for _, n in ipairs(names) do factors[#factors + 1] = n end
-  factors[#factors + 1] = const
   return {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = pw.OPTIONS,
-    block = { block, 1, 1 }, grid = { { mul = factors, div = block * vec, max = 0 }, 1, 1 },
+    block = { block, 1, 1 }, grid = grid_of(space, block, vec),
     smem = 0, cluster = { 1, 1, 1 }, params = manifest_params, align = align, pdl_entry = true,
   }
 end
