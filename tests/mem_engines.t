@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 68 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 69 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -121,7 +121,8 @@ ok "KILN_ROW_CLUSTER=0: both re-read the row" test "$(grep -c 'row re-read (L2),
 # wide rows (tests/specs/mem/wide.lua): the cluster's CTAs each hold a part, reductions through
 # distributed shared memory; sm_90+ only, and a pack with an older SM keeps one kernel list
 run_kiln explain tests/specs/mem/wide.lua --sm 90a
-expect_out "rmsnorm:p256n4v8r1:regs:cluster8" "rmsnorm training at H = 65536: 8 CTAs of 256 threads a row"
+expect_out "rmsnorm:p256n4v8r1:regs:occ:cluster8" "rmsnorm training at H = 65536: 8 CTAs of 256 threads a row, 8 CTAs an SM"
+expect_out "softmax_backward:p256n4v8r1:regs:cluster8$" "the softmax backward over a cluster keeps its registers"
 expect_out "softmax_backward:p256n4v8r1:regs:cluster8" "softmax backward at H = 65536 likewise"
 expect_out "log_softmax_backward:p512n4v4r1:regs:cluster8" "fp32 log_softmax backward at H = 65536: 8 CTAs of 512 threads"
 expect_out "rmsnorm:p1024n8v8r1:reread" "the rowwise fp8 norm (two reductions) re-reads its row"

@@ -60,6 +60,13 @@ E.MAX_N_FUSED = 2
 -- TB/s, rmsnorm 32768x2048 4.07 -> 4.19; layernorm (the mean) spills at 32 registers.
 E.FULL_OCCUPANCY_N = 2
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
+-- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
+-- 32 registers: more row parts in flight while others wait at the cluster barrier), unless it
+-- fuses these ops, whose code spills there (layernorm's, under KILN_ROW_CLUSTER, spills too). Measured on the H200 (2026-12-01, graph
+-- timing, bf16, 1024-16384 rows of 65536, against ptxas's 44-45 registers): rmsnorm 1.14x
+-- (3.76-3.80 TB/s), rmsnorm_train 1.10x, rmsnorm_residual 1.04-1.05x, its fp8 form 1.07x;
+-- add_rmsnorm_silu_gate 0.53x and the softmax backwards 0.51-0.56x (spilling) keep theirs.
+E.CLUSTER_OCCUPANCY_DECLINES = { exp = true, sigmoid = true, swish = true, gelu = true }
 -- The most CTAs a wide row's cluster may take (8: the portable cluster size), and its CTAs'
 -- shape: vectors a thread, most threads (measured on the H200, 2026-12-01, 4096 and 16384 rows
 -- of 65536 bf16: rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
@@ -360,6 +367,9 @@ local function analyze(group, g, cluster)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
+  if a.op == "rmsnorm" and L.CL and info.strategy == "regs" and not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
+    info.full_occupancy = 2048 // L.block
+  end
   -- KILN_ROW_MINB=N (for measuring): a one-wave kernel's CTAs per SM held to at least N, which
   -- caps its registers at 65536 / (N * block)
   local minb, bad = settings.choice("KILN_ROW_MINB", { "4", "6", "8", "10", "12", "16" })

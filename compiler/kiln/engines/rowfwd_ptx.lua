@@ -81,12 +81,7 @@ function M.emit(K, info, group, g, target, amax_out)
   if #amax == 0 then rowgen.pdl_entry(K) end  -- the plan's only kernel: pdl at entry
   -- a re-read row with exp, sigmoid or swish ops: 2 vectors a trip, not 4 (measured on the
   -- H200, 2026-12-01, add_rmsnorm_silu_gate at 4096 x 65536: level; compiles in 51 ms, not 70)
-  for _, list in ipairs({ prologue, epilogue }) do
-    for _, node in ipairs(list) do
-      local op = node.def.name
-      if op == "exp" or op == "sigmoid" or op == "swish" then info.reread_u = 2 end
-    end
-  end
+  if rowgen.fuses_any(group, { exp = true, sigmoid = true, swish = true }) then info.reread_u = 2 end
   local R = rowptx.new(K, info, g, group.inputs, made)
   local P, put, def, base = R.P, R.put, R.def, R.base
   local tid, gptr = R.tid, R.gptr

@@ -356,6 +356,16 @@ function M.cluster_setting()
   return (v == "" or v == "1") or tonumber(v)
 end
 
+-- Whether the group's prologue or epilogue has an op named in the set `ops`.
+function M.fuses_any(group, ops)
+  for _, list in ipairs({ group.prologue or {}, group.epilogue or {} }) do
+    for _, node in ipairs(list) do
+      if ops[node.def.name] then return true end
+    end
+  end
+  return false
+end
+
 -- Cache qualifiers of the PTX forms' streaming row reads and writes, KILN_ROW_HINT (read at
 -- build time). Unset: rows are read with an L2 cache policy that the kernel picks at run time,
 -- evict_last when a row input holds at least M.L2_LAST_BYTES, else evict_normal (M.l2_policy).
