@@ -34,9 +34,8 @@ local function period(t, space)
 end
 
 -- Whether inputs repeating along the leading dims take this form: KILN_PW_REPEAT=ptx (build
--- time, for measuring). With ptxas's division routine for the vector's place in the repeat,
--- bias_gelu measured 0.951x the template form and a bias + swish 0.932x (a bias add alone
--- 1.001x; H200, 2026-12-01); the mask and multiply below are not measured yet.
+-- time, for measuring). With the mask and multiply below bias_gelu measured 0.985x the template
+-- form and a bias + swish 0.98x (a bias add 1.000x; H200, 2026-12-01; docs/INTERNALS.md).
 local function repeat_wanted()
   local v, bad = settings.choice("KILN_PW_REPEAT", { "ptx" })
   if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
