@@ -62,10 +62,11 @@ E.FULL_OCCUPANCY_N = 2
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
 -- 32 registers: more row parts in flight while others wait at the cluster barrier), unless it
--- fuses these ops, whose code spills there (layernorm's, under KILN_ROW_CLUSTER, spills too). Measured on the H200 (2026-12-01, graph
--- timing, bf16, 1024-16384 rows of 65536, against ptxas's 44-45 registers): rmsnorm 1.14x
--- (3.76-3.80 TB/s), rmsnorm_train 1.10x, rmsnorm_residual 1.04-1.05x, its fp8 form 1.07x;
--- add_rmsnorm_silu_gate 0.53x and the softmax backwards 0.51-0.56x (spilling) keep theirs.
+-- fuses these ops, whose code spills there (layernorm's, under KILN_ROW_CLUSTER, spills too).
+-- Measured on the H200 (2026-12-01, graph timing, bf16, 1024-16384 rows of 65536, against
+-- ptxas's 44-45 registers): rmsnorm 1.14x (3.76-3.80 TB/s), rmsnorm_train 1.10x,
+-- rmsnorm_residual 1.04-1.05x, its fp8 form 1.07x; add_rmsnorm_silu_gate 0.53x and the softmax
+-- backwards 0.51-0.56x (spilling) keep theirs.
 E.CLUSTER_OCCUPANCY_DECLINES = { exp = true, sigmoid = true, swish = true, gelu = true }
 -- The most CTAs a wide row's cluster may take (8: the portable cluster size), and its CTAs'
 -- shape: vectors a thread, most threads (measured on the H200, 2026-12-01, 4096 and 16384 rows
