@@ -371,8 +371,108 @@ function M.emit(K, info, g, st)
       put("@%s bra %s;", more, TOP)
       P:at(END)
     end
+    if st.grid_final then M.grid_final(P, K, info, g, { cta = cta, nct = nct, tid = tid, ws = P:global(o_ws), part = stg }) end
   end
   K:asm(P)
+end
+
+-- The column sums' finalize after the partial rows (st.grid_final; a cooperative launch, every
+-- CTA resident): the CTAs meet at the driver's grid barrier, then add the G = nctaid partial
+-- rows ws[G][C] a group of 32 columns per 256 threads, in the finalize kernel's order
+-- (rowgen.finalize: 8 strided slices, the first `per` rows of a slice loaded at once, then the
+-- slices in order), so the same bits. r: the kernel's registers cta, nct, tid, ws (global) and
+-- part (shared, block * 4 bytes free).
+function M.grid_final(P, K, info, g, r)
+  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  local a, H, block = info.anchor, info.L.H, info.L.block
+  local C = #info.colsum * H
+  local per = rowgen.partials_per_slice(info.cap)
+  local outs = {}
+  for i, uid in ipairs(info.colsum) do
+    outs[i] = { g = P:global(P:input("l", K:ptr(uid, true))), dtype = g.by_uid[uid].dtype, first = (i - 1) * H }
+  end
+  -- the barrier word: the driver's grid workspace (a cooperative launch; its address's high
+  -- half in %envreg1, its low half in %envreg2), at +4.
+  -- CTA 0 adds 2^31 - (G - 1), every other CTA 1: its top bit flips once all have arrived,
+  -- and every meeting adds 2^31 in all, so the word is ready for the next launch
+  local word = def("b64", "mov.b64 %s, {%s, %s};", def("b32", "mov.u32 %s, %%envreg2;"), def("b32", "mov.u32 %s, %%envreg1;"))
+  put("bar.sync 0;")  -- the CTA's partial row is written
+  local MET, SPIN = P:label(), P:label()
+  put("@%s bra %s;", def("pred", "setp.ne.u32 %s, %s, 0;", r.tid), MET)
+  local k0 = def("b32", "mov.b32 %s, 0x80000001;")
+  local nb = def("b32", "selp.b32 %s, %s, 1, %s;", def("b32", "sub.s32 %s, %s, %s;", k0, r.nct),
+                 def("pred", "setp.eq.u32 %s, %s, 0;", r.cta))
+  put("membar.gl;")  -- the partial row before the arrival
+  local old = def("b32", "atom.add.u32 %s, [%s+4], %s;", word, nb)
+  P:at(SPIN)
+  local now = def("b32", "ld.volatile.u32 %s, [%s+4];", word)
+  local flip = def("b32", "and.b32 %s, %s, 0x80000000;", def("b32", "xor.b32 %s, %s, %s;", old, now))
+  put("@%s bra %s;", def("pred", "setp.eq.u32 %s, %s, 0;", flip), SPIN)
+  put("membar.gl;")  -- the other CTAs' rows after it
+  P:at(MET)
+  put("bar.sync 0;")
+  -- warp w of the CTA: slice w % 8 of group w / 8 of this pass; a pass takes block / 256 groups
+  local UPP, U = block // 256, (C + 31) // 32
+  local wid = def("b32", "shr.u32 %s, %s, 5;", r.tid)
+  local lane = def("b32", "and.b32 %s, %s, 31;", r.tid)
+  local hu = def("b32", "shr.u32 %s, %s, 3;", wid)
+  local sl = def("b32", "and.b32 %s, %s, 7;", wid)
+  local mine = def("b32", "mad.lo.s32 %s, %s, 4, %s;", r.tid, r.part)
+  local gb = def("b32", "mul.lo.s32 %s, %s, %d;", r.cta, UPP)  -- the pass's first group: the same in the whole CTA
+  local gstep = def("b32", "mul.lo.s32 %s, %s, %d;", r.nct, UPP)
+  local left = def("b32", "sub.s32 %s, %s, %s;", r.nct, sl)
+  local PASS, DONE = P:label(), P:label()
+  put("@%s bra.uni %s;", def("pred", "setp.ge.s32 %s, %s, %d;", gb, U), DONE)
+  P:at(PASS)
+  local col = def("b32", "mad.lo.s32 %s, %s, 32, %s;", def("b32", "add.s32 %s, %s, %s;", gb, hu), lane)
+  local inside = def("pred", "setp.lt.u32 %s, %s, %d;", col, C)
+  local acc = def("b32", "mov.b32 %s, 0f00000000;")
+  local base = def("b64", "mad.wide.u32 %s, %s, 4, %s;", col, r.ws)
+  local at = def("b64", "mad.wide.u32 %s, %s, %d, %s;", sl, C * 4, base)
+  -- written by other CTAs in this kernel: through L2 (.cg), not the read-only path
+  local v = {}
+  for i = 1, per do
+    local off = 8 * (i - 1) * C * 4
+    local addr = off < 2 ^ 31 and string.format("%s+%d", at, off) or def("b64", "add.s64 %s, %s, %d;", at, off)
+    local ok = def("pred", "setp.gt.s32 %s, %s, %d;", left, 8 * (i - 1))
+    v[i] = def("b32", "mov.b32 %s, 0f00000000;")
+    put("@%s ld.global.cg.f32 %s, [%s];", P:both(ok, inside), v[i], addr)
+  end
+  for i = 1, per do put("add.f32 %s, %s, %s;", acc, acc, v[i]) end
+  local SUMMED, MORE = P:label(), P:label()
+  put("@!%s bra %s;", inside, SUMMED)
+  local row = def("b32", "add.s32 %s, %s, %d;", sl, 8 * per)
+  P:at(MORE)
+  put("@%s bra %s;", def("pred", "setp.ge.s32 %s, %s, %s;", row, r.nct), SUMMED)
+  put("add.f32 %s, %s, %s;", acc, acc, def("b32", "ld.global.cg.f32 %s, [%s];", def("b64", "mad.wide.u32 %s, %s, %d, %s;", row, C * 4, base)))
+  put("add.s32 %s, %s, 8;", row, row)
+  put("bra %s;", MORE)
+  P:at(SUMMED)
+  put("st.shared.f32 [%s], %s;", mine, acc)
+  put("bar.sync 0;")
+  -- slice 0 adds the group's other slices in order and stores the column
+  local STORED = P:label()
+  put("@!%s bra %s;", P:both(def("pred", "setp.eq.u32 %s, %s, 0;", sl), inside), STORED)
+  for q = 1, 7 do put("add.f32 %s, %s, %s;", acc, acc, def("b32", "ld.shared.f32 %s, [%s+%d];", mine, q * 128)) end
+  for i, o in ipairs(outs) do
+    local skip = P:label()
+    local lo = def("pred", "setp.lt.u32 %s, %s, %d;", col, o.first)
+    local hi = def("pred", "setp.ge.u32 %s, %s, %d;", col, o.first + H)
+    put("@%s bra %s;", def("pred", "or.pred %s, %s, %s;", lo, hi), skip)
+    local k = def("b32", "sub.s32 %s, %s, %d;", col, o.first)
+    if o.dtype == "fp32" then
+      put("st.global.f32 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 4, %s;", k, o.g), acc)
+    else
+      local h = def("b16", (o.dtype == "bf16" and "cvt.rn.bf16.f32" or "cvt.rn.f16.f32") .. " %s, %s;", acc)
+      put("st.global.b16 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 2, %s;", k, o.g), h)
+    end
+    P:at(skip)
+  end
+  P:at(STORED)
+  put("bar.sync 0;")  -- the shared slots are read before the next pass writes them
+  put("add.s32 %s, %s, %s;", gb, gb, gstep)
+  put("@%s bra.uni %s;", def("pred", "setp.lt.s32 %s, %s, %d;", gb, U), PASS)
+  P:at(DONE)
 end
 
 return M
