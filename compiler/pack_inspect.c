@@ -120,11 +120,10 @@ int kiln_pack_inspect(const char *path, FILE *out, kiln_err *e) {
               ki.plan_id[0] ? ki.plan_id : "-");
       fprintf(out,
               "      block [%u, %u, %u]  grid [%s, %s, %s]  cluster [%u, %u, %u]  smem %u"
-              "  params %d%s%s\n",
+              "  params %d%s\n",
               ki.block[0], ki.block[1], ki.block[2], ki.grid[0], ki.grid[1], ki.grid[2],
               ki.cluster[0], ki.cluster[1], ki.cluster[2], ki.smem, ki.nparams,
-              (ki.pdl & 2) ? "  pdl-entry" : (ki.pdl & 1) ? "  pdl" : "",
-              ki.cooperative ? "  cooperative" : "");
+              (ki.pdl & 2) ? "  pdl-entry" : (ki.pdl & 1) ? "  pdl" : "");
       fputs("      images:", out);
       for (int m = 0; m < ki.nimages; m++) {
         const char *arch;

@@ -778,20 +778,11 @@ static int write_kernel(manifest *m, buf *b, json_t *k, int index, const char *c
   for (int i = 0; i < 3; i++) put_u32(b, block[i]);
   put_u32(b, (uint32_t)max_smem);
   for (int i = 0; i < 3; i++) put_u32(b, max_cluster[i]);
-  static const struct {
-    const char *key;
-    uint32_t flag;
-  } flags[] = {{"pdl", KILN_PACK_KERNEL_PDL},
-               {"pdl_entry", KILN_PACK_KERNEL_PDL_ENTRY},
-               {"cooperative", KILN_PACK_KERNEL_COOPERATIVE}};
-  uint32_t kflags = 0;
-  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-    json_t *f = json_object_get(k, flags[i].key);
-    if (f && !json_is_boolean(f))
-      return fail(m, "E_PACK", "%s: \"%s\" must be a boolean", what, flags[i].key);
-    if (json_is_true(f)) kflags |= flags[i].flag;
-  }
-  put_u32(b, kflags);
+  json_t *pdl = json_object_get(k, "pdl"), *pdl_entry = json_object_get(k, "pdl_entry");
+  if (pdl && !json_is_boolean(pdl)) return fail(m, "E_PACK", "%s: \"pdl\" must be a boolean", what);
+  if (pdl_entry && !json_is_boolean(pdl_entry))
+    return fail(m, "E_PACK", "%s: \"pdl_entry\" must be a boolean", what);
+  put_u32(b, (json_is_true(pdl) ? KILN_PACK_KERNEL_PDL : 0u) | (json_is_true(pdl_entry) ? KILN_PACK_KERNEL_PDL_ENTRY : 0u));
   json_t *grid = json_object_get(k, "grid");
   if (!json_is_array(grid) || json_array_size(grid) < 1 || json_array_size(grid) > 3)
     return fail(m, "E_PACK", "%s: \"grid\" must be an array of 1 to 3 entries", what);

@@ -34,7 +34,7 @@ static const struct {
     SYM(CtxGetDevice),      SYM(CtxGetId),           SYM(CtxPushCurrent), SYM(CtxPopCurrent),
     SYM(StreamGetCtx),      SYM(DeviceGetAttribute), SYM(ModuleLoadData), SYM(ModuleUnload),
     SYM(ModuleGetFunction), SYM(FuncSetAttribute),   SYM(LaunchKernel),   SYM(LaunchKernelEx),
-    SYM(TensorMapEncodeTiled), SYM(OccupancyMaxActiveBlocksPerMultiprocessor),
+    SYM(TensorMapEncodeTiled),
     SYM(DeviceGet),         SYM(DeviceGetCount),     SYM(DeviceGetName),  SYM(DevicePrimaryCtxRetain),
     SYM(DevicePrimaryCtxRelease), SYM(CtxSetCurrent), SYM(CtxSynchronize), SYM(MemAlloc),
     SYM(MemFree),           SYM(MemcpyHtoD),         SYM(MemcpyDtoH),     SYM(MemsetD8),

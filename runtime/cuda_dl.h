@@ -24,7 +24,6 @@ typedef struct kiln__cuda {
   CUresult (*ModuleUnload)(CUmodule);
   CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
-  CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void **, void **);
   CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);

@@ -80,7 +80,6 @@ typedef struct kiln__ctx_slot {
   unsigned *smem;            /* dynamic shared memory per kernel (of the chosen image) */
   unsigned (*cluster)[3];    /* cluster dims per kernel (of the chosen image) */
   unsigned *major;           /* SM major of the chosen image: tensor maps only from 9 on */
-  unsigned *coop_max;        /* cooperative kernels: the CTAs resident at once; else 0 */
   int64_t sms;               /* SM count the rules use in this context (kiln__context_sms) */
 } kiln__ctx_slot;
 

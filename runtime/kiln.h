@@ -192,7 +192,6 @@ typedef struct kiln_kernel_info {
   int nimages; /* one per arch */
   int pdl;     /* SM 9.0+ images: bit 0, may start while the plan's previous kernel runs; bit 1,
                   waits before touching memory, so may start while any kernel before it runs */
-  int cooperative; /* its CTAs meet at a grid barrier: launched cooperatively, all resident */
 } kiln_kernel_info;
 
 kiln_status kiln_plan_info_get(const kiln_plan *plan, kiln_plan_info *info);

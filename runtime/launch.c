@@ -13,8 +13,17 @@
 
 /* The SM count of ctx on dev: KILN_SM_COUNT when set, else the context's (a green context
  * has part of the device's), else the device's, clamped to 1..max. */
-/* The SMs the context runs on: a green context's, else the device's. */
-static kiln_status context_hw_sms(const kiln_rt *rt, CUcontext ctx, CUdevice dev, int64_t *sms) {
+static kiln_status device_sms(const kiln_rt *rt, CUcontext ctx, CUdevice dev, int64_t *sms) {
+  const char *env = getenv("KILN_SM_COUNT");
+  if (env && *env) {
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    if (*end || v < 1 || v > KILN_PACK_MAX_SMS)
+      return kiln__fail(rt, KILN_ERR_INVALID_ARG, "KILN_SM_COUNT='%s' is not an SM count in 1..%d",
+                        env, KILN_PACK_MAX_SMS);
+    *sms = v;
+    return KILN_OK;
+  }
   int n;
   CUdevResource res;
   memset(&res, 0, sizeof res);
@@ -32,21 +41,6 @@ static kiln_status context_hw_sms(const kiln_rt *rt, CUcontext ctx, CUdevice dev
   }
   *sms = n < 1 ? 1 : n > KILN_PACK_MAX_SMS ? KILN_PACK_MAX_SMS : n;
   return KILN_OK;
-}
-
-/* The SM count the grid and workspace rules use: KILN_SM_COUNT, else the context's. */
-static kiln_status device_sms(const kiln_rt *rt, CUcontext ctx, CUdevice dev, int64_t *sms) {
-  const char *env = getenv("KILN_SM_COUNT");
-  if (env && *env) {
-    char *end;
-    long long v = strtoll(env, &end, 10);
-    if (*end || v < 1 || v > KILN_PACK_MAX_SMS)
-      return kiln__fail(rt, KILN_ERR_INVALID_ARG, "KILN_SM_COUNT='%s' is not an SM count in 1..%d",
-                        env, KILN_PACK_MAX_SMS);
-    *sms = v;
-    return KILN_OK;
-  }
-  return context_hw_sms(rt, ctx, dev, sms);
 }
 
 kiln_status kiln__context_sms(const kiln_rt *rt, int64_t *sms, int *have_ctx) {
@@ -143,9 +137,8 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
       (r = kiln__cu.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                                        dev)) != CUDA_SUCCESS)
     return cuda_fail(plan, r, "cuDeviceGetAttribute(compute capability)");
-  int64_t sms, hw_sms;
+  int64_t sms;
   kiln_status st = device_sms(RT(plan), ctx, dev, &sms);
-  if (st == KILN_OK) st = context_hw_sms(RT(plan), ctx, dev, &hw_sms);
   if (st != KILN_OK) return st;
   int chosen[KILN_PACK_MAX_KERNELS];
   for (int k = 0; k < plan->nkernels; k++)
@@ -154,7 +147,7 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
 
   size_t nk = (size_t)plan->nkernels;
   kiln__ctx_slot *s =
-      calloc(1, sizeof *s + 2 * (nk ? nk : 1) * sizeof(void *) + (nk ? nk : 1) * 6 * sizeof(unsigned));
+      calloc(1, sizeof *s + 2 * (nk ? nk : 1) * sizeof(void *) + (nk ? nk : 1) * 5 * sizeof(unsigned));
   if (!s) return kiln__fail(RT(plan), KILN_ERR_NOMEM, "out of memory");
   s->ctx_id = ctx_id;
   s->ctx = ctx;
@@ -163,7 +156,6 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
   s->smem = (unsigned *)(s->functions + nk);
   s->cluster = (unsigned(*)[3])(s->smem + nk);
   s->major = s->smem + 4 * nk;
-  s->coop_max = s->smem + 5 * nk;
   s->sms = sms;
   int k = 0;
   for (; k < plan->nkernels && st == KILN_OK; k++) {
@@ -218,26 +210,6 @@ static kiln_status load_slot_locked(kiln_plan *plan, unsigned long long ctx_id,
                                        1)) != CUDA_SUCCESS) {
       st = cuda_fail(plan, r, "kernel '%s': cuFuncSetAttribute(non-portable cluster)", kn->symbol);
       break;
-    }
-    /* a grid barrier needs every CTA resident: the launch holds the grid to this many (a
-     * persistent grid sized for KILN_SM_COUNT SMs, or a device shared with other work) */
-    if (kn->flags & KILN_PACK_KERNEL_COOPERATIVE) {
-      int per_sm = 0;
-      if ((r = kiln__cu.OccupancyMaxActiveBlocksPerMultiprocessor(
-               &per_sm, fn, (int)(kn->block[0] * kn->block[1] * kn->block[2]), im->smem)) !=
-          CUDA_SUCCESS) {
-        st = cuda_fail(plan, r, "kernel '%s': cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                       kn->symbol);
-        break;
-      }
-      if (per_sm < 1) {
-        st = kiln__fail(RT(plan), KILN_ERR_CUDA,
-                        "kernel '%s' (cooperative): not one CTA fits an SM (%u threads, %u "
-                        "bytes of dynamic shared memory)",
-                        kn->symbol, kn->block[0] * kn->block[1] * kn->block[2], im->smem);
-        break;
-      }
-      s->coop_max[k] = (unsigned)(per_sm * hw_sms);
     }
     s->functions[k] = fn;
   }
@@ -333,12 +305,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
   CUtensorMap maps[KILN_PACK_MAX_TMAPS]; /* 64-byte aligned by its type */
   for (int k = 0; k < plan->nkernels; k++) {
     const kiln__kernel *kn = &plan->kernels[k];
-    unsigned g[3] = {grids[k][0], grids[k][1], grids[k][2]};
-    const unsigned coop = s->coop_max[k];
-    if (coop) { /* all CTAs resident; one at least: its outputs after the barrier */
-      if (!g[0]) g[0] = 1;
-      if (g[0] > coop) g[0] = coop;
-    }
+    const unsigned *g = grids[k];
     if (!g[0] || !g[1] || !g[2]) continue; /* empty tensors: nothing to do */
     int nmaps = 0;
     for (int p = 0; p < kn->nparams; p++) {
@@ -379,11 +346,11 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
      * waits before touching memory, so it may follow any kernel, also as the plan's first */
     const int pdl = ((k > 0 && (kn->flags & KILN_PACK_KERNEL_PDL)) || (kn->flags & KILN_PACK_KERNEL_PDL_ENTRY)) &&
                     s->major[k] >= 9;
-    if (cl[0] * cl[1] * cl[2] == 1 && !pdl && !coop) {
+    if (cl[0] * cl[1] * cl[2] == 1 && !pdl) {
       r = kiln__cu.LaunchKernel(fn, g[0], g[1], g[2], kn->block[0], kn->block[1], kn->block[2],
                                 s->smem[k], stream, args, NULL);
     } else {
-      CUlaunchAttribute attr[3];
+      CUlaunchAttribute attr[2];
       unsigned nattr = 0;
       memset(attr, 0, sizeof attr);
       if (cl[0] * cl[1] * cl[2] > 1) {
@@ -396,11 +363,6 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       if (pdl) {
         attr[nattr].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr[nattr].value.programmaticStreamSerializationAllowed = 1;
-        nattr++;
-      }
-      if (coop) {
-        attr[nattr].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-        attr[nattr].value.cooperative = 1;
         nattr++;
       }
       CUlaunchConfig cfg;

@@ -37,11 +37,7 @@
  *           kernel still runs, on SM 9.0+ images; it waits with griddepcontrol.wait before it
  *           reads what that kernel writes. KILN_PACK_KERNEL_PDL_ENTRY: it waits before it
  *           touches memory at all, so it may start while whatever precedes it on the stream
- *           runs, also as the plan's first kernel. KILN_PACK_KERNEL_COOPERATIVE: its CTAs
- *           meet at a grid barrier, so it is launched cooperatively (every CTA resident at
- *           once; the grid's x axis held to what the device holds at once) and with one CTA
- *           at least when its rule gives none (its work after the barrier has outputs that
- *           no row count leaves unwritten); other bits zero),
+ *           runs, also as the plan's first kernel; other bits zero),
  *           3 x grid: (str text, i64 div, i64 max, i64 add, i64 sm_mul, i64 sm_div, u8 nfactor,
  *                     nfactor x i64 ref)
  *                     axis size = ceil(product of factors / div), clamped to max if > 0 and,
@@ -75,9 +71,7 @@
 /* Kernel flags. */
 #define KILN_PACK_KERNEL_PDL 1u
 #define KILN_PACK_KERNEL_PDL_ENTRY 2u
-#define KILN_PACK_KERNEL_COOPERATIVE 4u
-#define KILN_PACK_KERNEL_FLAGS \
-  (KILN_PACK_KERNEL_PDL | KILN_PACK_KERNEL_PDL_ENTRY | KILN_PACK_KERNEL_COOPERATIVE)
+#define KILN_PACK_KERNEL_FLAGS (KILN_PACK_KERNEL_PDL | KILN_PACK_KERNEL_PDL_ENTRY)
 #define KILN_PACK_HEADER_SIZE 96u
 #define KILN_PACK_CHECKSUM_FROM 32u
 #define KILN_PACK_IMAGE_ALIGN 64u

@@ -205,7 +205,6 @@ kiln_status kiln_plan_kernel(const kiln_plan *plan, int index, kiln_kernel_info 
   info->nparams = k->nparams;
   info->nimages = k->nimages;
   info->pdl = ((k->flags & KILN_PACK_KERNEL_PDL) ? 1 : 0) | ((k->flags & KILN_PACK_KERNEL_PDL_ENTRY) ? 2 : 0);
-  info->cooperative = (k->flags & KILN_PACK_KERNEL_COOPERATIVE) ? 1 : 0;
   return KILN_OK;
 }
 

@@ -377,9 +377,8 @@ local function analyze(group, g, cluster)
   if not minb then return fail("%s", bad) end
   if minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
   info.L = L
-  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
-    info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "",
-    info.staged and info.staged.grid_final and ":gridfinal" or "")
+  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
+    info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "")
   return info
 end
 
@@ -454,7 +453,6 @@ local function build_staged(plan, group, g, symbol, K)
   local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA (persistent), %d vector%s of %d per thread, " ..
     "dy and x staged by cp.async in %d stages, column sums in registers%s", info.anchor.op, L.P, L.P == 1 and "" or "s", L.H,
     L.RPC, L.RPC == 1 and "" or "s", L.N, L.N == 1 and "" or "s", L.V, info.staged.S, info.staged.ptx and ", body in PTX" or "")
-  if info.staged.grid_final then what = what .. ", the partial rows added behind a grid barrier (cooperative launch)" end
   local CL = L.CL or 1
   if CL > 1 then
     what = what .. string.format(", a cluster of %d CTAs per row (%d columns each)", CL, L.HC)
@@ -472,11 +470,6 @@ local function build_staged(plan, group, g, symbol, K)
     smem = info.smem, cluster = { CL, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   }, K, K.src:text(), info.per_sm) }
   if ncols == 0 then return { kernels = kernels } end
-  if info.staged.grid_final then
-    -- its own finalize (rowbwd_ptx.lua): every CTA resident at once, one at least for no rows
-    kernels[1].cooperative = true
-    return { kernels = kernels, workspace = rowgen.partials_workspace(info.row_factors, info.cap, ncols) }
-  end
   local workspace
   kernels[2], workspace = colsum_finalize(plan, g, symbol, K.target)
   return { kernels = kernels, workspace = workspace }

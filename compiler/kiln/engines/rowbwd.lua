@@ -11,7 +11,6 @@ local errors = require "kiln.errors"
 local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
-local settings = require "kiln.settings"
 local rowgen = require "kiln.engines.rowgen"
 local rowbwd_ptx = require "kiln.engines.rowbwd_ptx"
 local sms = require "kiln.engines.sms"
@@ -92,23 +91,7 @@ function M.plan(info, group, g, L, SMEM_MAX, MIN_ROWS, mode)
               grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
   -- the body in PTX (rowbwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
   if rowgen.ptx_wanted() then st.ptx, st.why_cuda = rowbwd_ptx.accepts(info, g, L, st) end
-  if st.ptx then st.grid_final = M.grid_final(info, g, L) end
   return st
-end
-
--- Whether the PTX form adds the column sums' partial rows itself, behind a grid barrier (a
--- cooperative launch: rowbwd_ptx.lua), instead of a finalize kernel: one CTA a row (no
--- cluster), whole 256-thread groups for the finalize's 8 slices of 32 columns, outputs of
--- fp32/fp16/bf16. KILN_BWD_FINAL=kernel (build time) keeps the finalize kernel.
-function M.grid_final(info, g, L)
-  local v, bad = settings.choice("KILN_BWD_FINAL", { "grid", "kernel" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  if v == "kernel" or #info.colsum == 0 or (L.CL or 1) > 1 or L.block % 256 ~= 0 then return false end
-  for _, uid in ipairs(info.colsum) do
-    local dt = g.by_uid[uid].dtype
-    if dt ~= "fp32" and dt ~= "fp16" and dt ~= "bf16" then return false end
-  end
-  return true
 end
 
 -- The kernel body (lines into K) for analyze's info with the plan from M.plan.
