@@ -3,7 +3,7 @@
 # plan introspection, typed errors.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "python3 not installed"
-plan 1
+plan 2
 if python3 - <<'PY' > "$OUTF" 2>&1; then pass "python binding: build, introspect, errors"; else fail "python binding"; sed 's/^/# /' "$OUTF"; fi
 import sys
 sys.path.insert(0, "python")
@@ -29,4 +29,13 @@ except kiln.KilnError as e:
     assert "E_SHAPE" in str(e), e
 print("ok")
 PY
+# the ctypes mirrors of kiln.h's info structs: the library writes sizeof(the C struct) bytes
+if printf '#include "kiln.h"\n#include <stdio.h>\nint main(void) { printf("%%zu %%zu %%zu %%zu\\n", sizeof(kiln_pack_info), sizeof(kiln_plan_info), sizeof(kiln_tensor_info), sizeof(kiln_kernel_info)); return 0; }\n' |
+   cc -std=c11 -I runtime -x c - -o "$TMP/sizes" 2>"$ERRF"; then
+  c=$("$TMP/sizes")
+  py=$(python3 -c 'import sys, ctypes; sys.path.insert(0, "python"); import kiln; print(*(ctypes.sizeof(getattr(kiln, n)) for n in ("_PackInfo", "_PlanInfo", "_TensorInfo", "_KernelInfo")))' 2>&1)
+  [ "$c" = "$py" ] && pass "the ctypes info structs have kiln.h's sizes ($c)" || fail "ctypes struct sizes $py, kiln.h's $c"
+else
+  fail "compile the struct size probe"; sed 's/^/# /' "$ERRF"
+fi
 done_testing

@@ -75,7 +75,7 @@ class _KernelInfo(ctypes.Structure):
                 ("plan_id", ctypes.c_char_p), ("block", ctypes.c_uint * 3),
                 ("cluster", ctypes.c_uint * 3), ("smem", ctypes.c_uint),
                 ("grid", ctypes.c_char_p * 3), ("nparams", ctypes.c_int),
-                ("nimages", ctypes.c_int)]
+                ("nimages", ctypes.c_int), ("pdl", ctypes.c_int)]
 
 
 TensorInfo = namedtuple("TensorInfo", "index uid name dtype role dims strides align value")

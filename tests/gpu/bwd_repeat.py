@@ -91,6 +91,16 @@ def check(pack, graph, H, T, gen):
     ok(bad == 0, "%s: %d graph replays of 4 launches give the first launch's bits (%d differ)" % (what, LAUNCHES // 4, bad))
 
 
+def no_rows(pack, graph, H):
+    """T = 0: no dx, and column sums of zero (the finalize adds no partial rows)."""
+    plan = pack.plan(graph, "H=%d" % H)
+    ins, _ = inputs(graph, 0, H, None)
+    o = outs(graph, 0, H)
+    plan(**ins, **o)
+    torch.cuda.synchronize()
+    ok(all(bool((s == 0).all()) for s in sums(o)), "%s H=%d T=0: the column sums are zeros" % (graph, H))
+
+
 def main():
     gen = torch.Generator(device="cuda")
     gen.manual_seed(4321)
@@ -102,6 +112,8 @@ def main():
             for H, T in ((4096, 4096), (2048, 1031), (8192, 5), (65536, 257)):
                 if "H=%d" % H in have:
                     check(pack, graph, H, T, gen)
+            if "H=4096" in have:
+                no_rows(pack, graph, 4096)
     return finish()
 
 
