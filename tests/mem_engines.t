@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 70 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 75 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -126,7 +126,15 @@ expect_out "softmax_backward:p256n4v8r1:regs:cluster8$" "the softmax backward ov
 expect_out "softmax_backward:p256n4v8r1:regs:cluster8" "softmax backward at H = 65536 likewise"
 expect_out "log_softmax_backward:p512n4v4r1:regs:cluster8" "fp32 log_softmax backward at H = 65536: 8 CTAs of 512 threads"
 expect_out "rmsnorm:p1024n8v8r1:reread" "the rowwise fp8 norm (two reductions) re-reads its row"
-expect_out "layernorm:p1024n4v8r1:regs$" "layernorm at H = 32768 still fits one CTA"
+expect_out "layernorm:p1024n4v8r1:reread$" "layernorm at H = 32768 re-reads its row (held, one CTA an SM)"
+expect_out "log_softmax:p1024n4v8r1:reread$" "log_softmax at H = 32768 likewise"
+run_kiln explain specs/rmsnorm.lua --set H=24576 --sm 90a
+expect_out "rmsnorm:p1024n3v8r1:regs:occ$" "plain RMSNorm held by 1024 threads at H = 24576: two CTAs an SM"
+run_kiln explain specs/rmsnorm_residual.lua --set H=24576 --sm 90a
+expect_out "rmsnorm:p1024n3v8r1:regs$" "with a fused residual it keeps one CTA an SM (unmeasured at 32 registers)"
+run_kiln explain specs/softmax_bwd.lua --set H=24576 --sm 90a
+expect_out "softmax_backward:p1024n3v8r1:regs$" "the softmax backward keeps its held row at H = 24576"
+expect_out "log_softmax_backward:p256n3v8r1:regs:cluster4$" "the log-softmax backward takes a cluster of 4 there"
 run_kiln explain specs/add_rmsnorm_silu_gate.lua --set H=65536 --sm 90a
 expect_out "rmsnorm:p256n4v8r1:regs:cluster8$" "an RMSNorm fusing swish over a cluster keeps its registers (its code spills at 32)"
 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_softmax_bwd --sm 90a

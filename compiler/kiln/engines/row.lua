@@ -59,6 +59,15 @@ E.MAX_N_FUSED = 2
 -- measured on the H200 (bench/RESULTS.md, fourth session) softmax 16384x8192 3.90 -> 4.18
 -- TB/s, rmsnorm 32768x2048 4.07 -> 4.19; layernorm (the mean) spills at 32 registers.
 E.FULL_OCCUPANCY_N = 2
+-- Ops whose plain rows re-read from L2 rather than hold a row in 1024 threads at one CTA an SM
+-- (analyze). Measured on the H200 (2026-12-02, graph replays, bf16, T = 4096 and 16384):
+-- layernorm 1.32x / 1.13-1.21x at H = 24576 / 32768, log_softmax 1.42-1.46x / 1.27-1.28x,
+-- log_softmax_backward 1.16-1.17x at 24576 (then over a cluster of 4, as at 32768 already by
+-- the cluster rule below); held to 32 registers instead, plain RMSNorm
+-- 1.20-1.25x / 1.08x (rmsnorm_train 1.23-1.28x / 1.12x), where layernorm and log_softmax
+-- spill (0.45-0.56x); softmax_backward keeps its held row (re-read 0.92-0.99x, 32 registers
+-- 0.84-0.87x at 24576). bench/RESULTS.md, eighteenth session.
+E.ONE_CTA_REREAD = { layernorm = true, log_softmax = true, log_softmax_backward = true }
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
 -- 32 registers: more row parts in flight while others wait at the cluster barrier), unless it
@@ -300,6 +309,15 @@ local function analyze(group, g, cluster)
   -- and temporaries (a 1024-thread CTA has 64 registers per thread: 96 bytes)
   local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
   info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
+  -- A row held by 1024 threads over 32 registers a thread runs one CTA an SM, which loads,
+  -- reduces and stores one row at a time (H = 24576, 32768: 62-75% of copy). Plain RMSNorm is
+  -- held to 32 registers instead, two CTAs an SM; layernorm and the log-softmaxes re-read
+  -- the row (E.ONE_CTA_REREAD); the softmax backward keeps its held row.
+  if info.strategy == "regs" and L.block >= 1024 and #prologue + #epilogue + #amax + #rowred == 0
+     and not (lean and L.N <= E.FULL_OCCUPANCY_N) then
+    if a.op == "rmsnorm" then info.two_ctas = true
+    elseif E.ONE_CTA_REREAD[a.op] then info.strategy = "reread" end
+  end
   -- a row too wide to hold: 2, 4 or 8 CTAs of a cluster each hold an equal part in registers
   -- and meet in distributed shared memory for the reduction, so the row is read once, not
   -- again from L2. Taken where the kernel reduces the row once (rmsnorm, the softmax backward):
@@ -368,6 +386,7 @@ local function analyze(group, g, cluster)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
+  if info.two_ctas then info.full_occupancy = 2048 // L.block end
   if a.op == "rmsnorm" and L.CL and info.strategy == "regs" and not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
     info.full_occupancy = 2048 // L.block
   end
