@@ -392,7 +392,7 @@ local function analyze(group, g, cluster)
   end
   -- KILN_ROW_MINB=N (for measuring): a one-wave kernel's CTAs per SM held to at least N, which
   -- caps its registers at 65536 / (N * block)
-  local minb, bad = settings.choice("KILN_ROW_MINB", { "4", "6", "8", "10", "12", "16" })
+  local minb, bad = settings.choice("KILN_ROW_MINB", { "2", "4", "6", "8", "10", "12", "16" })
   if not minb then return fail("%s", bad) end
   if minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
   info.L = L
