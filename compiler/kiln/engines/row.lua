@@ -66,7 +66,9 @@ E.FULL_OCCUPANCY_N = 2
 -- the cluster rule below); held to 32 registers instead, plain RMSNorm
 -- 1.20-1.25x / 1.08x (rmsnorm_train 1.23-1.28x / 1.12x), where layernorm and log_softmax
 -- spill (0.45-0.56x); softmax_backward keeps its held row (re-read 0.92-0.99x, 32 registers
--- 0.84-0.87x at 24576). bench/RESULTS.md, eighteenth session.
+-- 0.84-0.87x at 24576). fp32 rows (H = 16384, 24576) measured slower re-read (layernorm
+-- 0.86-0.93x, log_softmax 0.81-0.91x) or at 32 registers (RMSNorm 1.04x at 16384, 0.65x at
+-- 24576), so only 16-bit rows take it. bench/RESULTS.md, eighteenth session.
 E.ONE_CTA_REREAD = { layernorm = true, log_softmax = true, log_softmax_backward = true }
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
@@ -309,11 +311,14 @@ local function analyze(group, g, cluster)
   -- and temporaries (a 1024-thread CTA has 64 registers per thread: 96 bytes)
   local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
   info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
-  -- A row held by 1024 threads over 32 registers a thread runs one CTA an SM, which loads,
-  -- reduces and stores one row at a time (H = 24576, 32768: 62-75% of copy). Plain RMSNorm is
-  -- held to 32 registers instead, two CTAs an SM; layernorm and the log-softmaxes re-read
-  -- the row (E.ONE_CTA_REREAD); the softmax backward keeps its held row.
-  if info.strategy == "regs" and L.block >= 1024 and #prologue + #epilogue + #amax + #rowred == 0
+  -- A 16-bit row held by 1024 threads over 32 registers a thread runs one CTA an SM, which
+  -- loads, reduces and stores one row at a time (H = 24576, 32768: 62-75% of copy). Plain
+  -- RMSNorm is held to 32 registers instead, two CTAs an SM; layernorm and the log-softmaxes
+  -- re-read the row (E.ONE_CTA_REREAD); the softmax backward keeps its held row. fp32 rows
+  -- keep theirs (each thread has twice the bytes in flight: measured faster held).
+  local narrow = true
+  for uid in pairs(held) do narrow = narrow and dtypes.size(g.by_uid[uid].dtype) == 2 end
+  if info.strategy == "regs" and L.block >= 1024 and narrow and #prologue + #epilogue + #amax + #rowred == 0
      and not (lean and L.N <= E.FULL_OCCUPANCY_N) then
     if a.op == "rmsnorm" then info.two_ctas = true
     elseif E.ONE_CTA_REREAD[a.op] then info.strategy = "reread" end
