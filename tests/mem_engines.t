@@ -131,7 +131,7 @@ expect_out "log_softmax:p1024n4v8r1:reread$" "log_softmax at H = 32768 likewise"
 run_kiln explain specs/rmsnorm.lua --set H=24576 --sm 90a
 expect_out "rmsnorm:p1024n3v8r1:regs:occ$" "plain RMSNorm held by 1024 threads at H = 24576: two CTAs an SM"
 run_kiln explain specs/rmsnorm_residual.lua --set H=24576 --sm 90a
-expect_out "rmsnorm:p1024n3v8r1:regs$" "with a fused residual it keeps one CTA an SM (unmeasured at 32 registers)"
+expect_out "rmsnorm:p1024n3v8r1:regs$" "with a fused residual it keeps one CTA an SM (measured level at 32 registers)"
 run_kiln explain specs/softmax_bwd.lua --set H=24576 --sm 90a
 expect_out "softmax_backward:p1024n3v8r1:regs$" "the softmax backward keeps its held row at H = 24576"
 expect_out "log_softmax_backward:p256n3v8r1:regs:cluster4$" "the log-softmax backward takes a cluster of 4 there"
