@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 76 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 77 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -143,11 +143,14 @@ return {
     body = function(g, x, w) return { y = g:rmsnorm(x, w, { epsilon = 1e-6 }) } end },
   k.graph "layernorm32" { dims = dims, dtype = "fp32", inputs = { x = { "T", "H" }, w = { "H" }, b = { "H" } },
     body = function(g, x, w, b) return { y = g:layernorm(x, w, b, { epsilon = 1e-5 }) } end },
+  k.graph "rmsnorm16" { dims = { T = k.dynamic, H = { 24576 } }, dtype = "fp16", inputs = { x = { "T", "H" }, w = { "H" } },
+    body = function(g, x, w) return { y = g:rmsnorm(x, w, { epsilon = 1e-6 }) } end },
 }
 EOF
 run_kiln explain "$TMP/f32.lua" --sm 90a
 ok "fp32 rows held by 1024 threads keep their held row (measured faster than re-read or 32 registers)" \
   test "$(grep -c 'plan row.*p1024n4v4r1:regs$' "$OUTF")" = 2
+expect_out "plan row:v1:rmsnorm:p1024n3v8r1:regs$" "so does fp16 RMSNorm (its conversions spill at 32 registers)"
 run_kiln explain specs/add_rmsnorm_silu_gate.lua --set H=65536 --sm 90a
 expect_out "rmsnorm:p256n4v8r1:regs:cluster8$" "an RMSNorm fusing swish over a cluster keeps its registers (its code spills at 32)"
 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_softmax_bwd --sm 90a

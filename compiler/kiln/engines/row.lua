@@ -313,14 +313,18 @@ local function analyze(group, g, cluster)
   info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
   -- A 16-bit row held by 1024 threads over 32 registers a thread runs one CTA an SM, which
   -- loads, reduces and stores one row at a time (H = 24576, 32768: 62-75% of copy). Plain
-  -- RMSNorm is held to 32 registers instead, two CTAs an SM; layernorm and the log-softmaxes
-  -- re-read the row (E.ONE_CTA_REREAD); the softmax backward keeps its held row. fp32 rows
-  -- keep theirs (each thread has twice the bytes in flight: measured faster held).
-  local narrow = true
-  for uid in pairs(held) do narrow = narrow and dtypes.size(g.by_uid[uid].dtype) == 2 end
+  -- bf16 RMSNorm is held to 32 registers instead, two CTAs an SM (fp16's conversions spill
+  -- 88-196 bytes there); layernorm and the log-softmaxes re-read the row (E.ONE_CTA_REREAD);
+  -- the softmax backward keeps its held row. fp32 rows keep theirs (each thread has twice the
+  -- bytes in flight: measured faster held).
+  local narrow, bf16 = true, true
+  for uid in pairs(held) do
+    narrow = narrow and dtypes.size(g.by_uid[uid].dtype) == 2
+    bf16 = bf16 and g.by_uid[uid].dtype == "bf16"
+  end
   if info.strategy == "regs" and L.block >= 1024 and narrow and #prologue + #epilogue + #amax + #rowred == 0
      and not (lean and L.N <= E.FULL_OCCUPANCY_N) then
-    if a.op == "rmsnorm" then info.two_ctas = true
+    if a.op == "rmsnorm" then info.two_ctas = bf16
     elseif E.ONE_CTA_REREAD[a.op] then info.strategy = "reread" end
   end
   -- a row too wide to hold: 2, 4 or 8 CTAs of a cluster each hold an equal part in registers
