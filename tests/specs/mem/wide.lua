@@ -3,7 +3,9 @@
 -- reductions meet in distributed shared memory), else re-read from L2; KILN_ROW_CLUSTER=8
 -- splits every one (tests/gpu/run checks both). The norms (inference, training, fused residual
 -- and per-row fp8 quantize), softmax (with a sink and every statistic), log_softmax, and the
--- softmax backward, in bf16, fp16 and fp32.
+-- softmax backward, in bf16, fp16 and fp32; and rows 1024 threads hold (H = 24576, 32768: bf16
+-- RMSNorm at two CTAs an SM, the fp16 layernorm and log_softmax re-read, the bf16 log-softmax
+-- backward over a cluster of 4).
 local k = require "kiln"
 return {
   k.graph "wide_rmsnorm_residual_fp8_rowwise" {
@@ -32,6 +34,16 @@ return {
       local y, inv = g:rmsnorm(x, w, { epsilon = 1e-6, phase = "training" })
       return { y = y, inv_rms = inv }
     end,
+  },
+  k.graph "wide_rmsnorm_two_ctas" {
+    dims = { T = k.dynamic, H = { 24576, 32768 } }, dtype = "bf16",
+    inputs = { x = { "T", "H" }, w = { "H" } },
+    body = function(g, x, w) return { y = g:rmsnorm(x, w, { epsilon = 1e-6 }) } end,
+  },
+  k.graph "wide_log_softmax_bwd_bf16" {
+    dims = { T = k.dynamic, H = { 24576 } }, dtype = "bf16",
+    inputs = { dy = { "T", "H" }, y = { "T", "H" } },
+    body = function(g, dy, y) return { dx = g:log_softmax_backward(dy, y) } end,
   },
   k.graph "wide_rmsnorm_fp32" {
     dims = { T = k.dynamic, H = { 32768 } }, dtype = "fp32",
