@@ -324,7 +324,7 @@ local function analyze(group, g, cluster)
   end
   if info.strategy == "regs" and L.block >= 1024 and narrow and #prologue + #epilogue + #amax + #rowred == 0
      and not (lean and L.N <= E.FULL_OCCUPANCY_N) then
-    if a.op == "rmsnorm" then info.two_ctas = bf16
+    if a.op == "rmsnorm" and bf16 then info.full_occupancy = 2048 // L.block
     elseif E.ONE_CTA_REREAD[a.op] then info.strategy = "reread" end
   end
   -- a row too wide to hold: 2, 4 or 8 CTAs of a cluster each hold an equal part in registers
@@ -395,7 +395,6 @@ local function analyze(group, g, cluster)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
-  if info.two_ctas then info.full_occupancy = 2048 // L.block end
   if a.op == "rmsnorm" and L.CL and info.strategy == "regs" and not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
     info.full_occupancy = 2048 // L.block
   end
