@@ -26,9 +26,6 @@ import kiln  # noqa: E402
 import torch  # noqa: E402
 from bench.bench import graph_ms  # noqa: E402
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-                "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-
 
 def arguments(plan, T):
     """The plan's keyword arguments at T rows, and the bytes its tensors hold."""
@@ -39,7 +36,7 @@ def arguments(plan, T):
             args[t.name] = 0.5
         elif t.role in ("input", "output"):
             shape = [dims[d] if isinstance(d, str) else d for d in t.dims]
-            x = torch.empty(shape, device="cuda", dtype=TORCH_DTYPES[t.dtype])
+            x = torch.empty(shape, device="cuda", dtype=kiln.torch_dtype(t.dtype))
             if t.role == "input":
                 # never zeros: one-value inputs (scales) 1.0, the rest random
                 x.copy_(torch.ones(shape, device="cuda") if x.numel() == 1 else torch.randn(shape, device="cuda"))

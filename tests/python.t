@@ -3,7 +3,7 @@
 # plan introspection, typed errors.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "python3 not installed"
-plan 2
+plan 3
 if python3 - <<'PY' > "$OUTF" 2>&1; then pass "python binding: build, introspect, errors"; else fail "python binding"; sed 's/^/# /' "$OUTF"; fi
 import sys
 sys.path.insert(0, "python")
@@ -38,4 +38,22 @@ if printf '#include "kiln.h"\n#include <stdio.h>\nint main(void) { printf("%%zu 
 else
   fail "compile the struct size probe"; sed 's/^/# /' "$ERRF"
 fi
+# kiln.torch_dtype: a kiln dtype name to torch's (a stand-in torch module: none is needed here)
+if python3 - > "$OUTF" 2>&1 <<'PY'; then pass "kiln.torch_dtype maps kiln's dtype names, and refuses one torch lacks"; else fail "kiln.torch_dtype"; sed 's/^/# /' "$OUTF"; fi
+import sys, types
+torch = types.ModuleType("torch")
+for n in ("float32", "float16", "bfloat16", "int32", "int64", "bool", "float8_e4m3fn", "float8_e5m2"):
+    setattr(torch, n, "torch." + n)
+sys.modules["torch"] = torch
+sys.path.insert(0, "python")
+import kiln
+got = {n: kiln.torch_dtype(n) for n in ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")}
+assert got == {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16",
+               "fp8_e4m3": "torch.float8_e4m3fn", "fp8_e5m2": "torch.float8_e5m2"}, got
+try:
+    kiln.torch_dtype("fp8_e8m0")
+    raise SystemExit("a dtype torch lacks was mapped")
+except kiln.KilnError as e:
+    assert "DTYPE" in str(e), e
+PY
 done_testing

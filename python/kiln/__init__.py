@@ -20,7 +20,7 @@ import os
 import threading
 from collections import namedtuple
 
-__all__ = ["Pack", "Plan", "KilnError", "TensorInfo", "KernelInfo", "load_library"]
+__all__ = ["Pack", "Plan", "KilnError", "TensorInfo", "KernelInfo", "load_library", "torch_dtype"]
 
 MAX_DIMS = 8
 
@@ -260,6 +260,15 @@ def _torch_dtypes():
 
 
 _CAI_DTYPES = {"<f4": 1, "<f2": 2, "<i4": 7, "<i8": 8, "|b1": 9, "|u1": 9}
+
+
+def torch_dtype(name):
+    """The torch dtype of a kiln dtype name (TensorInfo.dtype), e.g. "bf16": torch.bfloat16."""
+    code = DTYPES.index(name) if name in DTYPES else -1
+    for t, c in _torch_dtypes().items():
+        if c == code:
+            return t
+    raise KilnError(KILN_ERR_DTYPE, "kiln dtype %s has no torch dtype" % name)
 
 
 class Plan:

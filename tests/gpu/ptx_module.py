@@ -11,8 +11,6 @@ from tap import finish, ok  # this folder: TAP lines; puts the kiln package on t
 import kiln  # after tap
 
 T = 4097
-TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn,
-         "fp8_e5m2": torch.float8_e5m2}
 
 
 def shape(t):
@@ -26,12 +24,12 @@ def compare(a, b, label, gen):
         for t in pa.tensors:
             if t.role == "input":
                 v = torch.randn(shape(t), generator=gen, device="cuda")
-                ins[t.name] = (v.abs() + 0.5 if t.name in ("inv_std", "inv_rms", "scale") else v).to(TORCH[t.dtype])
+                ins[t.name] = (v.abs() + 0.5 if t.name in ("inv_std", "inv_rms", "scale") else v).to(kiln.torch_dtype(t.dtype))
             elif t.role == "scalar":
                 ins[t.name] = 0.7
             elif t.role == "output":
                 for outs in (outs_a, outs_b):
-                    outs[t.name] = torch.full(shape(t), float("nan"), device="cuda").to(TORCH[t.dtype])
+                    outs[t.name] = torch.full(shape(t), float("nan"), device="cuda").to(kiln.torch_dtype(t.dtype))
         pa(**ins, **outs_a)
         pb(**ins, **outs_b)
         torch.cuda.synchronize()

@@ -59,16 +59,10 @@ E.MAX_N_FUSED = 2
 -- measured on the H200 (bench/RESULTS.md, fourth session) softmax 16384x8192 3.90 -> 4.18
 -- TB/s, rmsnorm 32768x2048 4.07 -> 4.19; layernorm (the mean) spills at 32 registers.
 E.FULL_OCCUPANCY_N = 2
--- Ops whose plain rows re-read from L2 rather than hold a row in 1024 threads at one CTA an SM
--- (analyze). Measured on the H200 (2026-12-02, graph replays, bf16, T = 4096 and 16384):
--- layernorm 1.32x / 1.13-1.21x at H = 24576 / 32768, log_softmax 1.42-1.46x / 1.27-1.28x,
--- log_softmax_backward 1.16-1.17x at 24576 (then over a cluster of 4, as at 32768 already by
--- the cluster rule below); held to 32 registers instead, plain RMSNorm
--- 1.20-1.25x / 1.08x (rmsnorm_train 1.23-1.28x / 1.12x), where layernorm and log_softmax
--- spill (0.45-0.56x); softmax_backward keeps its held row (re-read 0.92-0.99x, 32 registers
--- 0.84-0.87x at 24576). fp32 rows (H = 16384, 24576) measured slower re-read (layernorm
--- 0.86-0.93x, log_softmax 0.81-0.91x) or at 32 registers (RMSNorm 1.04x at 16384, 0.65x at
--- 24576), so only 16-bit rows take it. bench/RESULTS.md, eighteenth session.
+-- Ops whose plain 16-bit rows re-read from L2 rather than hold a row in 1024 threads at one CTA
+-- an SM (analyze): on the H200 layernorm 1.13-1.32x, log_softmax 1.27-1.46x, log_softmax_backward
+-- 1.16x at H = 24576 / 32768; at 32 registers instead they spill. docs/MEMORY_BOUND.md, "Rows
+-- held by 1024 threads", has every variant measured (fp32, fused, the softmax backward).
 E.ONE_CTA_REREAD = { layernorm = true, log_softmax = true, log_softmax_backward = true }
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
