@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 77 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 80 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -76,11 +76,11 @@ expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "KILN_ROW_N=8: rmsnorm at H = 8
 KILN_ROW_N=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.kpack"
 expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3 is refused by name"
 
-# rows wider than the staged and legacy kernels take: the split backward (the row kernel keeps
-# the row sums, a column-tiled kernel writes dx and the column sums, then the finalize), or
-# under KILN_ROW_CLUSTER=2|4|8 (for measuring) the staged kernel over a cluster (each CTA
-# stages and sums its part of the row; a partial row per cluster); column reductions that
-# wide take column tiles
+# rows wider than the staged and legacy kernels take: on sm_90+ the staged kernel over a
+# cluster (each CTA stages and sums its part of the row; a partial row per cluster), else the
+# split backward (the row kernel keeps the row sums, a column-tiled kernel writes dx and the
+# column sums, then the finalize); KILN_ROW_CLUSTER=2|4|8|16 takes a cluster for any row, 0
+# none; column reductions that wide take column tiles
 KILN_ROW_CLUSTER=8 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65c.kpack"
 run_kiln pack inspect "$TMP/bwd65c.kpack"
 expect_out "staged-async:cluster8" "KILN_ROW_CLUSTER=8: layernorm_bwd at H = 65536 takes the staged kernel over 8 CTAs"
@@ -92,8 +92,14 @@ expect_out "rmsnorm_backward:p256n4v8r1:staged-twocta:cluster8" "rmsnorm_bwd at 
 expect_out "grid \[min\(T\*8, SMS\*16\), 1, 1\]  cluster \[8, 1, 1\]" "rmsnorm_bwd: a cluster a row, two per SM at most"
 run_kiln explain specs/rmsnorm_bwd.lua --set H=32768 --sm 90a
 expect_out "rmsnorm_backward:p256n4v8r1:staged-twocta:cluster4" "rmsnorm_bwd at H = 32768: over 4 CTAs of 256 threads"
-run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
-expect_rc 0 "layernorm_bwd at H = 65536 builds (the split backward)"
+run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65l.kpack"
+run_kiln pack inspect "$TMP/bwd65l.kpack"
+expect_out "layernorm_backward:p256n4v8r1:staged-twocta:cluster8" "layernorm_bwd at H = 65536: over 8 CTAs of 256 threads, 64 column sums a thread"
+expect_out "workspace: min\(T\*524288, SMS\*1048576\) bytes" "workspace: two partial rows' sums per cluster, two clusters an SM"
+run_kiln explain specs/layernorm_bwd.lua --set H=24576 --sm 90a
+expect_out "layernorm_backward:p256n3v8r1:staged-twocta:cluster4" "layernorm_bwd at H = 24576: over 4 CTAs of 256 threads"
+KILN_ROW_CLUSTER=0 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
+expect_rc 0 "layernorm_bwd at H = 65536 without clusters builds (the split backward)"
 run_kiln pack inspect "$TMP/bwd65k.kpack"
 expect_out "kiln_layernorm_bwd_k0_dx .*reread\+colsum:dx" "dx and the column sums are a kernel of their own"
 expect_out "grid \[min\(ceil\(T/16\), SMS\*8/32\), 32, 1\]" "32 column tiles of 2048, 8 CTAs per SM at most (33 row chunks on 132 SMs)"
@@ -167,7 +173,7 @@ run_kiln build tests/specs/mem/wide.lua --set H=65536 --sm 90a --sm 100a -o "$TM
 run_kiln pack inspect "$TMP/wide9.kpack"
 expect_out "cluster" "a pack for sm_90a and sm_100a keeps the clusters"
 KILN_ROW_CLUSTER=3 run_kiln explain tests/specs/mem/wide.lua --sm 90a
-expect_err "E_USAGE.*KILN_ROW_CLUSTER=3: want 0, 1, 2, 4 or 8" "KILN_ROW_CLUSTER=3 is refused by name"
+expect_err "E_USAGE.*KILN_ROW_CLUSTER=3: want 0, 1, 2, 4, 8 or 16" "KILN_ROW_CLUSTER=3 is refused by name"
 run_kiln source tests/specs/mem/forward.lua --sm 80
 ok "8 of them on sm_80 (not the fp8 outputs)" test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 8
 run_kiln source tests/specs/mem/backward.lua --sm 90a

@@ -78,6 +78,8 @@ E.CLUSTER_OCCUPANCY_DECLINES = { exp = true, sigmoid = true, swish = true, gelu 
 -- of 65536 bf16: rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
 -- 4 of 512 0.96x; softmax backward 4 of 512 and 8 of 256 both 1.33x)
 E.MAX_CLUSTER = 8
+-- The most a forced cluster (KILN_ROW_CLUSTER=16) may take: the H200's non-portable size.
+E.MAX_FORCED_CLUSTER = 16
 E.CLUSTER_N = 4
 E.CLUSTER_BLOCK = 256
 
@@ -137,7 +139,7 @@ end
 local function cluster_layout(H, V, target, start, forced, accept)
   local best, got
   local CL = start
-  while CL <= E.MAX_CLUSTER do
+  while CL <= (forced and E.MAX_FORCED_CLUSTER or E.MAX_CLUSTER) do
     for _, n in ipairs(H % (CL * V) == 0 and { math.max(target, E.CLUSTER_N), target } or {}) do
       local Lc = rowgen.layout(H // CL, V, n)
       if Lc.even and Lc.RPC == 1 and Lc.P > 32 then
@@ -337,14 +339,14 @@ local function analyze(group, g, cluster)
   end
   local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMEM_MAX, E.MIN_ROWS)
   -- a backward row too wide for the staged kernel: the staged kernel over a cluster, each CTA
-  -- staging and holding the column sums of its part of the row (rowbwd_ptx.lua). Taken for
-  -- rmsnorm_backward past the legacy kernel's reach, 2 CTAs per SM (`twocta`: one waits out
-  -- the row's cluster barrier while the other computes): 1.40x the split backward at 4096 x
-  -- 65536. layernorm_backward (0.84x: it spills at 2 CTAs per SM, and waits at one) and rows
-  -- the legacy kernel takes (0.69-0.81x at H = 16384) keep theirs; KILN_ROW_CLUSTER=2|4|8
+  -- staging and holding the column sums of its part of the row (rowbwd_ptx.lua). Taken past
+  -- the legacy kernel's reach, 2 CTAs per SM (`twocta`: one waits out the row's cluster barrier
+  -- while the other computes): rmsnorm_backward 1.40x the split backward at 4096 x 65536,
+  -- layernorm_backward 1.11-1.26x at 65536 (its 64 column sums a thread fit 128 registers);
+  -- rows the legacy kernel takes (0.69-0.81x at H = 16384) keep theirs. KILN_ROW_CLUSTER=2|4|8|16
   -- takes it for any backward, in KILN_ROW_BWD's variant (docs/MEMORY_BOUND.md, "Wide rows").
   local bwd_mode = forced and rowbwd.mode() or rowbwd.named_mode("twocta")
-  local bwd_cluster = forced or (cluster and a.op == "rmsnorm_backward" and H > E.LEGACY_MAX_H and rowbwd.mode().default)
+  local bwd_cluster = forced or (cluster and H > E.LEGACY_MAX_H and rowbwd.mode().default)
   -- Its CTAs as the forward's: E.CLUSTER_N vectors a thread in at most E.CLUSTER_BLOCK threads
   -- where a cluster of 8 allows it (4096 x 65536: 8 CTAs of 256 threads 1.40x the split
   -- backward, 4 of 512 1.31x, 8 of 512 with 2 vectors 0.86x).

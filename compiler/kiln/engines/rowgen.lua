@@ -350,7 +350,7 @@ end
 -- under KILN_ROW_CLUSTER=0 (the row re-read from L2), or the least cluster size to take under
 -- KILN_ROW_CLUSTER=2|4|8 (for measuring; read at build time).
 function M.cluster_setting()
-  local v, bad = settings.choice("KILN_ROW_CLUSTER", { "0", "1", "2", "4", "8" })
+  local v, bad = settings.choice("KILN_ROW_CLUSTER", { "0", "1", "2", "4", "8", "16" })
   if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
   if v == "0" then return false end
   return (v == "" or v == "1") or tonumber(v)
