@@ -155,7 +155,7 @@ WIDE = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("KILN_BENCH_
 
 def wide_cases(pack):
     """Rows past one CTA's registers at the WIDE shapes the pack has: the forwards (a cluster's
-    CTAs hold the row) and the backward norms (the split column sums)."""
+    CTAs hold the row) and the backward norms (the staged kernel over a cluster)."""
     have = {p.instance for p in pack.plans()}
     graphs = {p.graph for p in pack.plans()}
     for T, H in WIDE:
