@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 80 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 87 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -134,6 +134,17 @@ expect_out "log_softmax_backward:p512n4v4r1:regs:cluster8" "fp32 log_softmax bac
 expect_out "rmsnorm:p1024n8v8r1:reread" "the rowwise fp8 norm (two reductions) re-reads its row"
 expect_out "layernorm:p1024n4v8r1:reread$" "layernorm at H = 32768 re-reads its row (held, one CTA an SM)"
 expect_out "log_softmax:p1024n4v8r1:reread$" "log_softmax at H = 32768 likewise"
+expect_out "layernorm:p512n4v4r1:staged-fwd:cluster8$" "fp32 layernorm at H = 65536: staged over a cluster of 8 CTAs of 512 threads"
+expect_out "layernorm:p1024n5v4r1:staged-fwd:cluster2$" "and at H = 40960 over 2 CTAs of 1024 threads"
+ok "16-bit layernorm rows keep the re-read (measured faster than staged)" test "$(grep -c 'plan row:v1:layernorm:p1024n8v8r1:reread$' "$OUTF")" = 1
+KILN_ROW_STAGE=off run_kiln explain tests/specs/mem/wide.lua --sm 90a
+ok "KILN_ROW_STAGE=off: the fp32 layernorm re-reads too" test "$(grep -c 'staged-fwd' "$OUTF")" = 0
+KILN_ROW_STAGE=s9c9 run_kiln explain tests/specs/mem/wide.lua --sm 90a
+expect_err "E_USAGE.*KILN_ROW_STAGE=s9c9: want off, s2c2" "KILN_ROW_STAGE=s9c9 is refused by name"
+run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
+ok "the staged layernorm meets its cluster twice a row (and once at its start)" \
+  test "$(grep -c 'barrier.cluster.arrive' "$OUTF")" = 3
+expect_out "cp.async.cg.shared.global" "its CTAs copy their part of the next rows by cp.async"
 run_kiln explain specs/rmsnorm.lua --set H=24576 --sm 90a
 expect_out "rmsnorm:p1024n3v8r1:regs:occ$" "plain RMSNorm held by 1024 threads at H = 24576: two CTAs an SM"
 run_kiln explain specs/rmsnorm_residual.lua --set H=24576 --sm 90a

@@ -19,6 +19,7 @@ local sms = require "kiln.engines.sms"
 local rowbwd = require "kiln.engines.rowbwd"
 local rowbwd_colsum = require "kiln.engines.rowbwd_colsum"
 local rowfwd_ptx = require "kiln.engines.rowfwd_ptx"
+local rowfwd_staged_ptx = require "kiln.engines.rowfwd_staged_ptx"
 local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local rowbwd_smem_ptx = require "kiln.engines.rowbwd_smem_ptx"
 local lower = require "kiln.lower"
@@ -78,6 +79,8 @@ E.CLUSTER_OCCUPANCY_DECLINES = { exp = true, sigmoid = true, swish = true, gelu 
 -- of 65536 bf16: rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
 -- 4 of 512 0.96x; softmax backward 4 of 512 and 8 of 256 both 1.33x)
 E.MAX_CLUSTER = 8
+-- The dtypes of x whose wide layernorm row is staged over a cluster rather than re-read (analyze)
+E.STAGED_FWD_DTYPES = { fp32 = true }
 -- The most a forced cluster (KILN_ROW_CLUSTER=16) may take: the H200's non-portable size.
 E.MAX_FORCED_CLUSTER = 16
 E.CLUSTER_N = 4
@@ -337,6 +340,21 @@ local function analyze(group, g, cluster)
     end)
     if Lc then L, info.strategy = Lc, "regs" end
   end
+  -- layernorm's wide fp32 row staged over a cluster (rowfwd_staged_ptx.lua): persistent
+  -- clusters whose CTAs copy their part of the next rows into a cp.async ring while this row's
+  -- two reductions wait on the cluster, instead of the row re-read from L2. Measured on the
+  -- H200 (2026-12-02, 4096 rows): fp32 1.16x at H = 40960, 1.26x at 65536; 16-bit rows, half the
+  -- bytes a row part for the same cluster barriers, 0.54-0.80x (docs/MEMORY_BOUND.md, "Wide rows").
+  if info.strategy == "reread" and cluster and not forced and kind == "norm"
+     and E.STAGED_FWD_DTYPES[g.by_uid[a.inputs.input].dtype] then
+    local Lc, st = cluster_layout(H, V, target, 2, false, function(Lc)
+      return rowfwd_staged_ptx.accepts(info, group, g, Lc) and rowfwd_staged_ptx.plan(info, g, Lc, E.SMEM_MAX) or nil
+    end)
+    if Lc then
+      L, info.fstaged, info.strategy = Lc, st, "staged-fwd"
+      info.smem, info.per_sm, info.cap, info.grid_div = st.smem, st.per_sm, st.cap, st.grid_div
+    end
+  end
   local staged = kind == "norm_bwd" and rowbwd.plan(info, group, g, L, E.SMEM_MAX, E.MIN_ROWS)
   -- a backward row too wide for the staged kernel: the staged kernel over a cluster, each CTA
   -- staging and holding the column sums of its part of the row (rowbwd_ptx.lua). Taken past
@@ -423,7 +441,7 @@ function E.propose(group, g, target)
   end
   local info, why = forms(math.min(target.sm, target.pack_sm or target.sm) >= 90 and ptx_wanted and rowgen.cluster_setting())
   -- a cluster layout only the PTX forms build: else the row re-read
-  if info and info.L.CL and not (info.fwd_ptx or info.sm_ptx or info.staged) then info, why = forms(false) end
+  if info and info.L.CL and not (info.fwd_ptx or info.sm_ptx or info.staged or info.fstaged) then info, why = forms(false) end
   if not info then return nil, why end
   -- and the persistent backward's where the staged kernel does not take it (rowbwd_smem_ptx.lua)
   if info.kind == "norm_bwd" and not info.staged and rowgen.ptx_wanted() then
@@ -467,15 +485,10 @@ local function bwd_after(plan, g, symbol, target)
   return { final }, workspace
 end
 
--- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
-local function build_staged(plan, group, g, symbol, K)
+-- A staged kernel's own kernel (persistent CTAs, or clusters, `what` in its comment).
+local function staged_kernel(plan, symbol, K, what)
   local info, L = plan.info, plan.info.L
-  rowbwd.emit(K, info, g, info.staged)
-  local ncols = #info.colsum * L.H
   local params = K:finish_params()
-  local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA (persistent), %d vector%s of %d per thread, " ..
-    "dy and x staged by cp.async in %d stages, column sums in registers%s", info.anchor.op, L.P, L.P == 1 and "" or "s", L.H,
-    L.RPC, L.RPC == 1 and "" or "s", L.N, L.N == 1 and "" or "s", L.V, info.staged.S, info.staged.ptx and ", body in PTX" or "")
   local CL = L.CL or 1
   if CL > 1 then
     what = what .. string.format(", a cluster of %d CTAs per row (%d columns each)", CL, L.HC)
@@ -487,15 +500,34 @@ local function build_staged(plan, group, g, symbol, K)
   -- a cluster grid: CL CTAs for each of min(T, cap) clusters (info.cap counts clusters)
   local grid = sms.rule(CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, info.grid_div,
                         sms.cap(info.cap.sm_mul * CL, info.cap.sm_div))
-  local kernels = { rowgen.with_source({
+  return rowgen.with_source({
     symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 },
     smem = info.smem, cluster = { CL, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
-  }, K, K.src:text(), info.per_sm) }
+  }, K, K.src:text(), info.per_sm)
+end
+
+-- The staged backward (rowbwd.lua): the kernel, its finalize kernel and the workspace.
+local function build_staged(plan, group, g, symbol, K)
+  local info, L = plan.info, plan.info.L
+  rowbwd.emit(K, info, g, info.staged)
+  local ncols = #info.colsum * L.H
+  local what = string.format("%s; %d thread%s per row of %d, %d row%s per CTA (persistent), %d vector%s of %d per thread, " ..
+    "dy and x staged by cp.async in %d stages, column sums in registers%s", info.anchor.op, L.P, L.P == 1 and "" or "s", L.H,
+    L.RPC, L.RPC == 1 and "" or "s", L.N, L.N == 1 and "" or "s", L.V, info.staged.S, info.staged.ptx and ", body in PTX" or "")
+  local kernels = { staged_kernel(plan, symbol, K, what) }
   if ncols == 0 then return { kernels = kernels } end
   local workspace
   kernels[2], workspace = colsum_finalize(plan, g, symbol, K.target)
   return { kernels = kernels, workspace = workspace }
+end
+
+-- Layernorm's wide row staged over a cluster (rowfwd_staged_ptx.lua): one kernel.
+local function build_fwd_staged(plan, group, g, symbol, K)
+  local info, L = plan.info, plan.info.L
+  rowfwd_staged_ptx.emit(K, info, group, g, info.fstaged)
+  return staged_kernel(plan, symbol, K, string.format("%s; %d threads per row part of %d (persistent clusters), " ..
+    "%d vectors of %d per thread, x staged by cp.async in %d stages, body in PTX", info.anchor.op, L.P, L.H, L.N, L.V, info.fstaged.S))
 end
 
 -- The kernel zeroing a plan's amax outputs (`amax`: the group's amax nodes), launched first.
@@ -613,6 +645,7 @@ function E.build(plan, group, g, target, symbol)
   for _, uid in ipairs(group.outputs) do K:ptr(uid, true) end
 
   if info.staged then return build_staged(plan, group, g, symbol, K) end
+  if info.fstaged then return build_fwd_staged(plan, group, g, symbol, K) end
   if info.fwd_ptx then return build_fwd_ptx(plan, group, g, target, symbol, K) end
   if info.bwd_ptx then return build_bwd_ptx(plan, group, g, symbol, K) end
   if info.sm_ptx then

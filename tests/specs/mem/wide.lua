@@ -27,6 +27,13 @@ return {
       return { y = y, mean = mean, inv_var = inv }
     end,
   },
+  k.graph "wide_layernorm_fp32" {
+    dims = { T = k.dynamic, H = { 40960, 65536 } }, dtype = "fp32",
+    inputs = { x = { "T", "H" }, w = { "H" }, b = { "H" } },
+    body = function(g, x, w, b)
+      return { y = g:layernorm(x, w, b, { epsilon = 1e-5 }) }
+    end,
+  },
   k.graph "wide_rmsnorm_train" {
     dims = { T = k.dynamic, H = { 65536 } }, dtype = "bf16",
     inputs = { x = { "T", "H" }, w = { "H" } },

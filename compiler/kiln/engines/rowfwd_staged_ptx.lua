@@ -1,0 +1,252 @@
+-- kiln.engines.rowfwd_staged_ptx: layernorm's wide row over a cluster, staged (the staged
+-- backward's shape, rowbwd_ptx.lua, for the forward). Persistent clusters take rows
+-- `cluster id + k * clusters`; each CTA copies its part of the next rows into a ring of S
+-- shared-memory stages with cp.async (no barrier: a thread reads back only what it copied), so
+-- that the SM has rows in flight while this row's two reductions wait on the cluster. Per row:
+-- the sum, the cluster's mean, the sum of squared deviations, the cluster's inv_std (each a
+-- warp butterfly, the CTA's warps in order, then the cluster's CTAs in rank order: the same
+-- bits in every CTA), then y from the staged row. Scale and bias are held as loaded.
+local dtypes = require "kiln.dtypes"
+local settings = require "kiln.settings"
+local errors = require "kiln.errors"
+local ptx = require "kiln.ptx"
+local rowgen = require "kiln.engines.rowgen"
+local sms = require "kiln.engines.sms"
+
+local M = {}
+
+local ELEM = { fp32 = true, fp16 = true, bf16 = true }
+
+-- Stages in the ring and CTAs per SM (KILN_ROW_STAGE=sNcM, read at build time, for measuring;
+-- `off`: the row re-read instead).
+M.DEFAULT = { S = 3, C = 2 }
+
+-- The variant KILN_ROW_STAGE asks for: { S =, C = } or { off = true }.
+function M.mode()
+  local v, bad = settings.choice("KILN_ROW_STAGE", { "off", "s2c2", "s3c2", "s4c2", "s2c4", "s3c4", "s2c1", "s3c1", "s4c1" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  if v == "" then return M.DEFAULT end
+  if v == "off" then return { off = true } end
+  local s, c = v:match("^s(%d)c(%d)$")
+  return { S = tonumber(s), C = tonumber(c) }
+end
+
+-- Whether this form takes the group (analyze's info; L a cluster layout): true, or nil and why.
+function M.accepts(info, group, g, L)
+  local a = info.anchor
+  if a.op ~= "layernorm" then return nil, "not layernorm" end
+  if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) + #(group.rowred or {}) > 0 then
+    return nil, "fused ops"
+  end
+  if a.inputs.epsilon then return nil, "epsilon is a tensor" end
+  if not (L.CL and L.RPC == 1 and L.even and ptx.pow2(L.P)) then return nil, "not an even cluster layout" end
+  local x = g.by_uid[a.inputs.input]
+  if info.access[x.uid] ~= "full" then return nil, x.name .. " is not row-major over the element space" end
+  if (L.V * dtypes.size(x.dtype)) % 16 ~= 0 then return nil, "vectors narrower than 16 bytes" end
+  for _, port in ipairs({ "input", "scale", "bias" }) do
+    local uid = a.inputs[port]
+    if uid then
+      local t = g.by_uid[uid]
+      if not ELEM[t.dtype] then return nil, t.name .. " is " .. t.dtype end
+      if port ~= "input" and info.access[uid] ~= "col" then return nil, t.name .. " is not one row of columns" end
+      if (L.V * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "vectors narrower than a word" end
+    end
+  end
+  for uid, k in pairs(info.out_kind) do
+    local t = g.by_uid[uid]
+    if uid == a.outputs.Y then
+      if k ~= "elem" or not ELEM[t.dtype] then return nil, "y is " .. t.dtype end
+    elseif uid == a.outputs.MEAN or uid == a.outputs.INV_VARIANCE then
+      if t.dtype ~= "fp32" or not rowgen.per_row(t, info) then return nil, t.name .. " is not one fp32 value per row" end
+    else
+      return nil, "outputs beyond y, mean, inv_variance"
+    end
+  end
+  return true
+end
+
+-- The sizes the kernel needs (L the cluster layout): { S, stage, smem, per_sm, cap, grid_div },
+-- or nil and why.
+function M.plan(info, g, L, SMEM_MAX)
+  local mode = M.mode()
+  if mode.off then return nil, "KILN_ROW_STAGE=off" end
+  local x = g.by_uid[info.anchor.inputs.input]
+  local stage = L.HC * dtypes.size(x.dtype)
+  local S = math.min(mode.S, SMEM_MAX // stage)
+  if S < 2 then return nil, "two stages do not fit in shared memory" end
+  local smem = S * stage
+  -- dynamic shared memory above 48 KB takes the runtime's opt-in: never land just below it
+  if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
+  local per_sm = math.max(1, math.min(mode.C, 2048 // L.block, (227 * 1024) // smem))
+  -- a cluster a row, several waves of them as the staged backward (row.lua counts clusters)
+  return { S = S, stage = stage, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm), grid_div = 1 }
+end
+
+-- The kernel body (lines into K), for analyze's info with the plan st.
+function M.emit(K, info, group, g, st)
+  local a, L = info.anchor, info.L
+  local H, Pn, N, V, S, CL, HC = L.H, L.P, L.N, L.V, st.S, L.CL, L.HC
+  local x, w = g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
+  local b = a.inputs.bias and g.by_uid[a.inputs.bias]
+  local yt = g.by_uid[a.outputs.Y]
+  local zx, zw, zy = dtypes.size(x.dtype), dtypes.size(w.dtype), dtypes.size(yt.dtype)
+  local zb = b and dtypes.size(b.dtype)
+  K:need_align(x.uid, 16)
+  K:need_align(w.uid, math.min(16, V * zw))
+  if b then K:need_align(b.uid, math.min(16, V * zb)) end
+  K:need_align(yt.uid, math.min(16, V * zy))
+  local NW = L.block // 32
+  K:add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][the CTA's part of a row of x]")
+  -- the two reductions' partial values, parity-buffered by row: [reduction][parity][warp | rank]
+  if Pn > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rd_[2][2][%d];", NW) end
+  K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rc_[2][2][%d];", CL)
+  rowgen.pdl_entry(K)
+  local P = ptx.new()
+  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  local _, ST = rowgen.row_hint()
+  local o_x, o_w = P:input("l", K:ptr(x.uid)), P:input("l", K:ptr(w.uid))
+  local o_b = b and P:input("l", K:ptr(b.uid)) or nil
+  local o_y = P:input("l", K:ptr(yt.uid, true))
+  local stats = {}
+  for _, port in ipairs({ "MEAN", "INV_VARIANCE" }) do
+    local uid = a.outputs[port]
+    if uid and g.by_uid[uid].role == "output" then stats[port] = P:global(P:input("l", K:ptr(uid, true))) end
+  end
+  local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
+  local o_stg = P:input("l", "stg_")
+  local o_rd = Pn > 32 and P:input("l", "&rd_[0][0][0]") or nil
+  local o_rc = P:input("l", "&rc_[0][0][0]")
+
+  -- the thread's place: its lane, the cluster (the row), the CTA's part of it
+  local tid, _, lane = P:place(Pn, 1)
+  local ncl = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%nclusterid.x;"))
+  local first = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%clusterid.x;"))
+  local rank = def("b32", "mov.u32 %s, %%cluster_ctarank;")
+  local col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", rank, HC // V, lane)
+  put("barrier.cluster.arrive.relaxed.aligned;")  -- the peers have started before the first remote store
+  local function lane_base(o, z) return def("b64", "mad.wide.u32 %s, %s, %d, %s;", col, V * z, P:global(o)) end
+  local gx, gw, gy = lane_base(o_x, zx), lane_base(o_w, zw), lane_base(o_y, zy)
+  local gb = o_b and lane_base(o_b, zb)
+  local sx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * zx, P:shared(o_stg))
+  local function KSTEP(z) return Pn * V * z end  -- bytes between a thread's vectors k and k + 1
+
+  -- scale and bias as loaded (their words), converted where used
+  local ww, wb = {}, {}
+  for k = 0, N - 1 do
+    ww[k] = P:load("global.nc", gw, k * KSTEP(zw), V * zw)
+    if gb then wb[k] = P:load("global.nc", gb, k * KSTEP(zb), V * zb) end
+  end
+
+  -- the copies of row rb (a register) into stage s (a number or a register); zeros past the end
+  local function issue(rb, s)
+    local ok = def("pred", "setp.lt.s64 %s, %s, %s;", rb, rows)
+    local rs = def("b64", "selp.b64 %s, %s, 0, %s;", rb, ok)
+    local sz = def("b32", "selp.b32 %s, 16, 0, %s;", ok)
+    local d, so = sx, 0
+    if type(s) == "number" then so = s * st.stage
+    else d = def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, st.stage, sx) end
+    local src = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rs, H * zx, gx)
+    for k = 0, N - 1 do
+      for q = 0, (V * zx) // 16 - 1 do
+        local o = k * KSTEP(zx) + q * 16
+        put("cp.async.cg.shared.global [%s+%d], [%s+%d], 16, %s;", d, so + o, src, o, sz)
+      end
+    end
+    put("cp.async.commit_group;")
+  end
+  for s = 0, S - 2 do issue(s == 0 and first or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, s, first), s) end
+
+  -- the reductions over the row: butterflies, the CTA's warps in order, the cluster's CTAs in
+  -- rank order (reduction r of the row at parity par)
+  local par = def("b32", "mov.b32 %s, 0;")
+  local warp4, lead, rd
+  if Pn > 32 then
+    rd = P:shared(o_rd)
+    warp4 = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), rd)
+    lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
+  end
+  local rc = P:shared(o_rc)
+  local to = { peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1), mine = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL) }
+  local function allreduce(v, r)
+    local o = math.min(Pn, 32) // 2
+    while o > 0 do
+      v = def("b32", "add.f32 %s, %s, %s;", v, def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", v, o))
+      o = o // 2
+    end
+    if Pn > 32 then
+      local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, NW * 4, warp4)
+      put("@%s st.shared.f32 [%s+%d], %s;", lead, at, r * 2 * NW * 4, v)
+      put("bar.sync 0;")
+      v = P:load_fold("shared", def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, NW * 4, rd), r * 2 * NW * 4, NW, "add.f32")
+    end
+    local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, CL * 4, def("b32", "add.s32 %s, %s, %d;", rc, r * 2 * CL * 4))
+    return P:cluster_fold(pc, rank, tid, CL, { v }, "add.f32", to)[1]
+  end
+
+  -- the row loop
+  local rb = def("b64", "mov.b64 %s, %s;", first)
+  local buf = def("b32", "mov.b32 %s, 0;")
+  local ahead = def("b64", "mul.lo.s64 %s, %s, %d;", ncl, S - 1)
+  local LOOP, DONE = P:label(), P:label()
+  put("barrier.cluster.wait.aligned;")
+  put("@%s bra.uni %s;", def("pred", "setp.ge.s64 %s, %s, %s;", rb, rows), DONE)
+  P:at(LOOP)
+  do
+    local pz = def("pred", "setp.eq.s32 %s, %s, 0;", buf)
+    issue(def("b64", "add.s64 %s, %s, %s;", rb, ahead), def("b32", "selp.b32 %s, %d, %s, %s;", S - 1, def("b32", "add.s32 %s, %s, -1;", buf), pz))
+  end
+  put("cp.async.wait_group %d;", S - 1)
+  local cx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", buf, st.stage, sx)
+  -- the staged row's words, read again by each pass in another form (so that ptxas converts
+  -- them again rather than keeping fp32 values live across the reductions)
+  local function pass(form, each)
+    for k = 0, N - 1 do
+      local rx = P:reader(P:load("shared", cx, k * KSTEP(zx), V * zx), x.dtype, form)
+      for j = 0, V - 1 do each(k, j, rx(j)) end
+    end
+  end
+  local inv = ptx.f32(1.0 / H)
+  local acc
+  pass("prmt", function(_, _, v) acc = acc and def("b32", "add.f32 %s, %s, %s;", acc, v) or v end)
+  local mean = def("b32", "mul.f32 %s, %s, %s;", allreduce(acc, 0), inv)
+  acc = nil
+  pass("bfi", function(_, _, v)
+    local d = def("b32", "sub.f32 %s, %s, %s;", v, mean)
+    acc = acc and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc) or def("b32", "mul.f32 %s, %s, %s;", d, d)
+  end)
+  local rstd = def("b32", "rsqrt.approx.f32 %s, %s;",
+    def("b32", "fma.rn.f32 %s, %s, %s, %s;", allreduce(acc, 1), inv, ptx.f32(a.attrs.epsilon)))
+  -- y = (x - mean) * rstd * scale (+ bias)
+  local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rb, H * zy, gy)
+  local out, rw, rbias = {}, nil, nil
+  pass(nil, function(k, j, v)
+    if j == 0 then
+      out, rw = {}, P:reader(ww[k], w.dtype)
+      rbias = gb and P:reader(wb[k], b.dtype)
+    end
+    local xh = def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mean), rstd)
+    out[j + 1] = rbias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, rw(j), rbias(j))
+      or def("b32", "mul.f32 %s, %s, %s;", xh, rw(j))
+    if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype)) end
+  end)
+  -- the row's statistics, by the cluster's first thread
+  if stats.MEAN or stats.INV_VARIANCE then
+    local one = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "or.b32 %s, %s, %s;", tid, rank))
+    if stats.MEAN then put("@%s st.global.f32 [%s], %s;", one, def("b64", "mad.lo.s64 %s, %s, 4, %s;", rb, stats.MEAN), mean) end
+    if stats.INV_VARIANCE then
+      put("@%s st.global.f32 [%s], %s;", one, def("b64", "mad.lo.s64 %s, %s, 4, %s;", rb, stats.INV_VARIANCE), rstd)
+    end
+  end
+  do
+    local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)
+    put("selp.b32 %s, 0, %s, %s;", buf, def("b32", "add.s32 %s, %s, 1;", buf), pl)
+    put("xor.b32 %s, %s, 1;", par, par)
+    put("add.s64 %s, %s, %s;", rb, rb, ncl)
+    put("@%s bra.uni %s;", def("pred", "setp.lt.s64 %s, %s, %s;", rb, rows), LOOP)
+  end
+  P:at(DONE)
+  put("cp.async.wait_group 0;")
+  K:asm(P)
+end
+
+return M
