@@ -11,11 +11,12 @@ local settings = require "kiln.settings"
 local errors = require "kiln.errors"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
 local sms = require "kiln.engines.sms"
 
 local M = {}
 
-local ELEM = { fp32 = true, fp16 = true, bf16 = true }
+local ELEM = rowptx.IN
 
 -- Stages in the ring and CTAs per SM (KILN_ROW_STAGE=sNcM, read at build time, for measuring;
 -- `off`: the row re-read instead).
@@ -77,7 +78,8 @@ function M.plan(info, g, L, SMEM_MAX)
   local smem = S * stage
   -- dynamic shared memory above 48 KB takes the runtime's opt-in: never land just below it
   if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
-  local per_sm = math.max(1, math.min(mode.C, 2048 // L.block, (227 * 1024) // smem))
+  -- CTAs per SM: at most the mode's, at least 64 registers a thread, and what shared memory holds
+  local per_sm = math.max(1, math.min(mode.C, 65536 // (L.block * 64), (227 * 1024) // smem))
   -- a cluster a row, several waves of them as the staged backward (row.lua counts clusters)
   return { S = S, stage = stage, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm), grid_div = 1 }
 end
