@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 87 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 88 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -140,7 +140,9 @@ ok "16-bit layernorm rows keep the re-read (measured faster than staged)" test "
 KILN_ROW_STAGE=off run_kiln explain tests/specs/mem/wide.lua --sm 90a
 ok "KILN_ROW_STAGE=off: the fp32 layernorm re-reads too" test "$(grep -c 'staged-fwd' "$OUTF")" = 0
 KILN_ROW_STAGE=s9c9 run_kiln explain tests/specs/mem/wide.lua --sm 90a
-expect_err "E_USAGE.*KILN_ROW_STAGE=s9c9: want off, s2c2" "KILN_ROW_STAGE=s9c9 is refused by name"
+expect_err "E_USAGE.*KILN_ROW_STAGE=s9c9: want off or sNcM\[bB\]" "KILN_ROW_STAGE=s9c9 is refused by name"
+KILN_ROW_STAGE=s3c2b512 run_kiln explain specs/layernorm.lua --set H=65536 --sm 90a
+expect_out "layernorm:p512n4v8r1:staged-fwd:cluster4$" "KILN_ROW_STAGE=s3c2b512 stages a bf16 row too, over 4 CTAs of 512 threads"
 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
 ok "the staged layernorm meets its cluster twice a row (and once at its start)" \
   test "$(grep -c 'barrier.cluster.arrive' "$OUTF")" = 3

@@ -137,9 +137,9 @@ end
 
 -- The cluster layout of a row of H (vectors of V) too wide for one CTA: from CL = `start` up,
 -- E.CLUSTER_N vectors a thread (else `target`), the first cluster whose CTAs have at most
--- E.CLUSTER_BLOCK threads (`forced`: the first that fits at all). `accept(Lc)` says whether a
--- layout fits (a value, or nil). Returns the layout and that value, or nil.
-local function cluster_layout(H, V, target, start, forced, accept)
+-- `most` threads (default E.CLUSTER_BLOCK; `forced`: the first that fits at all). `accept(Lc)`
+-- says whether a layout fits (a value, or nil). Returns the layout and that value, or nil.
+local function cluster_layout(H, V, target, start, forced, accept, most)
   local best, got
   local CL = start
   while CL <= (forced and E.MAX_FORCED_CLUSTER or E.MAX_CLUSTER) do
@@ -151,7 +151,7 @@ local function cluster_layout(H, V, target, start, forced, accept)
         if v then best, got = Lc, v; break end
       end
     end
-    if best and (best.CL == CL and best.P <= E.CLUSTER_BLOCK or forced) then break end
+    if best and (best.CL == CL and best.P <= (most or E.CLUSTER_BLOCK) or forced) then break end
     CL = CL * 2
   end
   return best, got
@@ -345,11 +345,13 @@ local function analyze(group, g, cluster)
   -- two reductions wait on the cluster, instead of the row re-read from L2. Measured on the
   -- H200 (2026-12-02, 4096 rows): fp32 1.16x at H = 40960, 1.26x at 65536; 16-bit rows, half the
   -- bytes a row part for the same cluster barriers, 0.54-0.80x (docs/MEMORY_BOUND.md, "Wide rows").
-  if info.strategy == "reread" and cluster and not forced and kind == "norm"
-     and E.STAGED_FWD_DTYPES[g.by_uid[a.inputs.input].dtype] then
+  -- KILN_ROW_STAGE set (for measuring) stages every dtype, in CTAs of at most its block.
+  local stage_mode = kind == "norm" and rowfwd_staged_ptx.mode()
+  if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off
+     and (E.STAGED_FWD_DTYPES[g.by_uid[a.inputs.input].dtype] or stage_mode.set) then
     local Lc, st = cluster_layout(H, V, target, 2, false, function(Lc)
       return rowfwd_staged_ptx.accepts(info, group, g, Lc) and rowfwd_staged_ptx.plan(info, g, Lc, E.SMEM_MAX) or nil
-    end)
+    end, stage_mode.block)
     if Lc then
       L, info.fstaged, info.strategy = Lc, st, "staged-fwd"
       info.smem, info.per_sm, info.cap, info.grid_div = st.smem, st.per_sm, st.cap, st.grid_div

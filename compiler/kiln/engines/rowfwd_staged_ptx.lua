@@ -7,7 +7,7 @@
 -- warp butterfly, the CTA's warps in order, then the cluster's CTAs in rank order: the same
 -- bits in every CTA), then y from the staged row. Scale and bias are held as loaded.
 local dtypes = require "kiln.dtypes"
-local settings = require "kiln.settings"
+local c = require "kiln.c"
 local errors = require "kiln.errors"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
@@ -18,18 +18,23 @@ local M = {}
 
 local ELEM = rowptx.IN
 
--- Stages in the ring and CTAs per SM (KILN_ROW_STAGE=sNcM, read at build time, for measuring;
--- `off`: the row re-read instead).
+-- Stages in the ring and CTAs per SM. KILN_ROW_STAGE=sNcM[bB] (read at build time, for
+-- measuring) stages every dtype's wide layernorm row, in N stages, M CTAs an SM, CTAs of at most B
+-- threads (the smallest such cluster); `off` re-reads every row.
 M.DEFAULT = { S = 3, C = 2 }
 
--- The variant KILN_ROW_STAGE asks for: { S =, C = } or { off = true }.
+-- The variant KILN_ROW_STAGE asks for: { S =, C =, block =, set = } or { off = true }.
 function M.mode()
-  local v, bad = settings.choice("KILN_ROW_STAGE", { "off", "s2c2", "s3c2", "s4c2", "s2c4", "s3c4", "s2c1", "s3c1", "s4c1" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local v = c.getenv("KILN_ROW_STAGE") or ""
   if v == "" then return M.DEFAULT end
   if v == "off" then return { off = true } end
-  local s, c = v:match("^s(%d)c(%d)$")
-  return { S = tonumber(s), C = tonumber(c) }
+  local s, n, b = v:match("^s([2-4])c([124])$")
+  if not s then s, n, b = v:match("^s([2-4])c([124])b(%d+)$") end
+  b = tonumber(b)
+  if not s or (b and not (b >= 64 and b <= 1024 and ptx.pow2(b))) then
+    errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_STAGE=%s: want off or sNcM[bB] (stages 2-4, CTAs per SM 1, 2 or 4, at most B threads a CTA: 64-1024)", v)
+  end
+  return { S = tonumber(s), C = tonumber(n), block = b, set = true }
 end
 
 -- Whether this form takes the group (analyze's info; L a cluster layout): true, or nil and why.
