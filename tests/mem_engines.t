@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 88 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 89 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -137,6 +137,14 @@ expect_out "log_softmax:p1024n4v8r1:reread$" "log_softmax at H = 32768 likewise"
 expect_out "layernorm:p512n4v4r1:staged-fwd:cluster8$" "fp32 layernorm at H = 65536: staged over a cluster of 8 CTAs of 512 threads"
 expect_out "layernorm:p1024n5v4r1:staged-fwd:cluster2$" "and at H = 40960 over 2 CTAs of 1024 threads"
 ok "16-bit layernorm rows keep the re-read (measured faster than staged)" test "$(grep -c 'plan row:v1:layernorm:p1024n8v8r1:reread$' "$OUTF")" = 1
+cat > "$TMP/ln32r.lua" <<'EOF'
+local k = require "kiln"
+return k.graph "ln32r" { dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp32",
+  inputs = { x = { "T", "H" }, r = { "T", "H" }, w = { "H" }, b = { "H" } },
+  body = function(g, x, r, w, b) return { y = g:layernorm(x + r, w, b, { epsilon = 1e-5 }) } end }
+EOF
+run_kiln explain "$TMP/ln32r.lua" --sm 90a
+expect_out "plan row:v1:layernorm:p1024n16v4r1:reread$" "an fp32 layernorm fusing a residual add keeps the re-read (the staged form takes no fused ops)"
 KILN_ROW_STAGE=off run_kiln explain tests/specs/mem/wide.lua --sm 90a
 ok "KILN_ROW_STAGE=off: the fp32 layernorm re-reads too" test "$(grep -c 'staged-fwd' "$OUTF")" = 0
 KILN_ROW_STAGE=s9c9 run_kiln explain tests/specs/mem/wide.lua --sm 90a
