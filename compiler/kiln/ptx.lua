@@ -103,6 +103,16 @@ function M.new()
     end
     return words
   end
+  -- v combined with `op` over the `lanes` lanes (a power of two, at most 32) of its group of a
+  -- warp by xor shuffles (every lane gets the result; 1 lane: v itself).
+  function P:butterfly(v, lanes, op)
+    local o = lanes // 2
+    while o > 0 do
+      v = self:def("b32", op .. " %s, %s, %s;", v, self:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", v, o))
+      o = o // 2
+    end
+    return v
+  end
   -- `values` (every thread of the CTA holds them) combined over a cluster of n CTAs: thread
   -- t < n stores them into slot `rank` of CTA t's array at `base` (n floats a value), one
   -- cluster barrier, then each value's n slots fold in rank order with `op` (the same bits in

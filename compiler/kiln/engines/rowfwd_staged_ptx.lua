@@ -175,11 +175,7 @@ function M.emit(K, info, group, g, st)
   local rc = P:shared(o_rc)
   local to = { peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1), mine = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL) }
   local function allreduce(v, r)
-    local o = math.min(Pn, 32) // 2
-    while o > 0 do
-      v = def("b32", "add.f32 %s, %s, %s;", v, def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", v, o))
-      o = o // 2
-    end
+    v = P:butterfly(v, math.min(Pn, 32), "add.f32")
     if Pn > 32 then
       local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, NW * 4, warp4)
       put("@%s st.shared.f32 [%s+%d], %s;", lead, at, r * 2 * NW * 4, v)

@@ -234,14 +234,8 @@ function M.new(K, info, g, inputs, made, at)
   -- (array `tag`)
   function R.allreduce(v, tag, op)
     op = op or "add.f32"
-    local o = math.min(Pn, 32) // 2
-    if op == "max.u32" and Pn >= 32 then
-      v, o = def("b32", "redux.sync.max.u32 %s, %s, -1;", v), 0
-    end
-    while o > 0 do
-      v = def("b32", op .. " %s, %s, %s;", v, def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", v, o))
-      o = o // 2
-    end
+    if op == "max.u32" and Pn >= 32 then v = def("b32", "redux.sync.max.u32 %s, %s, -1;", v)
+    else v = P:butterfly(v, math.min(Pn, 32), op) end
     if Pn <= 32 then return v end
     local W, NW = Pn // 32, L.block // 32
     K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, NW)
