@@ -138,16 +138,21 @@ static void report_nvrtc(json_t *r, int *bad) {
   kiln_err err;
   if (kiln_nvrtc_probe(probed_path, sizeof probed_path, probed, sizeof probed, &err) == 0)
     set_str(r, "nvrtc_key_version", probed[0] ? probed : "unknown (NVRTC must be loaded)", bad);
-  /* ptxas of its toolkit, for the kernels kiln writes as PTX modules: the executable (NVRTC's
-   * code), else nvJitLink (kiln's own small kernels only) */
-  char exe[4096], jitlink[4096];
+  /* what compiles the kernels kiln writes as PTX modules: its PTX compiler library, else the
+   * ptxas executable of NVRTC's toolkit (NVRTC's code), else nvJitLink (kiln's own small kernels) */
+  char lib[4096], exe[4096], jitlink[4096], libtext[4200];
+  int has_lib = kiln_ptxas_lib_probe(lib, sizeof lib) == 0;
   int has_exe = kiln_ptxas_exe_probe(exe, sizeof exe) == 0;
   int has_jitlink = kiln_ptxas_probe(jitlink, sizeof jitlink) == 0;
-  set_str(r, "ptxas", has_exe ? exe : "not in NVRTC's toolkit (the row kernels compile from CUDA)", bad);
+  snprintf(libtext, sizeof libtext, "%s (%s)", lib, kiln_ptxas_lib_version() ? kiln_ptxas_lib_version() : "");
+  set_str(r, "ptx_compiler_library", has_lib ? libtext
+          : kiln_ptxas_lib_version() ? "libkilnptx.so not found" : "none (configured with --ptx-compiler=none)", bad);
+  set_str(r, "ptxas", has_exe ? exe : "not in NVRTC's toolkit", bad);
   set_str(r, "nvjitlink", has_jitlink ? jitlink : "not beside NVRTC", bad);
   const char *pick = getenv("KILN_PTXAS");
-  int use_exe = has_exe && !(pick && !strcmp(pick, "nvjitlink"));
-  set_str(r, "ptx_modules", use_exe ? "every kernel with a PTX body, through ptxas"
+  int forced_jl = pick && !strcmp(pick, "nvjitlink"), forced_exe = pick && !strcmp(pick, "exe");
+  set_str(r, "ptx_modules", has_lib && !forced_jl && !forced_exe ? "every kernel with a PTX body, by the PTX compiler library"
+          : has_exe && !forced_jl ? "every kernel with a PTX body, by the ptxas executable"
           : has_jitlink ? "the finalize and amax init kernels, through nvJitLink"
           : "none: every kernel compiles from CUDA", bad);
   kiln_nvrtc *nv = NULL;

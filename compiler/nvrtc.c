@@ -432,24 +432,45 @@ static const char *exe_path(void) {
   return probed_exe[0] ? probed_exe : NULL;
 }
 
+/* Which ptxas a PTX module's one option names (it is in the module's cache key). */
+enum { VIA_NVJITLINK, VIA_EXE, VIA_LIB };
+#define LIB_OPTION "--compiler=nvptxcompiler/"
+static int module_compiler(const char *opt) {
+  if (strcmp(opt, "--compiler=ptxas") == 0) return VIA_EXE;
+  if (strcmp(opt, "--compiler=nvjitlink") == 0) return VIA_NVJITLINK;
+  if (strncmp(opt, LIB_OPTION, strlen(LIB_OPTION)) == 0) return VIA_LIB;
+  return -1;
+}
+
 /* A PTX module (kiln.ptxmodule) to a CUBIN by ptxas, dumped as NVRTC's. Its one option says
- * which ptxas (and so is part of its cache key): --compiler=ptxas the executable (NVRTC's
- * whole-program compile), --compiler=nvjitlink or none nvJitLink in-process. */
+ * which ptxas: --compiler=nvptxcompiler/VERSION the PTX compiler library in-process (of that
+ * version only), --compiler=ptxas the executable (both NVRTC's whole-program compile),
+ * --compiler=nvjitlink or none nvJitLink in-process. */
 static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, const char *arch,
                        const char *const *opts, int nopts, const char *dump_dir, void **cubin,
                        size_t *size, char **log, kiln_err *e) {
   if (strncmp(arch, "sm_", 3) != 0)
     return kiln_err_set(e, "E_NVRTC", "%s: a PTX module is built for a real SM, not %s", base, arch);
-  int use_exe = 0;
+  int via = VIA_NVJITLINK;
   for (int i = 0; i < nopts; i++) {
-    if (strcmp(opts[i], "--compiler=ptxas") == 0) use_exe = 1;
-    else if (strcmp(opts[i], "--compiler=nvjitlink") == 0) use_exe = 0;
-    else return kiln_err_set(e, "E_NVRTC", "%s: a PTX module takes --compiler=ptxas|nvjitlink, not '%s'", base, opts[i]);
+    via = module_compiler(opts[i]);
+    if (via < 0)
+      return kiln_err_set(e, "E_NVRTC", "%s: a PTX module takes --compiler=nvptxcompiler/VERSION|ptxas|nvjitlink, "
+                          "not '%s'", base, opts[i]);
   }
-  if (!use_exe && !nv) return kiln_err_set(e, "E_NVRTC", "%s: nvJitLink needs NVRTC loaded", base);
+  if (via == VIA_LIB) {
+    const char *have = kiln_ptxas_lib_version();
+    if (!have || strcmp(opts[nopts - 1] + strlen(LIB_OPTION), have) != 0)
+      return kiln_err_set(e, "E_NVRTC", "%s: the module asks for PTX compiler %s, kiln has %s (KILN_PTXAS=exe "
+                          "compiles by the toolkit's ptxas)", base, opts[nopts - 1] + strlen(LIB_OPTION),
+                          have ? have : "none");
+  }
+  if (via == VIA_NVJITLINK && !nv) return kiln_err_set(e, "E_NVRTC", "%s: nvJitLink needs NVRTC loaded", base);
   char *text = NULL;
   int status;
-  if (use_exe) {
+  if (via == VIA_LIB) {
+    status = kiln_ptxas_lib_compile(source, base, arch, cubin, size, &text, e);
+  } else if (via == VIA_EXE) {
     const char *exe = exe_path();
     if (!exe)
       return kiln_err_set(e, "E_NVRTC", "%s: no ptxas executable in the toolkit of the NVRTC on disk "
@@ -481,7 +502,7 @@ static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, con
 int kiln_nvrtc_needs_nvrtc(const char *source, const char *const *opts, int nopts) {
   if (!source || !kiln_ptxas_is_ptx(source)) return 1;
   for (int i = 0; i < nopts; i++)
-    if (opts && opts[i] && strcmp(opts[i], "--compiler=ptxas") == 0) return 0;
+    if (opts && opts[i] && (module_compiler(opts[i]) == VIA_EXE || module_compiler(opts[i]) == VIA_LIB)) return 0;
   return 1;
 }
 

@@ -47,14 +47,14 @@ int kiln_nvrtc_arch_valid(const char *arch);
  * always written there as NAME.cu, and the log as NAME.log when the compile fails or
  * warns. */
 /* A PTX module (kiln_ptxas_is_ptx) compiles by ptxas instead, NAME.ptx; one that asks for the
- * executable (kiln_nvrtc_needs_nvrtc is 0) may come with nv NULL: the ptxas of the toolkit
- * found on disk then, without loading NVRTC. */
+ * PTX compiler library or the executable (kiln_nvrtc_needs_nvrtc is 0) may come with nv NULL,
+ * without loading NVRTC. */
 int kiln_nvrtc_compile(kiln_nvrtc *nv, const char *source, const char *name, const char *arch,
                        const char *const *opts, int nopts, void **cubin, size_t *size,
                        char **log, kiln_err *e);
 
-/* 0 when source and opts are a PTX module for the ptxas executable (--compiler=ptxas), which
- * compiles without NVRTC loaded; else 1. */
+/* 0 when source and opts are a PTX module for the PTX compiler library or the ptxas executable
+ * (--compiler=nvptxcompiler/VERSION or ptxas), which compiles without NVRTC loaded; else 1. */
 int kiln_nvrtc_needs_nvrtc(const char *source, const char *const *opts, int nopts);
 
 #endif

@@ -347,11 +347,15 @@ static int l_env_report(lua_State *L) {
   return 1;
 }
 
-/* kiln.c.ptx_compilers() -> { ptxas = path, nvjitlink = path }: what of NVRTC's toolkit can
- * compile PTX modules (either may be absent). */
+/* kiln.c.ptx_compilers() -> { nvptxcompiler = version, ptxas = path, nvjitlink = path }: what
+ * can compile PTX modules, kiln's PTX compiler library and NVRTC's toolkit (any may be absent). */
 static int l_ptx_compilers(lua_State *L) {
   char path[PATH_MAX];
   lua_newtable(L);
+  if (kiln_ptxas_lib_probe(path, sizeof path) == 0) {
+    lua_pushstring(L, kiln_ptxas_lib_version());
+    lua_setfield(L, -2, "nvptxcompiler");
+  }
   if (kiln_ptxas_exe_probe(path, sizeof path) == 0) {
     lua_pushstring(L, path);
     lua_setfield(L, -2, "ptxas");

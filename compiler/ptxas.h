@@ -1,6 +1,8 @@
 /* kiln compiler: ptxas alone, compiling a PTX module to a CUBIN. kiln's kernels whose body is
  * PTX come as whole PTX modules (kiln.ptxmodule), which skip NVRTC's front end and NVVM (a
- * third to a half of a kernel's compile). Two ways in:
+ * third to a half of a kernel's compile). Three ways in:
+ *  - NVIDIA's PTX compiler library (ptxas_lib.c), in-process from libkilnptx.so: ptxas's
+ *    whole-program compile of the toolkit's version without a process (the default);
  *  - the toolkit's ptxas executable (ptxas_exe.c), in a child process: the whole-program
  *    compile NVRTC does, so the same SASS as the kernel's CUDA form;
  *  - nvJitLink (ptxas.c) in-process: relocatable code, whose registers ptxas allocates
@@ -29,6 +31,19 @@ int kiln_ptxas_exe_probe(char *path, size_t pathsz);
  * files in a fresh directory under $TMPDIR (or /tmp), removed after. As kiln_ptxas_compile. */
 int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, const char *arch,
                            void **cubin, size_t *size, char **log, kiln_err *e);
+
+/* The version of NVIDIA's PTX compiler library that kiln was configured with ("13.0.88", in the
+ * cache keys of the modules it compiles), or NULL when configured without one. */
+const char *kiln_ptxas_lib_version(void);
+
+/* Finds libkilnptx.so without loading it: $KILN_PTXC_PATH, else beside the running program
+ * (its directory, .. or ../lib), else KILN_LIBDIR. 0 with its path, -1 when there is none. */
+int kiln_ptxas_lib_probe(char *path, size_t pathsz);
+
+/* Compiles as kiln_ptxas_compile with the PTX compiler library, loaded by the first call of a
+ * process (E_NVRTC saying why, when it is absent or of another version). Thread-safe. */
+int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, void **cubin, size_t *size,
+                           char **log, kiln_err *e);
 
 /* Loads nvJitLink from nvrtc_dir (may be NULL) or the loader's path. On failure: E_NVRTC
  * naming where it looked, -1. */

@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 89 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 92 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -202,14 +202,22 @@ ok "11 of the 12 backwards of backward.lua take the PTX form (not the split one 
   test "$(grep -c 'body in PTX' "$OUTF")" = 11
 run_kiln source specs/softmax.lua specs/softmax_bwd.lua
 ok "the shipped softmax kernels' bodies are in PTX" test "$(grep -c 'body in PTX' "$OUTF")" = 12
-# PTX modules (docs/INTERNALS.md): by default every kernel with its body in PTX through the
-# toolkit's ptxas executable; through nvJitLink (KILN_PTXAS=nvjitlink) the finalize and the amax
-# init kernel only, unless KILN_PTX_MODULE=all
+# PTX modules (docs/INTERNALS.md): by default every kernel with its body in PTX through kiln's
+# PTX compiler library (of the toolkit ptxas's version), or the toolkit's ptxas executable
+# (KILN_PTXAS=exe); through nvJitLink (KILN_PTXAS=nvjitlink) the finalize and the amax init
+# kernel only, unless KILN_PTX_MODULE=all
 SPX="specs/layernorm_bwd.lua specs/rmsnorm_residual_fp8.lua"
+PTXC_VERSION=$(sed -n 's/^ptxc_version = //p' config.ninja)
+BY_LIB="compiled as a PTX module by nvptxcompiler/$PTXC_VERSION"
 run_kiln source $SPX --set H=4096 --sm 90a --ptx
-ok "by default all four kernels compile as PTX modules by ptxas, and --ptx prints the modules" \
-  bash -c "test \$(grep -c 'compiled as a PTX module by ptxas$' '$OUTF') = 4 && test \$(grep -c '^\.version 8\.0' '$OUTF') = 4 &&
+ok "by default all four kernels compile as PTX modules by the PTX compiler library $PTXC_VERSION, and --ptx prints the modules" \
+  bash -c "test -n '$PTXC_VERSION' && test \$(grep -c '$BY_LIB\$' '$OUTF') = 4 && test \$(grep -c '^\.version 8\.0' '$OUTF') = 4 &&
            grep -q '^\.visible \.entry kiln_layernorm_bwd_k0_final(' '$OUTF' && grep -q 'griddepcontrol.wait' '$OUTF'"
+KILN_PTXAS=exe run_kiln source $SPX --set H=4096 --sm 90a
+ok "KILN_PTXAS=exe: all four by the toolkit's ptxas executable" test "$(grep -c 'compiled as a PTX module by ptxas$' "$OUTF")" = 4
+KILN_PTXC_PATH=/nonexistent/libkilnptx.so run_kiln source $SPX --set H=4096 --sm 90a
+ok "a KILN_PTXC_PATH that names nothing: the ptxas executable, not another library" \
+  test "$(grep -c 'compiled as a PTX module by ptxas$' "$OUTF")" = 4
 KILN_PTX_MODULE=own run_kiln source $SPX --set H=4096 --sm 90a
 ok "KILN_PTX_MODULE=own: the finalize and the amax init kernel only" \
   bash -c "test \$(grep -c 'compiled as a PTX module' '$OUTF') = 2 && grep -q '_final.*compiled as a PTX module' '$OUTF' &&
@@ -226,20 +234,22 @@ ok "KILN_PTX_MODULE=off: none" bash -c "! grep -q 'compiled as a PTX module' '$O
 KILN_PTX_MODULE=on run_kiln build specs/layernorm.lua --sm 90a
 expect_err "E_USAGE.*KILN_PTX_MODULE=on: want all, own or off" "KILN_PTX_MODULE=on is refused by name"
 KILN_PTXAS=ptxas run_kiln build specs/layernorm.lua --sm 90a
-expect_err "E_USAGE.*KILN_PTXAS=ptxas: want nvjitlink" "KILN_PTXAS=ptxas is refused by name"
+expect_err "E_USAGE.*KILN_PTXAS=ptxas: want exe or nvjitlink" "KILN_PTXAS=ptxas is refused by name"
 run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod.kpack"
-ok "modules through ptxas build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod.kpack"
+ok "modules through the PTX compiler library build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod.kpack"
+KILN_PTXAS=exe run_kiln build $SPX --sm 80 --sm 100a -o "$TMP/mod_exe.kpack"
+ok "modules through the ptxas executable build for sm_80 and sm_100a" test -s "$TMP/mod_exe.kpack"
 KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod_jl.kpack"
 ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod_jl.kpack"
-# pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by ptxas
+# pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by the PTX compiler library
 run_kiln source specs/swiglu.lua specs/scale_residual_cast.lua tests/specs/mem/pointwise.lua --sm 90a
 ok "the pointwise kernels take the PTX form (GELU into fp32 and a repeating bias keep the CUDA form)" \
   bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 9 &&
-           test \$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' '$OUTF') = 9 &&
+           test \$(grep -c 'plan pointwise.*$BY_LIB\$' '$OUTF') = 9 &&
            grep -q '^// ---- pw_gelu_fp32 .H=4096. .*, sm_90a$' '$OUTF' && grep -q '^// ---- pw_row_broadcast .H=4096. .*, sm_90a$' '$OUTF'"
 KILN_PW_REPEAT=ptx run_kiln source tests/specs/mem/pointwise.lua specs/bias_gelu.lua --sm 90a
 ok "KILN_PW_REPEAT=ptx: the repeating bias too (and bias_gelu)" \
-  test "$(grep -c 'plan pointwise.*compiled as a PTX module by ptxas$' "$OUTF")" = 10
+  test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 10
 KILN_ROW_CODE=cuda run_kiln source specs/swiglu.lua --sm 90a
 ok "KILN_ROW_CODE=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/variants.lua --sm 90a

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The ptxas executable gives a PTX module NVRTC's code: every row and pointwise kernel that the shipped
-# memory-bound specs compile as a module (a ragged row; a wide one over a cluster), byte for
-# byte against its CUDA form (TAP).
+# The ptxas executable and kiln's PTX compiler library give a PTX module NVRTC's code: every row
+# and pointwise kernel that the shipped memory-bound specs compile as a module (a ragged row; a
+# wide one over a cluster), byte for byte against its CUDA form (TAP).
 . "$(dirname "$0")/lib.sh"
 S="specs/layernorm.lua specs/layernorm_bwd.lua specs/rmsnorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua specs/rmsnorm_residual_fp8.lua specs/add_rmsnorm_silu_gate.lua specs/swiglu.lua specs/scale_residual_cast.lua specs/bias_gelu.lua"
 for H in 1000 65536; do

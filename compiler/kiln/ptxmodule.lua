@@ -47,24 +47,26 @@ local function shared(line)
   return string.format(".shared .align %d .b8 %s[%d];", a, name, bytes), name
 end
 
--- Which ptxas compiles the modules (their one option, in their cache key): "ptxas", the
--- toolkit's executable in a child process, whole-program as NVRTC compiles, so the SASS of the
--- CUDA form; else "nvjitlink" in-process, relocatable code whose registers ptxas allocates
--- differently (docs/INTERNALS.md, "PTX modules"). KILN_PTXAS=nvjitlink picks it where both are.
+-- Which ptxas compiles the modules (their one option, in their cache key): by default
+-- "nvptxcompiler/VERSION", kiln's PTX compiler library in-process, else "ptxas", the toolkit's
+-- executable in a child process (both whole-program as NVRTC compiles, so the SASS of the CUDA
+-- form), else "nvjitlink" in-process, relocatable code whose registers ptxas allocates
+-- differently (docs/INTERNALS.md, "PTX modules"). KILN_PTXAS=exe|nvjitlink picks one.
 local compiler
 local function pick()
   if compiler == nil then
-    local v, bad = settings.choice("KILN_PTXAS", { "nvjitlink" })
+    local v, bad = settings.choice("KILN_PTXAS", { "exe", "nvjitlink" })
     if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
     local found = c.ptx_compilers()
-    compiler = (v == "" and found.ptxas and "ptxas") or (found.nvjitlink and "nvjitlink") or false
+    local lib = v == "" and found.nvptxcompiler and "nvptxcompiler/" .. found.nvptxcompiler
+    compiler = lib or (v ~= "nvjitlink" and found.ptxas and "ptxas") or (found.nvjitlink and "nvjitlink") or false
   end
   return compiler
 end
 
 -- The ptxas (above) that compiles this kernel's PTX module, or nil for its CUDA form. By
--- default every kernel with its body in PTX when the executable is there (the same SASS as
--- NVRTC's), else only those written for a module (`own`: the column sums' finalize, the amax
+-- default every kernel with its body in PTX when a whole-program ptxas is there (the same SASS
+-- as NVRTC's), else only those written for a module (`own`: the column sums' finalize, the amax
 -- init kernel, tuned on nvJitLink's code). KILN_PTX_MODULE (build time): =all every kernel with
 -- its body in PTX through whichever ptxas there is (an error without one), =own only the own
 -- kernels, =off none.
@@ -74,10 +76,10 @@ function M.wanted(own)
   if v == "off" then return nil end
   local cc = pick()
   if not cc and v == "all" then
-    errors.raise_at(nil, nil, "E_NVRTC", "KILN_PTX_MODULE=all: neither ptxas nor nvJitLink is in NVRTC's toolkit (see kiln env)")
+    errors.raise_at(nil, nil, "E_NVRTC", "KILN_PTX_MODULE=all: no PTX compiler library, and neither ptxas nor nvJitLink in NVRTC's toolkit (see kiln env)")
   end
   if not cc then return nil end
-  if own or v == "all" or (v == "" and cc == "ptxas") then return cc end
+  if own or v == "all" or (v == "" and cc ~= "nvjitlink") then return cc end
   return nil
 end
 

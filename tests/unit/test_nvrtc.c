@@ -211,6 +211,51 @@ static void test_ptx_module(kiln_nvrtc *nv) {
   unsetenv("KILN_DUMP_DIR");
 }
 
+/* kiln's PTX compiler library in-process (--compiler=nvptxcompiler/VERSION) */
+static void test_ptx_library(kiln_nvrtc *nv) {
+  const char *version = kiln_ptxas_lib_version();
+  char lib[4096], opt[128], dir[300], path[400];
+  if (!version || kiln_ptxas_lib_probe(lib, sizeof lib) != 0) {
+    for (int i = 0; i < 4; i++) OK(1, "# SKIP kiln was configured without its PTX compiler library");
+    return;
+  }
+  snprintf(opt, sizeof opt, "--compiler=nvptxcompiler/%s", version);
+  const char *via_lib[] = {opt}, *other[] = {"--compiler=nvptxcompiler/0.0.1"};
+  void *cubin = NULL;
+  size_t size = 0;
+  kiln_err e = {0};
+  double t0 = now_ms();
+  int rc = kiln_nvrtc_compile(NULL, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", via_lib, 1, &cubin, &size, NULL, &e);
+  OK(rc == 0 && is_cuda_elf(cubin, size) && !kiln_nvrtc_needs_nvrtc(PTX_EMPTY, via_lib, 1),
+     "the PTX compiler library %s (%s) compiles a module without NVRTC loaded (%.1f ms, its first use)%s%s", version,
+     lib, now_ms() - t0, rc ? " — " : "", rc ? e.msg : "");
+  free(cubin);
+  cubin = NULL;
+  snprintf(dir, sizeof dir, "%s/dump_lib", root);
+  setenv("KILN_DUMP_DIR", dir, 1);
+  char *log = NULL;
+  rc = kiln_nvrtc_compile(nv, PTX_BROKEN, "kiln_ptx_broken", "sm_90a", via_lib, 1, &cubin, &size, &log, &e);
+  snprintf(path, sizeof path, "%s/kiln_ptx_broken.ptx", dir);
+  char *text = read_text(path);
+  OK(rc == -1 && !cubin && !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "PTX compiler library") &&
+         strstr(e.msg, "kiln_ptx_broken") && strstr(e.msg, "kept in") && log && strstr(log, "error") && text &&
+         !strcmp(text, PTX_BROKEN),
+     "a bad module through the library: E_NVRTC with ptxas's log, the source kept");
+  for (char *line = strtok(e.msg, "\n"); line; line = strtok(NULL, "\n")) DIAG("%s", line);
+  free(text);
+  free(log);
+  unsetenv("KILN_DUMP_DIR");
+  rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", other, 1, &cubin, &size, NULL, &e);
+  OK(rc == -1 && !cubin && !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "0.0.1") && strstr(e.msg, version),
+     "a module for another version of the library is refused, naming both (its key would be wrong)");
+  /* the library is loaded once a process; a failed compile leaves it usable */
+  double t1 = now_ms();
+  rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", via_lib, 1, &cubin, &size, NULL, &e);
+  OK(rc == 0 && is_cuda_elf(cubin, size), "and compiles again after a failure (%.1f ms, loaded)%s%s", now_ms() - t1,
+     rc ? " — " : "", rc ? e.msg : "");
+  free(cubin);
+}
+
 #define NJOBS 6
 
 static void make_jobs(kiln_compile_job *jobs, char src[][256], char sym[][32], int changed) {
@@ -323,7 +368,7 @@ int main(void) {
     return 0;
   }
   double open_ms = now_ms() - t0;
-  TAP_PLAN(32);
+  TAP_PLAN(36);
   int major, minor;
   kiln_nvrtc_version(nv, &major, &minor);
   DIAG("NVRTC %d.%d from %s, loaded in %.1f ms", major, minor, kiln_nvrtc_path(nv), open_ms);
@@ -340,6 +385,7 @@ int main(void) {
   test_direct(nv);
   test_dump(nv);
   test_ptx_module(nv);
+  test_ptx_library(nv);
   kiln_nvrtc_close(nv);
   test_jobs();
   rm_rf(root);

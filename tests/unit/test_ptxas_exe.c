@@ -1,7 +1,8 @@
-/* The ptxas executable gives a PTX module NVRTC's code: for each PTX-body kernel of two `kiln source`
- * listings of the same specs (the CUDA forms, and --ptx with the modules), the CUDA form through
- * NVRTC and the module through ptxas have the same SASS, kernel info and constant bank, byte for
- * byte (TAP). Usage: test_ptxas_exe CUDA_LISTING PTX_LISTING ARCH */
+/* The ptxas executable and kiln's PTX compiler library give a PTX module NVRTC's code: for each
+ * PTX-body kernel of two `kiln source` listings of the same specs (the CUDA forms, and --ptx with
+ * the modules), the CUDA form through NVRTC and the module through either ptxas have the same
+ * SASS, kernel info and constant bank, byte for byte (TAP).
+ * Usage: test_ptxas_exe CUDA_LISTING PTX_LISTING ARCH */
 #include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,9 +97,15 @@ int main(int argc, char **argv) {
     return 1;
   }
   OK(cu.n == px.n && cu.n > 0, "the listings hold the same %d kernels", cu.n);
+  /* the library kiln was configured with, when it is there */
+  char lib_opt[128] = "", lib[4096];
+  if (kiln_ptxas_lib_version() && kiln_ptxas_lib_probe(lib, sizeof lib) == 0)
+    snprintf(lib_opt, sizeof lib_opt, "--compiler=nvptxcompiler/%s", kiln_ptxas_lib_version());
+  OK(lib_opt[0] || !kiln_ptxas_lib_version(), "kiln's PTX compiler library %s is found (%s)",
+     kiln_ptxas_lib_version() ? kiln_ptxas_lib_version() : "(none configured)", lib_opt[0] ? lib : "absent");
   int modules = 0;
   for (int i = 0; i < cu.n && i < px.n; i++) {
-    if (!strstr(px.head[i], "compiled as a PTX module by ptxas")) continue;
+    if (!strstr(px.head[i], "compiled as a PTX module by ")) continue;
     char sym[256] = "";
     const char *k = strstr(px.head[i], " kernel ");
     if (k) sscanf(k + 8, "%255[A-Za-z0-9_]", sym);
@@ -107,20 +114,27 @@ int main(int argc, char **argv) {
     size_t len = strlen(sym);
     if ((len > 6 && !strcmp(sym + len - 6, "_final")) || (len > 5 && !strcmp(sym + len - 5, "_init"))) continue;
     modules++;
-    const char *cuda_opts[] = {"-minimal"}, *mod_opts[] = {"--compiler=ptxas"};
-    void *a = NULL, *b = NULL;
-    size_t na = 0, nb = 0;
-    kiln_err ea = {0}, eb = {0};
+    const char *cuda_opts[] = {"-minimal"}, *exe_opts[] = {"--compiler=ptxas"}, *lib_opts[] = {lib_opt};
+    void *a = NULL, *b = NULL, *c = NULL;
+    size_t na = 0, nb = 0, nc = 0;
+    kiln_err ea = {0}, eb = {0}, ec = {0};
     int ra = kiln_nvrtc_compile(nv, cu.body[i], sym, argv[3], cuda_opts, 1, &a, &na, NULL, &ea);
-    int rb = kiln_nvrtc_compile(nv, px.body[i], sym, argv[3], mod_opts, 1, &b, &nb, NULL, &eb);
-    char why[1200] = "";
+    int rb = kiln_nvrtc_compile(nv, px.body[i], sym, argv[3], exe_opts, 1, &b, &nb, NULL, &eb);
+    char why[1200] = "", why_lib[1200] = "";
     if (ra == 0 && rb == 0) compare(a, na, b, nb, sym, why, sizeof why);
     OK(ra == 0 && rb == 0 && !why[0], "%s: the module through ptxas gives NVRTC's SASS%s%s%s%s", sym,
        why[0] ? ", differs in" : "", why, ra ? ea.msg : "", rb ? eb.msg : "");
+    if (lib_opt[0]) {
+      int rc = kiln_nvrtc_compile(nv, px.body[i], sym, argv[3], lib_opts, 1, &c, &nc, NULL, &ec);
+      if (ra == 0 && rc == 0) compare(a, na, c, nc, sym, why_lib, sizeof why_lib);
+      OK(ra == 0 && rc == 0 && !why_lib[0], "%s: the module through the PTX compiler library gives NVRTC's SASS%s%s%s",
+         sym, why_lib[0] ? ", differs in" : "", why_lib, rc ? ec.msg : "");
+    }
     free(a);
     free(b);
+    free(c);
   }
-  OK(modules > 0, "%d kernels compiled as modules by ptxas", modules);
+  OK(modules > 0, "%d kernels compiled as modules by ptxas%s", modules, lib_opt[0] ? " and the library" : "");
   kiln_nvrtc_close(nv);
   free(cuda_text);
   free(ptx_text);
