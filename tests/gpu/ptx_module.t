@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Kernels compiled as PTX modules give the same bits as their CUDA forms through NVRTC
-# (KILN_PTX_MODULE=off; tests/gpu/ptx_module.py), by the ptxas executable (the default) and
+# (KILN_PTX_MODULE=off; tests/gpu/ptx_module.py), by the PTX compiler library or the ptxas executable (the default) and
 # through nvJitLink (KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all): the forward and backward norms,
 # the finalize and the amax init kernel, softmax, the pointwise kernels. Skips without a device or
 # torch.
