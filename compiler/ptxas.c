@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 /* Our own declarations of the nvJitLink entry points (no CUDA header, no link dependency). */
-typedef int jl_result; /* nvJitLinkResult; 0 is NVJITLINK_SUCCESS */
-typedef struct jl_handle_s *jl_handle;
+typedef int jl_result;  /* nvJitLinkResult; 0 is NVJITLINK_SUCCESS */
+typedef void *jl_handle; /* nvJitLinkHandle */
 enum { JL_INPUT_PTX = 2 }; /* NVJITLINK_INPUT_PTX */
 
 struct kiln_ptxas {
@@ -24,9 +24,9 @@ struct kiln_ptxas {
   jl_result (*cubin_size)(jl_handle, size_t *);
   jl_result (*cubin)(jl_handle, void *);
   jl_result (*error_log_size)(jl_handle, size_t *);
-  jl_result (*error_log)(jl_handle, char *);
+  jl_result (*error_log)(jl_handle, void *);
   jl_result (*info_log_size)(jl_handle, size_t *);
-  jl_result (*info_log)(jl_handle, char *);
+  jl_result (*info_log)(jl_handle, void *);
 };
 
 static int load_symbols(kiln_ptxas *p, const char **missing) {
@@ -123,19 +123,23 @@ int kiln_ptxas_is_ptx(const char *text) {
   return 0;
 }
 
-/* One of the handle's logs (error or info), malloc'ed; NULL when empty. */
-static char *read_log(jl_handle h, jl_result (*size_fn)(jl_handle, size_t *),
-                      jl_result (*log_fn)(jl_handle, char *)) {
-  size_t n = 0;
-  if (size_fn(h, &n) != 0 || n <= 1) return NULL;
-  char *text = malloc(n + 1);
-  if (!text) return NULL;
-  if (log_fn(h, text) != 0) {
-    free(text);
+char *kiln_ptxas_fetch(void *h, int (*size_fn)(void *, size_t *), int (*copy_fn)(void *, void *), size_t *n) {
+  size_t len = 0;
+  if (n) *n = 0;
+  if (size_fn(h, &len) != 0 || len == 0) return NULL;
+  char *bytes = malloc(len + 1);
+  if (!bytes) return NULL;
+  if (copy_fn(h, bytes) != 0) {
+    free(bytes);
     return NULL;
   }
-  text[n] = '\0';
-  return text;
+  bytes[len] = '\0';
+  if (len == 1 && bytes[0] == '\0') { /* a log of one NUL: empty */
+    free(bytes);
+    return NULL;
+  }
+  if (n) *n = len;
+  return bytes;
 }
 
 int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const char *arch,
@@ -154,25 +158,15 @@ int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const c
   rc = p->add_data(h, JL_INPUT_PTX, ptx, strlen(ptx), name);
   if (rc == 0) rc = p->complete(h);
   if (rc != 0) {
-    text = read_log(h, p->error_log_size, p->error_log);
+    text = kiln_ptxas_fetch(h, p->error_log_size, p->error_log, NULL);
     status = kiln_err_set(e, "E_NVRTC", "ptxas (nvJitLink) failed to compile %s for %s (error %d)%s%.1800s", name,
                           arch, rc, text ? ":\n" : "", text ? text : "");
   } else {
-    text = read_log(h, p->info_log_size, p->info_log);
-    if (p->cubin_size(h, size) != 0 || *size == 0) {
-      status = kiln_err_set(e, "E_NVRTC", "%s: nvJitLinkGetLinkedCubinSize failed", name);
-    } else if (!(*cubin = malloc(*size))) {
-      status = kiln_err_set(e, "E_NVRTC", "%s: out of memory for the CUBIN", name);
-    } else if (p->cubin(h, *cubin) != 0) {
-      status = kiln_err_set(e, "E_NVRTC", "%s: nvJitLinkGetLinkedCubin failed", name);
-    }
+    text = kiln_ptxas_fetch(h, p->info_log_size, p->info_log, NULL);
+    if (!(*cubin = kiln_ptxas_fetch(h, p->cubin_size, p->cubin, size)))
+      status = kiln_err_set(e, "E_NVRTC", "%s: no CUBIN from nvJitLink (or out of memory)", name);
   }
   p->destroy(&h);
-  if (status != 0) {
-    free(*cubin);
-    *cubin = NULL;
-    *size = 0;
-  }
   if (log) *log = text;
   else free(text);
   return status;

@@ -50,6 +50,11 @@ int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, 
 int kiln_ptxas_open(kiln_ptxas **out, const char *nvrtc_dir, kiln_err *e);
 void kiln_ptxas_close(kiln_ptxas *p);
 
+/* What an in-process compiler's handle H holds (a log, or the CUBIN), through its size and copy
+ * entry points (nvJitLink's and nvPTXCompiler's have one shape): malloc'ed with a NUL after it,
+ * its size in *n (may be NULL); NULL when it is empty (a log of one NUL counts as empty) or on failure. */
+char *kiln_ptxas_fetch(void *h, int (*size_fn)(void *, size_t *), int (*copy_fn)(void *, void *), size_t *n);
+
 /* 1 when text is a PTX module (its first line that is not a // comment or blank starts
  * with .version), else 0. */
 int kiln_ptxas_is_ptx(const char *text);

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 /* Our own declarations of the nvPTXCompiler entry points (the header is not needed to build kiln). */
-typedef int pc_result; /* nvPTXCompileResult; 0 is NVPTXCOMPILE_SUCCESS */
-typedef struct pc_handle_s *pc_handle;
+typedef int pc_result;  /* nvPTXCompileResult; 0 is NVPTXCOMPILE_SUCCESS */
+typedef void *pc_handle; /* nvPTXCompilerHandle */
 enum { PC_COMPILATION_FAILURE = 3 };
 
 static struct {
@@ -23,9 +23,9 @@ static struct {
   pc_result (*program_size)(pc_handle, size_t *);
   pc_result (*program)(pc_handle, void *);
   pc_result (*error_log_size)(pc_handle, size_t *);
-  pc_result (*error_log)(pc_handle, char *);
+  pc_result (*error_log)(pc_handle, void *);
   pc_result (*info_log_size)(pc_handle, size_t *);
-  pc_result (*info_log)(pc_handle, char *);
+  pc_result (*info_log)(pc_handle, void *);
   const char *(*version)(void);
   char why[1400]; /* why it did not load */
 } pc;
@@ -122,20 +122,6 @@ static void load_once(void) {
   }
 }
 
-/* One of the handle's logs (error or info), malloc'ed; NULL when empty. */
-static char *read_log(pc_handle h, pc_result (*size_fn)(pc_handle, size_t *), pc_result (*log_fn)(pc_handle, char *)) {
-  size_t n = 0;
-  if (size_fn(h, &n) != 0 || n <= 1) return NULL;
-  char *text = malloc(n + 1);
-  if (!text) return NULL;
-  if (log_fn(h, text) != 0) {
-    free(text);
-    return NULL;
-  }
-  text[n] = '\0';
-  return text;
-}
-
 int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, void **cubin, size_t *size,
                            char **log, kiln_err *e) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -156,26 +142,16 @@ int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, 
   int status = 0;
   rc = pc.compile(h, 1, opts);
   if (rc != 0) {
-    text = read_log(h, pc.error_log_size, pc.error_log);
+    text = kiln_ptxas_fetch(h, pc.error_log_size, pc.error_log, NULL);
     status = kiln_err_set(e, "E_NVRTC", "ptxas (PTX compiler library %s) failed to compile %s for %s (%s %d)%s%.1800s",
                           KILN_PTXC_VERSION, name, arch, rc == PC_COMPILATION_FAILURE ? "compilation failure," : "error",
                           rc, text ? ":\n" : "", text ? text : "");
   } else {
-    text = read_log(h, pc.info_log_size, pc.info_log);
-    if (pc.program_size(h, size) != 0 || *size == 0) {
-      status = kiln_err_set(e, "E_NVRTC", "%s: nvPTXCompilerGetCompiledProgramSize failed", name);
-    } else if (!(*cubin = malloc(*size))) {
-      status = kiln_err_set(e, "E_NVRTC", "%s: out of memory for the CUBIN", name);
-    } else if (pc.program(h, *cubin) != 0) {
-      status = kiln_err_set(e, "E_NVRTC", "%s: nvPTXCompilerGetCompiledProgram failed", name);
-    }
+    text = kiln_ptxas_fetch(h, pc.info_log_size, pc.info_log, NULL);
+    if (!(*cubin = kiln_ptxas_fetch(h, pc.program_size, pc.program, size)))
+      status = kiln_err_set(e, "E_NVRTC", "%s: no CUBIN from the PTX compiler library (or out of memory)", name);
   }
   pc.destroy(&h);
-  if (status != 0) {
-    free(*cubin);
-    *cubin = NULL;
-    *size = 0;
-  }
   if (log) *log = text;
   else free(text);
   return status;
