@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 92 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 96 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -121,7 +121,7 @@ ok "the 10 forward norms of forward.lua take the PTX form on sm_90a (the ragged 
   test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 10
 ok "of the 2 at H = 65536 the rmsnorm splits its row over a cluster of CTAs (one reduction)" \
   test "$(grep -c "row held in the cluster's registers" "$OUTF")" = 1
-ok "and the layernorm (two reductions) re-reads it" test "$(grep -c 'row re-read (L2), body in PTX' "$OUTF")" = 1
+ok "and the fp16 layernorm (two reductions) is staged over a cluster of 8" test "$(grep -c 'layernorm_fp16_train.*staged-fwd:cluster8' "$OUTF")" = 1
 KILN_ROW_CLUSTER=0 run_kiln source tests/specs/mem/forward.lua --sm 90a
 ok "KILN_ROW_CLUSTER=0: both re-read the row" test "$(grep -c 'row re-read (L2), body in PTX' "$OUTF")" = 2
 # wide rows (tests/specs/mem/wide.lua): the cluster's CTAs each hold a part, reductions through
@@ -136,7 +136,19 @@ expect_out "layernorm:p1024n4v8r1:reread$" "layernorm at H = 32768 re-reads its 
 expect_out "log_softmax:p1024n4v8r1:reread$" "log_softmax at H = 32768 likewise"
 expect_out "layernorm:p512n4v4r1:staged-fwd:cluster8$" "fp32 layernorm at H = 65536: staged over a cluster of 8 CTAs of 512 threads"
 expect_out "layernorm:p1024n5v4r1:staged-fwd:cluster2$" "and at H = 40960 over 2 CTAs of 1024 threads"
-ok "16-bit layernorm rows keep the re-read (measured faster than staged)" test "$(grep -c 'plan row:v1:layernorm:p1024n8v8r1:reread$' "$OUTF")" = 1
+ok "16-bit layernorm rows of 65536 are staged over 8 CTAs of 256 threads (measured 1.02-1.11x the re-read)" \
+  test "$(grep -c 'plan row:v1:layernorm:p256n4v8r1:staged-fwd:cluster8$' "$OUTF")" = 1
+for H in 32768 131072; do
+  run_kiln explain specs/layernorm.lua --set H=$H --sm 90a
+  ok "bf16 layernorm rows of $H keep the re-read (staged: clusters of 4, or CTAs past 256 threads)" \
+    test "$(grep -c 'plan row:v1:layernorm:p1024n[0-9]*v8r1:reread$' "$OUTF")" = 2
+done
+KILN_ROW_STAGE=s2c4b256r2 run_kiln source specs/layernorm.lua --set H=65536 --sm 90a --ptx
+ok "KILN_ROW_STAGE=...r2: two rows a cluster meeting (both rows' sums in one barrier, the second row's stores predicated)" \
+  bash -c "test \$(grep -c 'st.shared::cluster' '$OUTF') = 8 && test \$(grep -c 'cp.async.cg.shared.global' '$OUTF') = 32 &&
+           grep -q '^@%kp[0-9]* st.global' '$OUTF'"
+KILN_ROW_STAGE=s2c4b256r3 run_kiln explain specs/layernorm.lua --set H=65536 --sm 90a
+expect_err "E_USAGE.*KILN_ROW_STAGE=s2c4b256r3: want off or sNcM.bB..rR." "KILN_ROW_STAGE with 3 rows a meeting is refused by name"
 cat > "$TMP/ln32r.lua" <<'EOF'
 local k = require "kiln"
 return k.graph "ln32r" { dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp32",

@@ -79,8 +79,6 @@ E.CLUSTER_OCCUPANCY_DECLINES = { exp = true, sigmoid = true, swish = true, gelu 
 -- of 65536 bf16: rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
 -- 4 of 512 0.96x; softmax backward 4 of 512 and 8 of 256 both 1.33x)
 E.MAX_CLUSTER = 8
--- The dtypes of x whose wide layernorm row is staged over a cluster rather than re-read (analyze)
-E.STAGED_FWD_DTYPES = { fp32 = true }
 -- The most a forced cluster (KILN_ROW_CLUSTER=16) may take: the H200's non-portable size.
 E.MAX_FORCED_CLUSTER = 16
 E.CLUSTER_N = 4
@@ -340,19 +338,16 @@ local function analyze(group, g, cluster)
     end)
     if Lc then L, info.strategy = Lc, "regs" end
   end
-  -- layernorm's wide fp32 row staged over a cluster (rowfwd_staged_ptx.lua): persistent
-  -- clusters whose CTAs copy their part of the next rows into a cp.async ring while this row's
-  -- two reductions wait on the cluster, instead of the row re-read from L2. Measured on the
-  -- H200 (2026-12-02, 4096 rows): fp32 1.16x at H = 40960, 1.26x at 65536; 16-bit rows, half the
-  -- bytes a row part for the same cluster barriers, 0.54-0.80x (docs/MEMORY_BOUND.md, "Wide rows").
-  -- KILN_ROW_STAGE set (for measuring) stages every dtype, in CTAs of at most its block.
-  local stage_mode = kind == "norm" and rowfwd_staged_ptx.mode()
-  if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off
-     and (E.STAGED_FWD_DTYPES[g.by_uid[a.inputs.input].dtype] or stage_mode.set) then
+  -- layernorm's wide row staged over a cluster (rowfwd_staged_ptx.lua): persistent clusters
+  -- whose CTAs copy their part of the next rows into a cp.async ring while this row's two
+  -- reductions wait on the cluster, instead of the row re-read from L2; in the shapes
+  -- rowfwd_staged_ptx.DEFAULT gives each dtype (measured there).
+  local stage_mode = kind == "norm" and rowfwd_staged_ptx.mode(g.by_uid[a.inputs.input].dtype)
+  if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off then
     local Lc, st = cluster_layout(H, V, target, 2, false, function(Lc)
       return rowfwd_staged_ptx.accepts(info, group, g, Lc) and rowfwd_staged_ptx.plan(info, g, Lc, E.SMEM_MAX) or nil
     end, stage_mode.block)
-    if Lc then
+    if Lc and Lc.CL >= (stage_mode.min_cl or 2) and (stage_mode.set or Lc.P <= (stage_mode.block or Lc.P)) then
       L, info.fstaged, info.strategy = Lc, st, "staged-fwd"
       info.smem, info.per_sm, info.cap, info.grid_div = st.smem, st.per_sm, st.cap, st.grid_div
     end

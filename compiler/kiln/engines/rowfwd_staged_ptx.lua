@@ -18,23 +18,33 @@ local M = {}
 
 local ELEM = rowptx.IN
 
--- Stages in the ring and CTAs per SM. KILN_ROW_STAGE=sNcM[bB] (read at build time, for
--- measuring) stages every dtype's wide layernorm row, in N stages, M CTAs an SM, CTAs of at most B
--- threads (the smallest such cluster); `off` re-reads every row.
-M.DEFAULT = { S = 3, C = 2 }
+-- Stages in the ring, CTAs per SM and rows a cluster meeting carries (R: a stage holds R rows,
+-- whose reductions meet together), per dtype of x (none: the row re-read); 16-bit rows only over
+-- clusters of at least min_cl CTAs of at most `block` threads. Measured on the H200 (2026-12-02,
+-- graph replays, 4096 and 16384 rows; docs/MEMORY_BOUND.md, "Staged over a cluster"): fp32
+-- 1.16x the re-read at H = 40960, 1.26x at 65536; bf16 and fp16 at 65536 in clusters of 8 CTAs of
+-- 256 threads, 4 an SM, 1.02-1.11x, but 0.82-0.90x at 32768 (clusters of 4) and 0.54-0.93x in
+-- other shapes; two or four rows a meeting 0.78-1.05x. KILN_ROW_STAGE=sNcM[bB][rR] (read at
+-- build time, for measuring) stages every dtype's wide layernorm row, in N stages, M CTAs an
+-- SM, CTAs of at most B threads (the smallest such cluster), R rows a meeting; `off` re-reads
+-- every row.
+local SIXTEEN = { S = 3, C = 4, R = 1, block = 256, min_cl = 8 }
+M.DEFAULT = { fp32 = { S = 3, C = 2, R = 1 }, bf16 = SIXTEEN, fp16 = SIXTEEN }
 
--- The variant KILN_ROW_STAGE asks for: { S =, C =, block =, set = } or { off = true }.
-function M.mode()
+-- The variant for a row of `dtype` (KILN_ROW_STAGE's, else the default):
+-- { S =, C =, R =, block =, min_cl =, set = }, { off = true }, or nil (the row re-read).
+function M.mode(dtype)
   local v = c.getenv("KILN_ROW_STAGE") or ""
-  if v == "" then return M.DEFAULT end
+  if v == "" then return M.DEFAULT[dtype] end
   if v == "off" then return { off = true } end
-  local s, n, b = v:match("^s([2-4])c([124])$")
-  if not s then s, n, b = v:match("^s([2-4])c([124])b(%d+)$") end
+  local s, n, rest = v:match("^s([2-4])c([124])(.*)$")
+  local b, r = (rest or ""):match("^b(%d+)"), (rest or ""):match("r([124])$")
+  local shape = "^" .. (b and "b%d+" or "") .. (r and "r%d" or "") .. "$"
   b = tonumber(b)
-  if not s or (b and not (b >= 64 and b <= 1024 and ptx.pow2(b))) then
-    errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_STAGE=%s: want off or sNcM[bB] (stages 2-4, CTAs per SM 1, 2 or 4, at most B threads a CTA: 64-1024)", v)
+  if not s or not rest:match(shape) or (b and not (b >= 64 and b <= 1024 and ptx.pow2(b))) then
+    errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_STAGE=%s: want off or sNcM[bB][rR] (stages 2-4, CTAs per SM 1, 2 or 4, at most B threads a CTA: 64-1024, rows a meeting 1, 2 or 4)", v)
   end
-  return { S = tonumber(s), C = tonumber(n), block = b, set = true }
+  return { S = tonumber(s), C = tonumber(n), R = tonumber(r) or 1, block = b, set = true }
 end
 
 -- Whether this form takes the group (analyze's info; L a cluster layout): true, or nil and why.
@@ -71,13 +81,14 @@ function M.accepts(info, group, g, L)
   return true
 end
 
--- The sizes the kernel needs (L the cluster layout): { S, stage, smem, per_sm, cap, grid_div },
+-- The sizes the kernel needs (L the cluster layout): { S, R, stage, smem, per_sm, cap, grid_div },
 -- or nil and why.
 function M.plan(info, g, L, SMEM_MAX)
-  local mode = M.mode()
-  if mode.off then return nil, "KILN_ROW_STAGE=off" end
   local x = g.by_uid[info.anchor.inputs.input]
-  local stage = L.HC * dtypes.size(x.dtype)
+  local mode = M.mode(x.dtype)
+  if not mode or mode.off then return nil, "KILN_ROW_STAGE=off, or " .. x.dtype .. " rows re-read" end
+  local R = mode.R
+  local stage = R * L.HC * dtypes.size(x.dtype)
   local S = math.min(mode.S, SMEM_MAX // stage)
   if S < 2 then return nil, "two stages do not fit in shared memory" end
   local smem = S * stage
@@ -86,13 +97,13 @@ function M.plan(info, g, L, SMEM_MAX)
   -- CTAs per SM: at most the mode's, at least 64 registers a thread, and what shared memory holds
   local per_sm = math.max(1, math.min(mode.C, 65536 // (L.block * 64), (227 * 1024) // smem))
   -- a cluster a row, several waves of them as the staged backward (row.lua counts clusters)
-  return { S = S, stage = stage, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm), grid_div = 1 }
+  return { S = S, R = R, stage = stage, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm), grid_div = 1 }
 end
 
 -- The kernel body (lines into K), for analyze's info with the plan st.
 function M.emit(K, info, group, g, st)
   local a, L = info.anchor, info.L
-  local H, Pn, N, V, S, CL, HC = L.H, L.P, L.N, L.V, st.S, L.CL, L.HC
+  local H, Pn, N, V, S, CL, HC, R = L.H, L.P, L.N, L.V, st.S, L.CL, L.HC, st.R
   local x, w = g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
   local b = a.inputs.bias and g.by_uid[a.inputs.bias]
   local yt = g.by_uid[a.outputs.Y]
@@ -103,10 +114,10 @@ function M.emit(K, info, group, g, st)
   if b then K:need_align(b.uid, math.min(16, V * zb)) end
   K:need_align(yt.uid, math.min(16, V * zy))
   local NW = L.block // 32
-  K:add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][the CTA's part of a row of x]")
-  -- the two reductions' partial values, parity-buffered by row: [reduction][parity][warp | rank]
-  if Pn > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rd_[2][2][%d];", NW) end
-  K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rc_[2][2][%d];", CL)
+  K:add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][row][the CTA's part of a row of x]")
+  -- the two reductions' partial values, parity-buffered by meeting: [reduction][parity][row][warp | rank]
+  if Pn > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rd_[2][2][%d][%d];", R, NW) end
+  K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rc_[2][2][%d][%d];", R, CL)
   rowgen.pdl_entry(K)
   local P = ptx.new()
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
@@ -121,8 +132,8 @@ function M.emit(K, info, group, g, st)
   end
   local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
   local o_stg = P:input("l", "stg_")
-  local o_rd = Pn > 32 and P:input("l", "&rd_[0][0][0]") or nil
-  local o_rc = P:input("l", "&rc_[0][0][0]")
+  local o_rd = Pn > 32 and P:input("l", "&rd_[0][0][0][0]") or nil
+  local o_rc = P:input("l", "&rc_[0][0][0][0]")
 
   -- the thread's place: its lane, the cluster (the row), the CTA's part of it
   local tid, _, lane = P:place(Pn, 1)
@@ -144,24 +155,31 @@ function M.emit(K, info, group, g, st)
     if gb then wb[k] = P:load("global.nc", gb, k * KSTEP(zb), V * zb) end
   end
 
-  -- the copies of row rb (a register) into stage s (a number or a register); zeros past the end
+  -- the copies of rows rb + i * clusters (rb a register, i < R) into stage s (a number or a
+  -- register); zeros past the end
   local function issue(rb, s)
-    local ok = def("pred", "setp.lt.s64 %s, %s, %s;", rb, rows)
-    local rs = def("b64", "selp.b64 %s, %s, 0, %s;", rb, ok)
-    local sz = def("b32", "selp.b32 %s, 16, 0, %s;", ok)
-    local d, so = sx, 0
-    if type(s) == "number" then so = s * st.stage
-    else d = def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, st.stage, sx) end
-    local src = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rs, H * zx, gx)
-    for k = 0, N - 1 do
-      for q = 0, (V * zx) // 16 - 1 do
-        local o = k * KSTEP(zx) + q * 16
-        put("cp.async.cg.shared.global [%s+%d], [%s+%d], 16, %s;", d, so + o, src, o, sz)
+    local d, so
+    for i = 0, R - 1 do
+      local ri = i == 0 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i, rb)
+      local ok = def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows)
+      local rs = def("b64", "selp.b64 %s, %s, 0, %s;", ri, ok)
+      local sz = def("b32", "selp.b32 %s, 16, 0, %s;", ok)
+      if not d then
+        d, so = sx, 0
+        if type(s) == "number" then so = s * st.stage
+        else d = def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, st.stage, sx) end
+      end
+      local src = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rs, H * zx, gx)
+      for k = 0, N - 1 do
+        for q = 0, (V * zx) // 16 - 1 do
+          local o = k * KSTEP(zx) + q * 16
+          put("cp.async.cg.shared.global [%s+%d], [%s+%d], 16, %s;", d, so + i * HC * zx + o, src, o, sz)
+        end
       end
     end
     put("cp.async.commit_group;")
   end
-  for s = 0, S - 2 do issue(s == 0 and first or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, s, first), s) end
+  for s = 0, S - 2 do issue(s == 0 and first or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, s * R, first), s) end
 
   -- the reductions over the row: butterflies, the CTA's warps in order, the cluster's CTAs in
   -- rank order (reduction r of the row at parity par)
@@ -174,22 +192,24 @@ function M.emit(K, info, group, g, st)
   end
   local rc = P:shared(o_rc)
   local to = { peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1), mine = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL) }
-  local function allreduce(v, r)
-    v = P:butterfly(v, math.min(Pn, 32), "add.f32")
+  -- reduction r of the meeting's R rows (vs[i + 1] row i's), in one CTA barrier and one cluster barrier
+  local function allreduce(vs, r)
+    for i = 1, R do vs[i] = P:butterfly(vs[i], math.min(Pn, 32), "add.f32") end
     if Pn > 32 then
-      local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, NW * 4, warp4)
-      put("@%s st.shared.f32 [%s+%d], %s;", lead, at, r * 2 * NW * 4, v)
+      local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, warp4)
+      for i = 1, R do put("@%s st.shared.f32 [%s+%d], %s;", lead, at, (r * 2 * R + i - 1) * NW * 4, vs[i]) end
       put("bar.sync 0;")
-      v = P:load_fold("shared", def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, NW * 4, rd), r * 2 * NW * 4, NW, "add.f32")
+      local base = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, rd)
+      for i = 1, R do vs[i] = P:load_fold("shared", base, (r * 2 * R + i - 1) * NW * 4, NW, "add.f32") end
     end
-    local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, CL * 4, def("b32", "add.s32 %s, %s, %d;", rc, r * 2 * CL * 4))
-    return P:cluster_fold(pc, rank, tid, CL, { v }, "add.f32", to)[1]
+    local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * CL * 4, def("b32", "add.s32 %s, %s, %d;", rc, r * 2 * R * CL * 4))
+    return P:cluster_fold(pc, rank, tid, CL, vs, "add.f32", to)
   end
 
   -- the row loop
   local rb = def("b64", "mov.b64 %s, %s;", first)
   local buf = def("b32", "mov.b32 %s, 0;")
-  local ahead = def("b64", "mul.lo.s64 %s, %s, %d;", ncl, S - 1)
+  local ahead = def("b64", "mul.lo.s64 %s, %s, %d;", ncl, (S - 1) * R)
   local LOOP, DONE = P:label(), P:label()
   put("barrier.cluster.wait.aligned;")
   put("@%s bra.uni %s;", def("pred", "setp.ge.s64 %s, %s, %s;", rb, rows), DONE)
@@ -200,51 +220,60 @@ function M.emit(K, info, group, g, st)
   end
   put("cp.async.wait_group %d;", S - 1)
   local cx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", buf, st.stage, sx)
-  -- the staged row's words, read again by each pass in another form (so that ptxas converts
+  -- the staged row i's words, read again by each pass in another form (so that ptxas converts
   -- them again rather than keeping fp32 values live across the reductions)
-  local function pass(form, each)
+  local function pass(i, form, each)
     for k = 0, N - 1 do
-      local rx = P:reader(P:load("shared", cx, k * KSTEP(zx), V * zx), x.dtype, form)
+      local rx = P:reader(P:load("shared", cx, i * HC * zx + k * KSTEP(zx), V * zx), x.dtype, form)
       for j = 0, V - 1 do each(k, j, rx(j)) end
     end
   end
   local inv = ptx.f32(1.0 / H)
-  local acc
-  pass("prmt", function(_, _, v) acc = acc and def("b32", "add.f32 %s, %s, %s;", acc, v) or v end)
-  local mean = def("b32", "mul.f32 %s, %s, %s;", allreduce(acc, 0), inv)
-  acc = nil
-  pass("bfi", function(_, _, v)
-    local d = def("b32", "sub.f32 %s, %s, %s;", v, mean)
-    acc = acc and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc) or def("b32", "mul.f32 %s, %s, %s;", d, d)
-  end)
-  local rstd = def("b32", "rsqrt.approx.f32 %s, %s;",
-    def("b32", "fma.rn.f32 %s, %s, %s, %s;", allreduce(acc, 1), inv, ptx.f32(a.attrs.epsilon)))
-  -- y = (x - mean) * rstd * scale (+ bias)
-  local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rb, H * zy, gy)
-  local out, rw, rbias = {}, nil, nil
-  pass(nil, function(k, j, v)
-    if j == 0 then
-      out, rw = {}, P:reader(ww[k], w.dtype)
-      rbias = gb and P:reader(wb[k], b.dtype)
-    end
-    local xh = def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mean), rstd)
-    out[j + 1] = rbias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, rw(j), rbias(j))
-      or def("b32", "mul.f32 %s, %s, %s;", xh, rw(j))
-    if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype)) end
-  end)
-  -- the row's statistics, by the cluster's first thread
-  if stats.MEAN or stats.INV_VARIANCE then
-    local one = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "or.b32 %s, %s, %s;", tid, rank))
-    if stats.MEAN then put("@%s st.global.f32 [%s], %s;", one, def("b64", "mad.lo.s64 %s, %s, 4, %s;", rb, stats.MEAN), mean) end
-    if stats.INV_VARIANCE then
-      put("@%s st.global.f32 [%s], %s;", one, def("b64", "mad.lo.s64 %s, %s, 4, %s;", rb, stats.INV_VARIANCE), rstd)
+  local acc, mean, rstd = {}, {}, {}
+  for i = 1, R do pass(i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
+  for i, m in ipairs(allreduce(acc, 0)) do mean[i] = def("b32", "mul.f32 %s, %s, %s;", m, inv) end
+  acc = {}
+  for i = 1, R do
+    pass(i - 1, "bfi", function(_, _, v)
+      local d = def("b32", "sub.f32 %s, %s, %s;", v, mean[i])
+      acc[i] = acc[i] and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc[i]) or def("b32", "mul.f32 %s, %s, %s;", d, d)
+    end)
+  end
+  for i, q in ipairs(allreduce(acc, 1)) do
+    rstd[i] = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", q, inv, ptx.f32(a.attrs.epsilon)))
+  end
+  local one = (stats.MEAN or stats.INV_VARIANCE) and def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "or.b32 %s, %s, %s;", tid, rank))
+  for i = 1, R do
+    -- row i of the meeting: rows past the end (i > 0 only) store nothing
+    local ri = i == 1 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i - 1, rb)
+    local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
+    -- y = (x - mean) * rstd * scale (+ bias)
+    local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
+    local out, rw, rbias = {}, nil, nil
+    pass(i - 1, nil, function(k, j, v)
+      if j == 0 then
+        out, rw = {}, P:reader(ww[k], w.dtype)
+        rbias = gb and P:reader(wb[k], b.dtype)
+      end
+      local xh = def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mean[i]), rstd[i])
+      out[j + 1] = rbias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, rw(j), rbias(j))
+        or def("b32", "mul.f32 %s, %s, %s;", xh, rw(j))
+      if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype), valid) end
+    end)
+    -- the row's statistics, by the cluster's first thread
+    if one then
+      local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
+      if stats.MEAN then put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.MEAN), mean[i]) end
+      if stats.INV_VARIANCE then
+        put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.INV_VARIANCE), rstd[i])
+      end
     end
   end
   do
     local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)
     put("selp.b32 %s, 0, %s, %s;", buf, def("b32", "add.s32 %s, %s, 1;", buf), pl)
     put("xor.b32 %s, %s, 1;", par, par)
-    put("add.s64 %s, %s, %s;", rb, rb, ncl)
+    if R == 1 then put("add.s64 %s, %s, %s;", rb, rb, ncl) else put("mad.lo.s64 %s, %s, %d, %s;", rb, ncl, R, rb) end
     put("@%s bra.uni %s;", def("pred", "setp.lt.s64 %s, %s, %s;", rb, rows), LOOP)
   end
   P:at(DONE)
