@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 96 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 100 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -147,6 +147,24 @@ KILN_ROW_STAGE=s2c4b256r2 run_kiln source specs/layernorm.lua --set H=65536 --sm
 ok "KILN_ROW_STAGE=...r2: two rows a cluster meeting (both rows' sums in one barrier, the second row's stores predicated)" \
   bash -c "test \$(grep -c 'st.shared::cluster' '$OUTF') = 8 && test \$(grep -c 'cp.async.cg.shared.global' '$OUTF') = 32 &&
            grep -q '^@%kp[0-9]* st.global' '$OUTF'"
+# softmax's wide row staged the same way (with its log-sum-exp), where measured faster
+run_kiln explain specs/softmax.lua --set H=65536 --sm 90a
+ok "bf16 softmax rows of 65536 are staged over 8 CTAs of 256 threads, log_softmax keeps the re-read" \
+  bash -c "grep -q 'plan row:v1:softmax:p256n4v8r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:log_softmax:p1024n8v8r1:reread$' '$OUTF'"
+run_kiln explain tests/specs/mem/wide.lua --sm 90a
+ok "a softmax with a sink logit keeps the re-read" bash -c "grep -A1 'graph wide_softmax_sink_stats' '$OUTF' | grep -q 'reread$'"
+cat > "$TMP/sm32.lua" <<'EOF'
+local k = require "kiln"
+return k.graph "sm32" { dims = { T = k.dynamic, H = { 32768, 65536 } }, dtype = "fp32", inputs = { x = { "T", "H" } },
+  body = function(g, x) local y, lse = g:softmax(x, { generate_stats = true }); return { y = y, lse = lse } end }
+EOF
+run_kiln explain "$TMP/sm32.lua" --sm 90a
+ok "fp32 softmax: staged over 8 CTAs of 512 threads at H = 65536, the re-read at 32768 (not measured staged)" \
+  bash -c "grep -q 'plan row:v1:softmax:p512n4v4r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:softmax:p1024n8v4r1:reread$' '$OUTF'"
+run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
+ok "the staged softmax: exps by ex2.approx, the max folded NaN-first over the cluster, the lse by one thread" \
+  bash -c "grep -q 'ex2.approx.ftz.f32' '$OUTF' && grep -q 'max.NaN.f32' '$OUTF' && grep -q 'st.shared::cluster' '$OUTF' &&
+           grep -q '^@%kp[0-9]* st.global.f32' '$OUTF'"
 KILN_ROW_STAGE=s2c4b256r3 run_kiln explain specs/layernorm.lua --set H=65536 --sm 90a
 expect_err "E_USAGE.*KILN_ROW_STAGE=s2c4b256r3: want off or sNcM.bB..rR." "KILN_ROW_STAGE with 3 rows a meeting is refused by name"
 cat > "$TMP/ln32r.lua" <<'EOF'

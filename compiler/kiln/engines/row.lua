@@ -338,12 +338,14 @@ local function analyze(group, g, cluster)
     end)
     if Lc then L, info.strategy = Lc, "regs" end
   end
-  -- layernorm's wide row staged over a cluster (rowfwd_staged_ptx.lua): persistent clusters
-  -- whose CTAs copy their part of the next rows into a cp.async ring while this row's two
-  -- reductions wait on the cluster, instead of the row re-read from L2; in the shapes
-  -- rowfwd_staged_ptx.DEFAULT gives each dtype (measured there).
-  local stage_mode = kind == "norm" and rowfwd_staged_ptx.mode(g.by_uid[a.inputs.input].dtype)
-  if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off then
+  -- layernorm's and softmax's wide row staged over a cluster (rowfwd_staged_ptx.lua):
+  -- persistent clusters whose CTAs copy their part of the next rows into a cp.async ring while
+  -- this row's two reductions wait on the cluster, instead of the row re-read from L2; in the
+  -- shapes rowfwd_staged_ptx.DEFAULT gives each op and dtype (measured there).
+  local stage_mode = (kind == "norm" or kind == "softmax")
+    and rowfwd_staged_ptx.mode(a.op, g.by_uid[a.inputs.input or a.inputs.P].dtype)
+  if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off
+     and (not stage_mode.widths or stage_mode.widths[H]) then
     local Lc, st = cluster_layout(H, V, target, 2, false, function(Lc)
       return rowfwd_staged_ptx.accepts(info, group, g, Lc) and rowfwd_staged_ptx.plan(info, g, Lc, E.SMEM_MAX) or nil
     end, stage_mode.block)

@@ -1,41 +1,52 @@
--- kiln.engines.rowfwd_staged_ptx: layernorm's wide row over a cluster, staged (the staged
--- backward's shape, rowbwd_ptx.lua, for the forward). Persistent clusters take rows
+-- kiln.engines.rowfwd_staged_ptx: layernorm's and softmax's wide row over a cluster, staged (the
+-- staged backward's shape, rowbwd_ptx.lua, for the forward). Persistent clusters take rows
 -- `cluster id + k * clusters`; each CTA copies its part of the next rows into a ring of S
 -- shared-memory stages with cp.async (no barrier: a thread reads back only what it copied), so
--- that the SM has rows in flight while this row's two reductions wait on the cluster. Per row:
--- the sum, the cluster's mean, the sum of squared deviations, the cluster's inv_std (each a
--- warp butterfly, the CTA's warps in order, then the cluster's CTAs in rank order: the same
--- bits in every CTA), then y from the staged row. Scale and bias are held as loaded.
+-- that the SM has rows in flight while this row's two reductions wait on the cluster. Per row
+-- of layernorm: the sum, the cluster's mean, the sum of squared deviations, the cluster's
+-- inv_std (each a warp butterfly, the CTA's warps in order, then the cluster's CTAs in rank
+-- order: the same bits in every CTA), then y from the staged row; scale and bias are held as
+-- loaded. Of softmax: each thread's max and sum of exps in one pass (the sum rescaled to each
+-- vector's new max, as rowsm_ptx.lua's re-read row), the cluster's max, the sums rescaled to
+-- it, the cluster's sum, then y.
 local dtypes = require "kiln.dtypes"
 local c = require "kiln.c"
 local errors = require "kiln.errors"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
+local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local sms = require "kiln.engines.sms"
 
 local M = {}
 
 local ELEM = rowptx.IN
+local NEG_INF, LOG2E = "0fFF800000", ptx.f32(1.4426950408889634)
 
 -- Stages in the ring, CTAs per SM and rows a cluster meeting carries (R: a stage holds R rows,
--- whose reductions meet together), per dtype of x (none: the row re-read); 16-bit rows only over
--- clusters of at least min_cl CTAs of at most `block` threads. Measured on the H200 (2026-12-02,
--- graph replays, 4096 and 16384 rows; docs/MEMORY_BOUND.md, "Staged over a cluster"): fp32
--- 1.16x the re-read at H = 40960, 1.26x at 65536; bf16 and fp16 at 65536 in clusters of 8 CTAs of
--- 256 threads, 4 an SM, 1.02-1.11x, but 0.82-0.90x at 32768 (clusters of 4) and 0.54-0.93x in
--- other shapes; two or four rows a meeting 0.78-1.05x. KILN_ROW_STAGE=sNcM[bB][rR] (read at
--- build time, for measuring) stages every dtype's wide layernorm row, in N stages, M CTAs an
--- SM, CTAs of at most B threads (the smallest such cluster), R rows a meeting; `off` re-reads
--- every row.
+-- whose reductions meet together), per op and dtype of x (none: the row re-read); some only
+-- over clusters of at least min_cl CTAs of at most `block` threads, or at the row widths
+-- `widths` lists (those measured). Measured on the H200
+-- (2026-12-02, graph replays, 4096 and 16384 rows, against the re-read; docs/MEMORY_BOUND.md,
+-- "Staged over a cluster"): layernorm fp32 1.16x at H = 40960, 1.26x at 65536; bf16 and fp16 at
+-- 65536 in clusters of 8 CTAs of 256 threads, 4 an SM, 1.02-1.11x, but 0.82-0.90x at 32768
+-- (clusters of 4) and 0.54-0.93x in other shapes; two or four rows a meeting 0.78-1.05x.
+-- Softmax (with its log-sum-exp) at 65536: bf16 1.09-1.10x in layernorm's 16-bit shape, fp32
+-- 1.08-1.11x (8 CTAs of 512 threads, 2 an SM); bf16 at 32768 0.76-0.91x; fp16 not measured.
+-- KILN_ROW_STAGE=sNcM[bB][rR] (read at build time, for measuring) stages every dtype's wide
+-- layernorm and softmax row, in N stages, M CTAs an SM, CTAs of at most B threads (the smallest
+-- such cluster), R rows a meeting; `off` re-reads every row.
 local SIXTEEN = { S = 3, C = 4, R = 1, block = 256, min_cl = 8 }
-M.DEFAULT = { fp32 = { S = 3, C = 2, R = 1 }, bf16 = SIXTEEN, fp16 = SIXTEEN }
+M.DEFAULT = {
+  layernorm = { fp32 = { S = 3, C = 2, R = 1 }, bf16 = SIXTEEN, fp16 = SIXTEEN },
+  softmax = { fp32 = { S = 3, C = 2, R = 1, widths = { [65536] = true } }, bf16 = SIXTEEN },
+}
 
--- The variant for a row of `dtype` (KILN_ROW_STAGE's, else the default):
--- { S =, C =, R =, block =, min_cl =, set = }, { off = true }, or nil (the row re-read).
-function M.mode(dtype)
+-- The variant for an `op` row of `dtype` (KILN_ROW_STAGE's, else the default):
+-- { S =, C =, R =, block =, min_cl =, widths =, set = }, { off = true }, or nil (the row re-read).
+function M.mode(op, dtype)
   local v = c.getenv("KILN_ROW_STAGE") or ""
-  if v == "" then return M.DEFAULT[dtype] end
+  if v == "" then return (M.DEFAULT[op] or {})[dtype] end
   if v == "off" then return { off = true } end
   local s, n, rest = v:match("^s([2-4])c([124])(.*)$")
   local b, r = (rest or ""):match("^b(%d+)"), (rest or ""):match("r([124])$")
@@ -48,34 +59,46 @@ function M.mode(dtype)
 end
 
 -- Whether this form takes the group (analyze's info; L a cluster layout): true, or nil and why.
+-- The ports of the ops it takes: the row in, the row out, the per-column inputs, the per-row outputs.
+local PORTS = {
+  layernorm = { x = "input", y = "Y", cols = { "scale", "bias" }, stats = { "MEAN", "INV_VARIANCE" } },
+  softmax = { x = "P", y = "S", cols = {}, stats = { "Stats", "Max", "Sum_exp" } },
+}
+
 function M.accepts(info, group, g, L)
   local a = info.anchor
-  if a.op ~= "layernorm" then return nil, "not layernorm" end
+  local ports = PORTS[a.op]
+  if not ports then return nil, "not layernorm or softmax" end
+  if a.inputs.SINK then return nil, "a sink logit" end
   if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) + #(group.rowred or {}) > 0 then
     return nil, "fused ops"
   end
   if a.inputs.epsilon then return nil, "epsilon is a tensor" end
   if not (L.CL and L.RPC == 1 and L.even and ptx.pow2(L.P)) then return nil, "not an even cluster layout" end
-  local x = g.by_uid[a.inputs.input]
+  local x = g.by_uid[a.inputs[ports.x]]
   if info.access[x.uid] ~= "full" then return nil, x.name .. " is not row-major over the element space" end
   if (L.V * dtypes.size(x.dtype)) % 16 ~= 0 then return nil, "vectors narrower than 16 bytes" end
-  for _, port in ipairs({ "input", "scale", "bias" }) do
+  for _, port in ipairs({ ports.x, table.unpack(ports.cols) }) do
     local uid = a.inputs[port]
     if uid then
       local t = g.by_uid[uid]
       if not ELEM[t.dtype] then return nil, t.name .. " is " .. t.dtype end
-      if port ~= "input" and info.access[uid] ~= "col" then return nil, t.name .. " is not one row of columns" end
+      if port ~= ports.x and info.access[uid] ~= "col" then return nil, t.name .. " is not one row of columns" end
       if (L.V * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "vectors narrower than a word" end
     end
   end
+  local is_stat = {}
+  for _, port in ipairs(ports.stats) do if a.outputs[port] then is_stat[a.outputs[port]] = true end end
   for uid, k in pairs(info.out_kind) do
     local t = g.by_uid[uid]
-    if uid == a.outputs.Y then
-      if k ~= "elem" or not ELEM[t.dtype] then return nil, "y is " .. t.dtype end
-    elseif uid == a.outputs.MEAN or uid == a.outputs.INV_VARIANCE then
+    if uid == a.outputs[ports.y] then
+      if k ~= "elem" or not ELEM[t.dtype] then return nil, "the output is " .. t.dtype end
+    elseif t.role ~= "output" then
+      -- a statistic nothing reads: not computed
+    elseif is_stat[uid] then
       if t.dtype ~= "fp32" or not rowgen.per_row(t, info) then return nil, t.name .. " is not one fp32 value per row" end
     else
-      return nil, "outputs beyond y, mean, inv_variance"
+      return nil, "outputs beyond the row and its statistics"
     end
   end
   return true
@@ -84,8 +107,9 @@ end
 -- The sizes the kernel needs (L the cluster layout): { S, R, stage, smem, per_sm, cap, grid_div },
 -- or nil and why.
 function M.plan(info, g, L, SMEM_MAX)
-  local x = g.by_uid[info.anchor.inputs.input]
-  local mode = M.mode(x.dtype)
+  local a = info.anchor
+  local x = g.by_uid[a.inputs[PORTS[a.op].x]]
+  local mode = M.mode(a.op, x.dtype)
   if not mode or mode.off then return nil, "KILN_ROW_STAGE=off, or " .. x.dtype .. " rows re-read" end
   local R = mode.R
   local stage = R * L.HC * dtypes.size(x.dtype)
@@ -104,13 +128,14 @@ end
 function M.emit(K, info, group, g, st)
   local a, L = info.anchor, info.L
   local H, Pn, N, V, S, CL, HC, R = L.H, L.P, L.N, L.V, st.S, L.CL, L.HC, st.R
-  local x, w = g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
-  local b = a.inputs.bias and g.by_uid[a.inputs.bias]
-  local yt = g.by_uid[a.outputs.Y]
-  local zx, zw, zy = dtypes.size(x.dtype), dtypes.size(w.dtype), dtypes.size(yt.dtype)
+  local ports, is_ln = PORTS[a.op], a.op == "layernorm"
+  local x, w = g.by_uid[a.inputs[ports.x]], is_ln and g.by_uid[a.inputs.scale]
+  local b = is_ln and a.inputs.bias and g.by_uid[a.inputs.bias]
+  local yt = g.by_uid[a.outputs[ports.y]]
+  local zx, zw, zy = dtypes.size(x.dtype), w and dtypes.size(w.dtype), dtypes.size(yt.dtype)
   local zb = b and dtypes.size(b.dtype)
   K:need_align(x.uid, 16)
-  K:need_align(w.uid, math.min(16, V * zw))
+  if w then K:need_align(w.uid, math.min(16, V * zw)) end
   if b then K:need_align(b.uid, math.min(16, V * zb)) end
   K:need_align(yt.uid, math.min(16, V * zy))
   local NW = L.block // 32
@@ -121,12 +146,16 @@ function M.emit(K, info, group, g, st)
   rowgen.pdl_entry(K)
   local P = ptx.new()
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  -- 2^((v - base) * log2 e): expf's ex2.approx, as rowsm_ptx.lua
+  local function exp_from(v, base)
+    return def("b32", "ex2.approx.ftz.f32 %s, %s;", def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, base), LOG2E))
+  end
   local _, ST = rowgen.row_hint()
-  local o_x, o_w = P:input("l", K:ptr(x.uid)), P:input("l", K:ptr(w.uid))
+  local o_x, o_w = P:input("l", K:ptr(x.uid)), w and P:input("l", K:ptr(w.uid))
   local o_b = b and P:input("l", K:ptr(b.uid)) or nil
   local o_y = P:input("l", K:ptr(yt.uid, true))
   local stats = {}
-  for _, port in ipairs({ "MEAN", "INV_VARIANCE" }) do
+  for _, port in ipairs(ports.stats) do
     local uid = a.outputs[port]
     if uid and g.by_uid[uid].role == "output" then stats[port] = P:global(P:input("l", K:ptr(uid, true))) end
   end
@@ -143,14 +172,16 @@ function M.emit(K, info, group, g, st)
   local col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", rank, HC // V, lane)
   put("barrier.cluster.arrive.relaxed.aligned;")  -- the peers have started before the first remote store
   local function lane_base(o, z) return def("b64", "mad.wide.u32 %s, %s, %d, %s;", col, V * z, P:global(o)) end
-  local gx, gw, gy = lane_base(o_x, zx), lane_base(o_w, zw), lane_base(o_y, zy)
+  local gx = lane_base(o_x, zx)
+  local gw = o_w and lane_base(o_w, zw)
+  local gy = lane_base(o_y, zy)
   local gb = o_b and lane_base(o_b, zb)
   local sx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * zx, P:shared(o_stg))
   local function KSTEP(z) return Pn * V * z end  -- bytes between a thread's vectors k and k + 1
 
   -- scale and bias as loaded (their words), converted where used
   local ww, wb = {}, {}
-  for k = 0, N - 1 do
+  for k = 0, gw and N - 1 or -1 do
     ww[k] = P:load("global.nc", gw, k * KSTEP(zw), V * zw)
     if gb then wb[k] = P:load("global.nc", gb, k * KSTEP(zb), V * zb) end
   end
@@ -193,17 +224,18 @@ function M.emit(K, info, group, g, st)
   local rc = P:shared(o_rc)
   local to = { peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1), mine = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL) }
   -- reduction r of the meeting's R rows (vs[i + 1] row i's), in one CTA barrier and one cluster barrier
-  local function allreduce(vs, r)
-    for i = 1, R do vs[i] = P:butterfly(vs[i], math.min(Pn, 32), "add.f32") end
+  local function allreduce(vs, r, op)
+    op = op or "add.f32"
+    for i = 1, R do vs[i] = P:butterfly(vs[i], math.min(Pn, 32), op) end
     if Pn > 32 then
       local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, warp4)
       for i = 1, R do put("@%s st.shared.f32 [%s+%d], %s;", lead, at, (r * 2 * R + i - 1) * NW * 4, vs[i]) end
       put("bar.sync 0;")
       local base = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, rd)
-      for i = 1, R do vs[i] = P:load_fold("shared", base, (r * 2 * R + i - 1) * NW * 4, NW, "add.f32") end
+      for i = 1, R do vs[i] = P:load_fold("shared", base, (r * 2 * R + i - 1) * NW * 4, NW, op) end
     end
     local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * CL * 4, def("b32", "add.s32 %s, %s, %d;", rc, r * 2 * R * CL * 4))
-    return P:cluster_fold(pc, rank, tid, CL, vs, "add.f32", to)
+    return P:cluster_fold(pc, rank, tid, CL, vs, op, to)
   end
 
   -- the row loop
@@ -228,47 +260,110 @@ function M.emit(K, info, group, g, st)
       for j = 0, V - 1 do each(k, j, rx(j)) end
     end
   end
-  local inv = ptx.f32(1.0 / H)
-  local acc, mean, rstd = {}, {}, {}
-  for i = 1, R do pass(i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
-  for i, m in ipairs(allreduce(acc, 0)) do mean[i] = def("b32", "mul.f32 %s, %s, %s;", m, inv) end
-  acc = {}
-  for i = 1, R do
-    pass(i - 1, "bfi", function(_, _, v)
-      local d = def("b32", "sub.f32 %s, %s, %s;", v, mean[i])
-      acc[i] = acc[i] and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc[i]) or def("b32", "mul.f32 %s, %s, %s;", d, d)
-    end)
+  -- the predicate of the cluster's first thread, which stores the rows' statistics (nil: none)
+  local function first_thread()
+    return next(stats) and def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "or.b32 %s, %s, %s;", tid, rank))
   end
-  for i, q in ipairs(allreduce(acc, 1)) do
-    rstd[i] = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", q, inv, ptx.f32(a.attrs.epsilon)))
-  end
-  local one = (stats.MEAN or stats.INV_VARIANCE) and def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "or.b32 %s, %s, %s;", tid, rank))
-  for i = 1, R do
-    -- row i of the meeting: rows past the end (i > 0 only) store nothing
-    local ri = i == 1 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i - 1, rb)
-    local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
-    -- y = (x - mean) * rstd * scale (+ bias)
-    local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
-    local out, rw, rbias = {}, nil, nil
-    pass(i - 1, nil, function(k, j, v)
-      if j == 0 then
-        out, rw = {}, P:reader(ww[k], w.dtype)
-        rbias = gb and P:reader(wb[k], b.dtype)
-      end
-      local xh = def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mean[i]), rstd[i])
-      out[j + 1] = rbias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, rw(j), rbias(j))
-        or def("b32", "mul.f32 %s, %s, %s;", xh, rw(j))
-      if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype), valid) end
-    end)
-    -- the row's statistics, by the cluster's first thread
-    if one then
-      local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
-      if stats.MEAN then put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.MEAN), mean[i]) end
-      if stats.INV_VARIANCE then
-        put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.INV_VARIANCE), rstd[i])
+  -- y = (x - mean) * rstd * scale (+ bias), and the row's statistics
+  local function layernorm_rows()
+    local inv = ptx.f32(1.0 / H)
+    local acc, mean, rstd = {}, {}, {}
+    for i = 1, R do pass(i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
+    for i, m in ipairs(allreduce(acc, 0)) do mean[i] = def("b32", "mul.f32 %s, %s, %s;", m, inv) end
+    acc = {}
+    for i = 1, R do
+      pass(i - 1, "bfi", function(_, _, v)
+        local d = def("b32", "sub.f32 %s, %s, %s;", v, mean[i])
+        acc[i] = acc[i] and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc[i]) or def("b32", "mul.f32 %s, %s, %s;", d, d)
+      end)
+    end
+    for i, q in ipairs(allreduce(acc, 1)) do
+      rstd[i] = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", q, inv, ptx.f32(a.attrs.epsilon)))
+    end
+    local one = first_thread()
+    for i = 1, R do
+      -- row i of the meeting: rows past the end (i > 0 only) store nothing
+      local ri = i == 1 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i - 1, rb)
+      local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
+      -- y = (x - mean) * rstd * scale (+ bias)
+      local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
+      local out, rw, rbias = {}, nil, nil
+      pass(i - 1, nil, function(k, j, v)
+        if j == 0 then
+          out, rw = {}, P:reader(ww[k], w.dtype)
+          rbias = gb and P:reader(wb[k], b.dtype)
+        end
+        local xh = def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mean[i]), rstd[i])
+        out[j + 1] = rbias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, rw(j), rbias(j))
+          or def("b32", "mul.f32 %s, %s, %s;", xh, rw(j))
+        if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype), valid) end
+      end)
+      -- the row's statistics, by the cluster's first thread
+      if one then
+        local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
+        if stats.MEAN then put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.MEAN), mean[i]) end
+        if stats.INV_VARIANCE then
+          put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.INV_VARIANCE), rstd[i])
+        end
       end
     end
   end
+  -- y = exp(x - max) / sum exp(x - max); a row of -inf gives y = 0
+  local function softmax_rows()
+    local tm, ts = {}, {}
+    for i = 1, R do
+      tm[i], ts[i] = def("b32", "mov.b32 %s, %s;", NEG_INF), def("b32", "mov.b32 %s, 0f00000000;")
+      local xs = {}
+      pass(i - 1, "prmt", function(_, j, v)
+        xs[j] = v
+        if j < V - 1 then return end
+        -- online: the running sum rescaled once to the vector's new max
+        local vm = xs[0]
+        for q = 1, V - 1 do vm = def("b32", "max.NaN.f32 %s, %s, %s;", vm, xs[q]) end
+        local mn = def("b32", "max.NaN.f32 %s, %s, %s;", tm[i], vm)
+        local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mn))
+        local same = def("pred", "setp.eq.f32 %s, %s, %s;", tm[i], mn)
+        put("selp.f32 %s, %s, %s, %s;", ts[i], ts[i], def("b32", "mul.f32 %s, %s, %s;", ts[i], exp_from(tm[i], mn)), same)
+        for q = 0, V - 1 do put("add.f32 %s, %s, %s;", ts[i], ts[i], exp_from(xs[q], mb)) end
+        put("mov.b32 %s, %s;", tm[i], mn)
+      end)
+    end
+    local mx = allreduce({ table.unpack(tm) }, 0, "max.NaN.f32")
+    local zs = {}
+    for i = 1, R do
+      zs[i] = def("b32", "selp.f32 %s, %s, %s, %s;", ts[i], def("b32", "mul.f32 %s, %s, %s;", ts[i], exp_from(tm[i], mx[i])),
+        def("pred", "setp.eq.f32 %s, %s, %s;", tm[i], mx[i]))
+    end
+    local z = allreduce(zs, 1)
+    local one = first_thread()
+    for i = 1, R do
+      local ri = i == 1 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i - 1, rb)
+      local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
+      local ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mx[i])
+      local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mx[i], ninf)
+      local iz = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(z[i]), ninf)
+      local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
+      local out = {}
+      pass(i - 1, nil, function(k, j, v)
+        if j == 0 then out = {} end
+        out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", exp_from(v, mb), iz)
+        if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype), valid) end
+      end)
+      -- the row's statistics (as rowsm_ptx.lua's), by the cluster's first thread
+      if one then
+        local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
+        local vals = { Max = mx[i], Sum_exp = z[i] }
+        if stats.Stats then
+          local lse = def("b32", "add.f32 %s, %s, %s;", mx[i], rowsm_ptx.logf(P, z[i]))
+          vals.Stats = a.attrs.stats_use_log2 and def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) or lse
+        end
+        for _, port in ipairs(ports.stats) do
+          if stats[port] then put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats[port]), vals[port]) end
+        end
+      end
+    end
+  end
+  if is_ln then layernorm_rows() else softmax_rows() end
   do
     local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)
     put("selp.b32 %s, 0, %s, %s;", buf, def("b32", "add.s32 %s, %s, 1;", buf), pl)

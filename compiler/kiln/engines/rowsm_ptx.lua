@@ -38,7 +38,8 @@ function M.accepts(info, group, g)
 end
 
 -- CUDA's logf(x) (its instruction sequence: the mantissa's polynomial, the exponent times
--- ln 2; subnormals scaled, 0 -> -inf, negatives, inf and NaN through x * inf + inf)
+-- ln 2; subnormals scaled, 0 -> -inf, negatives, inf and NaN through x * inf + inf); also the
+-- staged softmax's (rowfwd_staged_ptx.lua)
 local function logf(P, x)
   local def = function(...) return P:def(...) end
   local small = def("pred", "setp.lt.f32 %s, %s, 0f00800000;", x)
@@ -58,6 +59,8 @@ local function logf(P, x)
   r = def("b32", "selp.f32 %s, %s, %s, %s;", r, def("b32", "fma.rn.f32 %s, %s, " .. POS_INF .. ", " .. POS_INF .. ";", f1), finite)
   return def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", r, def("pred", "setp.eq.f32 %s, %s, 0f00000000;", f1))
 end
+
+M.logf = logf
 
 -- 2^((x - b) * log2 e), as kiln_exp2((x - b) * LOG2E)
 local function exp_from(P, x, b)
