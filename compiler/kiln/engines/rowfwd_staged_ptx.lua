@@ -8,7 +8,7 @@
 -- order: the same bits in every CTA), then y from the staged row; scale and bias are held as
 -- loaded. Of softmax: each thread's max and sum of exps in one pass (the sum rescaled to each
 -- vector's new max, as rowsm_ptx.lua's re-read row), the cluster's max, the sums rescaled to
--- it, the cluster's sum, then y.
+-- it, the cluster's sum, then y (and the log-sum-exp).
 local dtypes = require "kiln.dtypes"
 local c = require "kiln.c"
 local errors = require "kiln.errors"
@@ -62,7 +62,7 @@ end
 -- The ports of the ops it takes: the row in, the row out, the per-column inputs, the per-row outputs.
 local PORTS = {
   layernorm = { x = "input", y = "Y", cols = { "scale", "bias" }, stats = { "MEAN", "INV_VARIANCE" } },
-  softmax = { x = "P", y = "S", cols = {}, stats = { "Stats", "Max", "Sum_exp" } },
+  softmax = { x = "P", y = "S", cols = {}, stats = { "Stats" } },  -- max and sum_exp outputs: the re-read
 }
 
 function M.accepts(info, group, g, L)
@@ -352,14 +352,9 @@ function M.emit(K, info, group, g, st)
       -- the row's statistics (as rowsm_ptx.lua's), by the cluster's first thread
       if one then
         local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
-        local vals = { Max = mx[i], Sum_exp = z[i] }
-        if stats.Stats then
-          local lse = def("b32", "add.f32 %s, %s, %s;", mx[i], rowsm_ptx.logf(P, z[i]))
-          vals.Stats = a.attrs.stats_use_log2 and def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) or lse
-        end
-        for _, port in ipairs(ports.stats) do
-          if stats[port] then put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats[port]), vals[port]) end
-        end
+        local lse = def("b32", "add.f32 %s, %s, %s;", mx[i], rowsm_ptx.logf(P, z[i]))
+        if a.attrs.stats_use_log2 then lse = def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) end
+        put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.Stats), lse)
       end
     end
   end
