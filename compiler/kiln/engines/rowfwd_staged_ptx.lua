@@ -21,7 +21,7 @@ local sms = require "kiln.engines.sms"
 local M = {}
 
 local ELEM = rowptx.IN
-local NEG_INF, LOG2E = "0fFF800000", ptx.f32(1.4426950408889634)
+local NEG_INF, LOG2E = rowsm_ptx.NEG_INF, rowsm_ptx.LOG2E
 
 -- Stages in the ring, CTAs per SM and rows a cluster meeting carries (R: a stage holds R rows,
 -- whose reductions meet together), per op and dtype of x (none: the row re-read); some only
@@ -146,10 +146,7 @@ function M.emit(K, info, group, g, st)
   rowgen.pdl_entry(K)
   local P = ptx.new()
   local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
-  -- 2^((v - base) * log2 e): expf's ex2.approx, as rowsm_ptx.lua
-  local function exp_from(v, base)
-    return def("b32", "ex2.approx.ftz.f32 %s, %s;", def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, base), LOG2E))
-  end
+  local function exp_from(v, base) return rowsm_ptx.exp_from(P, v, base) end
   local _, ST = rowgen.row_hint()
   local o_x, o_w = P:input("l", K:ptr(x.uid)), w and P:input("l", K:ptr(w.uid))
   local o_b = b and P:input("l", K:ptr(b.uid)) or nil

@@ -62,10 +62,11 @@ end
 
 M.logf = logf
 
--- 2^((x - b) * log2 e), as kiln_exp2((x - b) * LOG2E)
+-- 2^((x - b) * log2 e), as kiln_exp2((x - b) * LOG2E); also the staged softmax's
 local function exp_from(P, x, b)
   return P:def("b32", "ex2.approx.ftz.f32 %s, %s;", P:def("b32", "mul.f32 %s, %s, %s;", P:def("b32", "sub.f32 %s, %s, %s;", x, b), LOG2E))
 end
+M.exp_from, M.NEG_INF, M.LOG2E = exp_from, NEG_INF, LOG2E
 
 -- The kernel body (lines into K).
 function M.emit(K, info, group, g)
