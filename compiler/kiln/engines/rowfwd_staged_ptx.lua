@@ -21,7 +21,7 @@ local sms = require "kiln.engines.sms"
 local M = {}
 
 local ELEM = rowptx.IN
-local NEG_INF, LOG2E = rowsm_ptx.NEG_INF, rowsm_ptx.LOG2E
+local NEG_INF = rowsm_ptx.NEG_INF
 
 -- Stages in the ring, CTAs per SM and rows a cluster meeting carries (R: a stage holds R rows,
 -- whose reductions meet together), per op and dtype of x (none: the row re-read); some only
@@ -313,24 +313,12 @@ function M.emit(K, info, group, g, st)
       local xs = {}
       pass(i - 1, "prmt", function(_, j, v)
         xs[j] = v
-        if j < V - 1 then return end
-        -- online: the running sum rescaled once to the vector's new max
-        local vm = xs[0]
-        for q = 1, V - 1 do vm = def("b32", "max.NaN.f32 %s, %s, %s;", vm, xs[q]) end
-        local mn = def("b32", "max.NaN.f32 %s, %s, %s;", tm[i], vm)
-        local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mn))
-        local same = def("pred", "setp.eq.f32 %s, %s, %s;", tm[i], mn)
-        put("selp.f32 %s, %s, %s, %s;", ts[i], ts[i], def("b32", "mul.f32 %s, %s, %s;", ts[i], exp_from(tm[i], mn)), same)
-        for q = 0, V - 1 do put("add.f32 %s, %s, %s;", ts[i], ts[i], exp_from(xs[q], mb)) end
-        put("mov.b32 %s, %s;", tm[i], mn)
+        if j == V - 1 then rowsm_ptx.online(P, tm[i], ts[i], V, function(q) return xs[q] end) end
       end)
     end
     local mx = allreduce({ table.unpack(tm) }, 0, "max.NaN.f32")
     local zs = {}
-    for i = 1, R do
-      zs[i] = def("b32", "selp.f32 %s, %s, %s, %s;", ts[i], def("b32", "mul.f32 %s, %s, %s;", ts[i], exp_from(tm[i], mx[i])),
-        def("pred", "setp.eq.f32 %s, %s, %s;", tm[i], mx[i]))
-    end
+    for i = 1, R do zs[i] = rowsm_ptx.rescaled(P, tm[i], ts[i], mx[i]) end
     local z = allreduce(zs, 1)
     local one = first_thread()
     for i = 1, R do
@@ -349,8 +337,7 @@ function M.emit(K, info, group, g, st)
       -- the row's statistics (as rowsm_ptx.lua's), by the cluster's first thread
       if one then
         local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
-        local lse = def("b32", "add.f32 %s, %s, %s;", mx[i], rowsm_ptx.logf(P, z[i]))
-        if a.attrs.stats_use_log2 then lse = def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) end
+        local lse = rowsm_ptx.lse(P, mx[i], z[i], a.attrs.stats_use_log2)
         put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.Stats), lse)
       end
     end

@@ -60,13 +60,40 @@ local function logf(P, x)
   return def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", r, def("pred", "setp.eq.f32 %s, %s, 0f00000000;", f1))
 end
 
-M.logf = logf
-
 -- 2^((x - b) * log2 e), as kiln_exp2((x - b) * LOG2E); also the staged softmax's
 local function exp_from(P, x, b)
   return P:def("b32", "ex2.approx.ftz.f32 %s, %s;", P:def("b32", "mul.f32 %s, %s, %s;", P:def("b32", "sub.f32 %s, %s, %s;", x, b), LOG2E))
 end
 M.exp_from, M.NEG_INF, M.LOG2E = exp_from, NEG_INF, LOG2E
+
+-- One vector's step of the online max and sum (value(j) its n fp32 values, taken in order):
+-- the running max tm and sum ts (registers, updated), the sum rescaled once to the new max.
+function M.online(P, tm, ts, n, value)
+  local def = function(...) return P:def(...) end
+  local xs, vm = {}, nil
+  for j = 0, n - 1 do
+    xs[j] = value(j)
+    vm = vm and def("b32", "max.NaN.f32 %s, %s, %s;", vm, xs[j]) or xs[j]
+  end
+  local mn = def("b32", "max.NaN.f32 %s, %s, %s;", tm, vm)
+  local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mn))
+  local same = def("pred", "setp.eq.f32 %s, %s, %s;", tm, mn)
+  P:put("selp.f32 %s, %s, %s, %s;", ts, ts, def("b32", "mul.f32 %s, %s, %s;", ts, exp_from(P, tm, mn)), same)
+  for j = 0, n - 1 do P:put("add.f32 %s, %s, %s;", ts, ts, exp_from(P, xs[j], mb)) end
+  P:put("mov.b32 %s, %s;", tm, mn)
+end
+
+-- A thread's online sum ts (at its max tm) rescaled to the row's max mx.
+function M.rescaled(P, tm, ts, mx)
+  return P:def("b32", "selp.f32 %s, %s, %s, %s;", ts, P:def("b32", "mul.f32 %s, %s, %s;", ts, exp_from(P, tm, mx)),
+    P:def("pred", "setp.eq.f32 %s, %s, %s;", tm, mx))
+end
+
+-- The row's log-sum-exp from its max and sum (in log2 units when asked).
+function M.lse(P, mx, z, log2)
+  local lse = P:def("b32", "add.f32 %s, %s, %s;", mx, logf(P, z))
+  return log2 and P:def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) or lse
+end
 
 -- The kernel body (lines into K).
 function M.emit(K, info, group, g)
@@ -117,18 +144,7 @@ function M.emit(K, info, group, g)
       for j = 0, V - 1 do put("max.NaN.f32 %s, %s, %s;", tm, tm, R.masked(q, value_at(j)[x], "0xFF800000")) end
       return
     end
-    -- online: per vector, the running sum rescaled once to the vector's new max
-    local xs, vm = {}, nil
-    for j = 0, V - 1 do
-      xs[j] = value_at(j)[x]
-      vm = vm and def("b32", "max.NaN.f32 %s, %s, %s;", vm, xs[j]) or xs[j]
-    end
-    local mn = def("b32", "max.NaN.f32 %s, %s, %s;", tm, vm)
-    local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mn))
-    local same = def("pred", "setp.eq.f32 %s, %s, %s;", tm, mn)
-    put("selp.f32 %s, %s, %s, %s;", ts, ts, def("b32", "mul.f32 %s, %s, %s;", ts, exp_from(P, tm, mn)), same)
-    for j = 0, V - 1 do put("add.f32 %s, %s, %s;", ts, ts, exp_from(P, xs[j], mb)) end
-    put("mov.b32 %s, %s;", tm, mn)
+    M.online(P, tm, ts, V, function(j) return value_at(j)[x] end)
   end)
   local Mx = R.allreduce(tm, "red0_", "max.NaN.f32")
   if sink then Mx = def("b32", "max.NaN.f32 %s, %s, %s;", Mx, sink) end
@@ -137,8 +153,7 @@ function M.emit(K, info, group, g)
   local Z
   local e = {}  -- regs, softmax: exp(x - M) per vector and element
   if R.reread then
-    Z = def("b32", "selp.f32 %s, %s, %s, %s;", ts, def("b32", "mul.f32 %s, %s, %s;", ts, exp_from(P, tm, Mx)),
-      def("pred", "setp.eq.f32 %s, %s, %s;", tm, Mx))
+    Z = M.rescaled(P, tm, ts, Mx)
   else
     Z = def("b32", "mov.b32 %s, 0f00000000;")
     pass({ x }, {}, "bfi", function(q, value_at)
@@ -176,9 +191,7 @@ function M.emit(K, info, group, g)
   local o, stats = a.outputs, {}
   local function out(uid) return uid and g.by_uid[uid].role == "output" end
   if out(o.Stats) then
-    local lse = def("b32", "add.f32 %s, %s, %s;", Mx, logf(P, Z))
-    if a.attrs.stats_use_log2 then lse = def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) end
-    stats[#stats + 1] = { o.Stats, lse }
+    stats[#stats + 1] = { o.Stats, M.lse(P, Mx, Z, a.attrs.stats_use_log2) }
   end
   if out(o.Max) then stats[#stats + 1] = { o.Max, Mx } end
   if out(o.Sum_exp) then stats[#stats + 1] = { o.Sum_exp, Z } end
