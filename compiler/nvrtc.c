@@ -501,8 +501,10 @@ static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, con
 
 int kiln_nvrtc_needs_nvrtc(const char *source, const char *const *opts, int nopts) {
   if (!source || !kiln_ptxas_is_ptx(source)) return 1;
-  for (int i = 0; i < nopts; i++)
-    if (opts && opts[i] && (module_compiler(opts[i]) == VIA_EXE || module_compiler(opts[i]) == VIA_LIB)) return 0;
+  for (int i = 0; i < nopts; i++) {
+    int via = opts && opts[i] ? module_compiler(opts[i]) : -1;
+    if (via == VIA_EXE || via == VIA_LIB) return 0;
+  }
   return 1;
 }
 

@@ -349,7 +349,9 @@ local function analyze(group, g, cluster)
     local Lc, st = cluster_layout(H, V, target, 2, false, function(Lc)
       return rowfwd_staged_ptx.accepts(info, group, g, Lc) and rowfwd_staged_ptx.plan(info, g, Lc, E.SMEM_MAX) or nil
     end, stage_mode.block)
-    if Lc and Lc.CL >= (stage_mode.min_cl or 2) and (stage_mode.set or Lc.P <= (stage_mode.block or Lc.P)) then
+    -- a default shape is taken as measured: a cluster at least min_cl CTAs of at most `block` threads
+    local shaped = stage_mode.set or ((Lc and Lc.CL >= (stage_mode.min_cl or 2)) and Lc.P <= (stage_mode.block or Lc.P))
+    if Lc and shaped then
       L, info.fstaged, info.strategy = Lc, st, "staged-fwd"
       info.smem, info.per_sm, info.cap, info.grid_div = st.smem, st.per_sm, st.cap, st.grid_div
     end

@@ -183,12 +183,14 @@ function M.emit(K, info, group, g, st)
     if gb then wb[k] = P:load("global.nc", gb, k * KSTEP(zb), V * zb) end
   end
 
+  -- row i (from 0) of the meeting at row rb (a register): rb + i * clusters
+  local function nth_row(rb, i) return i == 0 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i, rb) end
   -- the copies of rows rb + i * clusters (rb a register, i < R) into stage s (a number or a
   -- register); zeros past the end
   local function issue(rb, s)
     local d, so
     for i = 0, R - 1 do
-      local ri = i == 0 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i, rb)
+      local ri = nth_row(rb, i)
       local ok = def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows)
       local rs = def("b64", "selp.b64 %s, %s, 0, %s;", ri, ok)
       local sz = def("b32", "selp.b32 %s, 16, 0, %s;", ok)
@@ -280,7 +282,7 @@ function M.emit(K, info, group, g, st)
     local one = first_thread()
     for i = 1, R do
       -- row i of the meeting: rows past the end (i > 0 only) store nothing
-      local ri = i == 1 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i - 1, rb)
+      local ri = nth_row(rb, i - 1)
       local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
       -- y = (x - mean) * rstd * scale (+ bias)
       local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
@@ -322,7 +324,7 @@ function M.emit(K, info, group, g, st)
     local z = allreduce(zs, 1)
     local one = first_thread()
     for i = 1, R do
-      local ri = i == 1 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i - 1, rb)
+      local ri = nth_row(rb, i - 1)
       local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
       local ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mx[i])
       local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mx[i], ninf)
