@@ -16,7 +16,6 @@ void *const kiln_ptxc_entries[] = {
 
 /* The full version of the PTX compiler inside ("13.0.88"), which kiln checks against the one it
  * was configured with; NULL when built without one (./configure --ptx-compiler=none). */
-const char *kiln_ptxc_version(void);
 const char *kiln_ptxc_version(void) {
 #ifdef KILN_PTXC_LIBRARY
   return KILN_PTXC_VERSION;

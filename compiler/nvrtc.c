@@ -106,29 +106,10 @@ static void looked_in(const candidate_list *cl, char *buf, size_t n) {
   }
 }
 
-static int load_symbols(kiln_nvrtc *nv, const char **missing) {
-  struct {
-    void *slot;
-    const char *name;
-    int required;
-  } syms[] = {
-      {&nv->version, "nvrtcVersion", 1},
-      {&nv->error_string, "nvrtcGetErrorString", 1},
-      {&nv->create_program, "nvrtcCreateProgram", 1},
-      {&nv->destroy_program, "nvrtcDestroyProgram", 1},
-      {&nv->compile_program, "nvrtcCompileProgram", 1},
-      {&nv->get_log_size, "nvrtcGetProgramLogSize", 1},
-      {&nv->get_log, "nvrtcGetProgramLog", 1},
-      {&nv->get_cubin_size, "nvrtcGetCUBINSize", 1},
-      {&nv->get_cubin, "nvrtcGetCUBIN", 1},
-      {&nv->get_ptx_size, "nvrtcGetPTXSize", 1},
-      {&nv->get_ptx, "nvrtcGetPTX", 1},
-      {&nv->num_supported_archs, "nvrtcGetNumSupportedArchs", 0},
-      {&nv->supported_archs, "nvrtcGetSupportedArchs", 0},
-  };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void *fn = dlsym(nv->lib, syms[i].name);
-    if (!fn && syms[i].required) {
+int kiln_dl_bind(void *lib, const kiln_dl_sym *syms, size_t n, const char **missing) {
+  for (size_t i = 0; i < n; i++) {
+    void *fn = dlsym(lib, syms[i].name);
+    if (!fn && !syms[i].optional) {
       *missing = syms[i].name;
       return -1;
     }
@@ -136,6 +117,25 @@ static int load_symbols(kiln_nvrtc *nv, const char **missing) {
     memcpy(syms[i].slot, &fn, sizeof fn);
   }
   return 0;
+}
+
+static int load_symbols(kiln_nvrtc *nv, const char **missing) {
+  const kiln_dl_sym syms[] = {
+      {&nv->version, "nvrtcVersion", 0},
+      {&nv->error_string, "nvrtcGetErrorString", 0},
+      {&nv->create_program, "nvrtcCreateProgram", 0},
+      {&nv->destroy_program, "nvrtcDestroyProgram", 0},
+      {&nv->compile_program, "nvrtcCompileProgram", 0},
+      {&nv->get_log_size, "nvrtcGetProgramLogSize", 0},
+      {&nv->get_log, "nvrtcGetProgramLog", 0},
+      {&nv->get_cubin_size, "nvrtcGetCUBINSize", 0},
+      {&nv->get_cubin, "nvrtcGetCUBIN", 0},
+      {&nv->get_ptx_size, "nvrtcGetPTXSize", 0},
+      {&nv->get_ptx, "nvrtcGetPTX", 0},
+      {&nv->num_supported_archs, "nvrtcGetNumSupportedArchs", 1},
+      {&nv->supported_archs, "nvrtcGetSupportedArchs", 1},
+  };
+  return kiln_dl_bind(nv->lib, syms, sizeof syms / sizeof syms[0], missing);
 }
 
 int kiln_nvrtc_open(kiln_nvrtc **out, kiln_err *e) {

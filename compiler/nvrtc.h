@@ -37,6 +37,17 @@ int kiln_nvrtc_probe(char *path, size_t pathsz, char *version, size_t versionsz,
  * 0, or -1 when there is none. */
 int kiln_nvrtc_probe_dir(char *dir, size_t n);
 
+/* An entry point of a dlopen'ed library: the function pointer to set (slot), its name, and
+ * whether it may be absent (left NULL). */
+typedef struct {
+  void *slot;
+  const char *name;
+  int optional;
+} kiln_dl_sym;
+
+/* Sets every slot of syms from lib: 0, or -1 with *missing the first required name lib lacks. */
+int kiln_dl_bind(void *lib, const kiln_dl_sym *syms, size_t n, const char **missing);
+
 /* 1 if arch is "sm_NN" or "sm_NNa" (2 or 3 digits), else 0. */
 int kiln_nvrtc_arch_valid(const char *arch);
 

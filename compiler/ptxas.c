@@ -30,30 +30,19 @@ struct kiln_ptxas {
 };
 
 static int load_symbols(kiln_ptxas *p, const char **missing) {
-  struct {
-    void *slot;
-    const char *name;
-  } syms[] = {
-      {&p->create, "nvJitLinkCreate"},
-      {&p->destroy, "nvJitLinkDestroy"},
-      {&p->add_data, "nvJitLinkAddData"},
-      {&p->complete, "nvJitLinkComplete"},
-      {&p->cubin_size, "nvJitLinkGetLinkedCubinSize"},
-      {&p->cubin, "nvJitLinkGetLinkedCubin"},
-      {&p->error_log_size, "nvJitLinkGetErrorLogSize"},
-      {&p->error_log, "nvJitLinkGetErrorLog"},
-      {&p->info_log_size, "nvJitLinkGetInfoLogSize"},
-      {&p->info_log, "nvJitLinkGetInfoLog"},
+  const kiln_dl_sym syms[] = {
+      {&p->create, "nvJitLinkCreate", 0},
+      {&p->destroy, "nvJitLinkDestroy", 0},
+      {&p->add_data, "nvJitLinkAddData", 0},
+      {&p->complete, "nvJitLinkComplete", 0},
+      {&p->cubin_size, "nvJitLinkGetLinkedCubinSize", 0},
+      {&p->cubin, "nvJitLinkGetLinkedCubin", 0},
+      {&p->error_log_size, "nvJitLinkGetErrorLogSize", 0},
+      {&p->error_log, "nvJitLinkGetErrorLog", 0},
+      {&p->info_log_size, "nvJitLinkGetInfoLogSize", 0},
+      {&p->info_log, "nvJitLinkGetInfoLog", 0},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void *fn = dlsym(p->lib, syms[i].name);
-    if (!fn) {
-      *missing = syms[i].name;
-      return -1;
-    }
-    memcpy(syms[i].slot, &fn, sizeof fn);
-  }
-  return 0;
+  return kiln_dl_bind(p->lib, syms, sizeof syms / sizeof syms[0], missing);
 }
 
 int kiln_ptxas_probe(char *path, size_t pathsz) {

@@ -1,6 +1,7 @@
 /* kiln compiler: NVIDIA's PTX compiler library in-process (libkilnptx.so, loaded once a process);
  * a PTX module to a CUBIN without a ptxas process. */
 #include "ptxas.h"
+#include "nvrtc.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -88,29 +89,21 @@ static void load_once(void) {
     snprintf(pc.why, sizeof pc.why, "loading %.600s: %.600s", path, msg ? msg : "dlopen failed");
     return;
   }
-  struct {
-    void *slot;
-    const char *name;
-  } syms[] = {
-      {&pc.create, "nvPTXCompilerCreate"},
-      {&pc.destroy, "nvPTXCompilerDestroy"},
-      {&pc.compile, "nvPTXCompilerCompile"},
-      {&pc.program_size, "nvPTXCompilerGetCompiledProgramSize"},
-      {&pc.program, "nvPTXCompilerGetCompiledProgram"},
-      {&pc.error_log_size, "nvPTXCompilerGetErrorLogSize"},
-      {&pc.error_log, "nvPTXCompilerGetErrorLog"},
-      {&pc.info_log_size, "nvPTXCompilerGetInfoLogSize"},
-      {&pc.info_log, "nvPTXCompilerGetInfoLog"},
-      {&pc.version, "kiln_ptxc_version"},
+  const kiln_dl_sym syms[] = {
+      {&pc.create, "nvPTXCompilerCreate", 0},
+      {&pc.destroy, "nvPTXCompilerDestroy", 0},
+      {&pc.compile, "nvPTXCompilerCompile", 0},
+      {&pc.program_size, "nvPTXCompilerGetCompiledProgramSize", 0},
+      {&pc.program, "nvPTXCompilerGetCompiledProgram", 0},
+      {&pc.error_log_size, "nvPTXCompilerGetErrorLogSize", 0},
+      {&pc.error_log, "nvPTXCompilerGetErrorLog", 0},
+      {&pc.info_log_size, "nvPTXCompilerGetInfoLogSize", 0},
+      {&pc.info_log, "nvPTXCompilerGetInfoLog", 0},
+      {&pc.version, "kiln_ptxc_version", 0},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void *fn = dlsym(pc.lib, syms[i].name);
-    if (!fn) {
-      snprintf(pc.why, sizeof pc.why, "%.900s lacks %s (built with --ptx-compiler=none?)", path, syms[i].name);
-      break;
-    }
-    memcpy(syms[i].slot, &fn, sizeof fn);
-  }
+  const char *missing = NULL;
+  if (kiln_dl_bind(pc.lib, syms, sizeof syms / sizeof syms[0], &missing) != 0)
+    snprintf(pc.why, sizeof pc.why, "%.900s lacks %s (built with --ptx-compiler=none?)", path, missing);
   const char *have = pc.why[0] ? NULL : pc.version();
   /* the version is in the modules' cache keys: another library would compile under a wrong key */
   if (!pc.why[0] && (!have || strcmp(have, KILN_PTXC_VERSION) != 0))
