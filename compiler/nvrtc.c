@@ -442,44 +442,56 @@ static int module_compiler(const char *opt) {
   return -1;
 }
 
-/* A PTX module (kiln.ptxmodule) to a CUBIN by ptxas, dumped as NVRTC's. Its one option says
- * which ptxas: --compiler=nvptxcompiler/VERSION the PTX compiler library in-process (of that
- * version only), --compiler=ptxas the executable (both NVRTC's whole-program compile),
- * --compiler=nvjitlink or none nvJitLink in-process. */
+/* ptxas's optimization level a module's option names (-O0 ... -O3), else -1. */
+static int module_opt_level(const char *opt) {
+  return opt[0] == '-' && opt[1] == 'O' && opt[2] >= '0' && opt[2] <= '3' && !opt[3] ? opt[2] - '0' : -1;
+}
+
+/* A PTX module (kiln.ptxmodule) to a CUBIN by ptxas, dumped as NVRTC's. Its options say which
+ * ptxas: --compiler=nvptxcompiler/VERSION the PTX compiler library in-process (of that version
+ * only), --compiler=ptxas the executable (both NVRTC's whole-program compile),
+ * --compiler=nvjitlink or none nvJitLink in-process; and -O0 ... -O3 ptxas's optimization level
+ * (default -O3, ptxas's own). */
 static int compile_ptx(kiln_nvrtc *nv, const char *source, const char *base, const char *arch,
                        const char *const *opts, int nopts, const char *dump_dir, void **cubin,
                        size_t *size, char **log, kiln_err *e) {
   if (strncmp(arch, "sm_", 3) != 0)
     return kiln_err_set(e, "E_NVRTC", "%s: a PTX module is built for a real SM, not %s", base, arch);
-  int via = VIA_NVJITLINK;
+  int via = VIA_NVJITLINK, level = 3;
+  const char *lib_version = NULL;
   for (int i = 0; i < nopts; i++) {
+    int l = module_opt_level(opts[i]);
+    if (l >= 0) {
+      level = l;
+      continue;
+    }
     via = module_compiler(opts[i]);
     if (via < 0)
-      return kiln_err_set(e, "E_NVRTC", "%s: a PTX module takes --compiler=nvptxcompiler/VERSION|ptxas|nvjitlink, "
-                          "not '%s'", base, opts[i]);
+      return kiln_err_set(e, "E_NVRTC", "%s: a PTX module takes --compiler=nvptxcompiler/VERSION|ptxas|nvjitlink "
+                          "and -O0 ... -O3, not '%s'", base, opts[i]);
+    lib_version = via == VIA_LIB ? opts[i] + strlen(LIB_OPTION) : NULL;
   }
   if (via == VIA_LIB) {
     const char *have = kiln_ptxas_lib_version();
-    if (!have || strcmp(opts[nopts - 1] + strlen(LIB_OPTION), have) != 0)
+    if (!have || strcmp(lib_version, have) != 0)
       return kiln_err_set(e, "E_NVRTC", "%s: the module asks for PTX compiler %s, kiln has %s (KILN_PTXAS=exe "
-                          "compiles by the toolkit's ptxas)", base, opts[nopts - 1] + strlen(LIB_OPTION),
-                          have ? have : "none");
+                          "compiles by the toolkit's ptxas)", base, lib_version, have ? have : "none");
   }
   if (via == VIA_NVJITLINK && !nv) return kiln_err_set(e, "E_NVRTC", "%s: nvJitLink needs NVRTC loaded", base);
   char *text = NULL;
   int status;
   if (via == VIA_LIB) {
-    status = kiln_ptxas_lib_compile(source, base, arch, cubin, size, &text, e);
+    status = kiln_ptxas_lib_compile(source, base, arch, level, cubin, size, &text, e);
   } else if (via == VIA_EXE) {
     const char *exe = exe_path();
     if (!exe)
       return kiln_err_set(e, "E_NVRTC", "%s: no ptxas executable in the toolkit of the NVRTC on disk "
                           "(KILN_PTXAS=nvjitlink compiles in-process)", base);
-    status = kiln_ptxas_exe_compile(exe, source, base, arch, cubin, size, &text, e);
+    status = kiln_ptxas_exe_compile(exe, source, base, arch, level, cubin, size, &text, e);
   } else {
     kiln_ptxas *p = ptxas_of(nv, e);
     if (!p) return -1;
-    status = kiln_ptxas_compile(p, source, base, arch, cubin, size, &text, e);
+    status = kiln_ptxas_compile(p, source, base, arch, level, cubin, size, &text, e);
   }
   if (status != 0 && dump_dir) {
     kiln_err ignored; /* the compile error matters more than a failed log dump */

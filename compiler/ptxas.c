@@ -131,16 +131,17 @@ char *kiln_ptxas_fetch(void *h, int (*size_fn)(void *, size_t *), int (*copy_fn)
   return bytes;
 }
 
-int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const char *arch,
+int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const char *arch, int opt_level,
                        void **cubin, size_t *size, char **log, kiln_err *e) {
   *cubin = NULL;
   *size = 0;
   if (log) *log = NULL;
-  char archopt[64];
+  char archopt[64], optopt[32];
   snprintf(archopt, sizeof archopt, "-arch=%s", arch);
-  const char *opts[] = {archopt};
+  snprintf(optopt, sizeof optopt, "-Xptxas=-O%d", opt_level);
+  const char *opts[] = {archopt, optopt};
   jl_handle h = NULL;
-  jl_result rc = p->create(&h, 1, opts);
+  jl_result rc = p->create(&h, opt_level == 3 ? 1 : 2, opts);
   if (rc != 0) return kiln_err_set(e, "E_NVRTC", "%s: nvJitLinkCreate failed (%d) for %s", name, rc, arch);
   char *text = NULL;
   int status = 0;

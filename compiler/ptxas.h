@@ -29,7 +29,7 @@ int kiln_ptxas_exe_probe(char *path, size_t pathsz);
 
 /* Compiles the PTX module (named NAME in messages) for ARCH with the ptxas executable EXE, its
  * files in a fresh directory under $TMPDIR (or /tmp), removed after. As kiln_ptxas_compile. */
-int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, const char *arch,
+int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, const char *arch, int opt_level,
                            void **cubin, size_t *size, char **log, kiln_err *e);
 
 /* The version of NVIDIA's PTX compiler library that kiln was configured with ("13.0.88", in the
@@ -42,8 +42,8 @@ int kiln_ptxas_lib_probe(char *path, size_t pathsz);
 
 /* Compiles as kiln_ptxas_compile with the PTX compiler library, loaded by the first call of a
  * process (E_NVRTC saying why, when it is absent or of another version). Thread-safe. */
-int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, void **cubin, size_t *size,
-                           char **log, kiln_err *e);
+int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, int opt_level, void **cubin,
+                           size_t *size, char **log, kiln_err *e);
 
 /* Loads nvJitLink from nvrtc_dir (may be NULL) or the loader's path. On failure: E_NVRTC
  * naming where it looked, -1. */
@@ -59,10 +59,11 @@ char *kiln_ptxas_fetch(void *h, int (*size_fn)(void *, size_t *), int (*copy_fn)
  * with .version), else 0. */
 int kiln_ptxas_is_ptx(const char *text);
 
-/* Compiles the PTX module (named NAME in messages) for ARCH (sm_NN[a]) to a CUBIN, malloc'ed
- * into *cubin / *size. On failure: E_NVRTC with the head of ptxas's log, -1; *log (when not
- * NULL) receives the malloc'ed log either way (NULL when empty). */
-int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const char *arch,
+/* Compiles the PTX module (named NAME in messages) for ARCH (sm_NN[a]) at ptxas's optimization
+ * level OPT_LEVEL (0-3; 3 is ptxas's default) to a CUBIN, malloc'ed into *cubin / *size. On
+ * failure: E_NVRTC with the head of ptxas's log, -1; *log (when not NULL) receives the malloc'ed
+ * log either way (NULL when empty). */
+int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const char *arch, int opt_level,
                        void **cubin, size_t *size, char **log, kiln_err *e);
 
 #endif

@@ -63,13 +63,13 @@ static int run_child(char *const argv[], const char *log, int *status) {
   return 0;
 }
 
-int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, const char *arch,
+int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, const char *arch, int opt_level,
                            void **cubin, size_t *size, char **log, kiln_err *e) {
   *cubin = NULL;
   *size = 0;
   if (log) *log = NULL;
   const char *tmp = getenv("TMPDIR");
-  char dir[PATH_MAX], in[PATH_MAX + 256], out[PATH_MAX + 16], logf[PATH_MAX + 16], archopt[64];
+  char dir[PATH_MAX], in[PATH_MAX + 256], out[PATH_MAX + 16], logf[PATH_MAX + 16], archopt[64], optopt[32];
   if (snprintf(dir, sizeof dir, "%s/kiln-ptxas-XXXXXX", tmp && *tmp ? tmp : "/tmp") >= (int)sizeof dir)
     return kiln_err_set(e, "E_NVRTC", "%s: TMPDIR path too long for ptxas's files", name);
   if (!mkdtemp(dir)) return kiln_err_set(e, "E_NVRTC", "%s: a directory for ptxas in %s: %s", name, dir, strerror(errno));
@@ -79,7 +79,9 @@ int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, c
   snprintf(out, sizeof out, "%s/m.cubin", dir);
   snprintf(logf, sizeof logf, "%s/log", dir);
   snprintf(archopt, sizeof archopt, "-arch=%s", arch);
-  char *argv[] = {(char *)exe, archopt, in, "-o", out, NULL};
+  snprintf(optopt, sizeof optopt, "-O%d", opt_level);
+  /* ptxas's default level leaves the command line as NVRTC's */
+  char *argv[] = {(char *)exe, archopt, in, "-o", out, opt_level == 3 ? NULL : optopt, NULL};
   int status = 0, wstatus = 0, reaped = 1;
   if (write_all(in, ptx, strlen(ptx)) != 0) {
     status = kiln_err_set(e, "E_NVRTC", "%s: writing %s for ptxas: %s", name, in, strerror(errno));

@@ -115,8 +115,8 @@ static void load_once(void) {
   }
 }
 
-int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, void **cubin, size_t *size,
-                           char **log, kiln_err *e) {
+int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, int opt_level, void **cubin,
+                           size_t *size, char **log, kiln_err *e) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   *cubin = NULL;
   *size = 0;
@@ -125,15 +125,16 @@ int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, 
   if (!pc.lib)
     return kiln_err_set(e, "E_NVRTC", "%s: NVIDIA's PTX compiler library: %s (KILN_PTXAS=exe compiles by the "
                         "toolkit's ptxas)", name, pc.why);
-  char archopt[64];
+  char archopt[64], optopt[32];
   snprintf(archopt, sizeof archopt, "--gpu-name=%s", arch);
-  const char *opts[] = {archopt};
+  snprintf(optopt, sizeof optopt, "-O%d", opt_level);
+  const char *opts[] = {archopt, optopt};
   pc_handle h = NULL;
   pc_result rc = pc.create(&h, strlen(ptx), ptx);
   if (rc != 0) return kiln_err_set(e, "E_NVRTC", "%s: nvPTXCompilerCreate failed (%d)", name, rc);
   char *text = NULL;
   int status = 0;
-  rc = pc.compile(h, 1, opts);
+  rc = pc.compile(h, opt_level == 3 ? 1 : 2, opts);
   if (rc != 0) {
     text = kiln_ptxas_fetch(h, pc.error_log_size, pc.error_log, NULL);
     status = kiln_err_set(e, "E_NVRTC", "ptxas (PTX compiler library %s) failed to compile %s for %s (%s %d)%s%.1800s",

@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 100 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 104 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -70,6 +70,17 @@ expect_out "rmsnorm_backward:p128n2v8r4:staged-async" "rmsnorm_bwd at H = 2048 b
 # a misspelt build-time setting is a typed error, not the default build
 KILN_FAST_COMPILE=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
 expect_err "E_USAGE.*KILN_FAST_COMPILE=fast" "KILN_FAST_COMPILE=fast is E_USAGE"
+# layernorm's row held in registers compiles at ptxas -O1 (measured faster), the rest at -O3;
+# KILN_PTXAS_OPT sets every module's level (for measuring), a bad one is named
+run_kiln source specs/layernorm.lua specs/rmsnorm.lua specs/layernorm_bwd.lua --set H=4096 --sm 90a --ptx
+ok "layernorm and layernorm_train at ptxas -O1, rmsnorm and layernorm_bwd at its default" \
+  test "$(grep -c '^// ---- layernorm.* at -O1$' "$OUTF") $(grep -c ' at -O' "$OUTF")" = "2 2"
+KILN_PTXAS_OPT=3 run_kiln source specs/layernorm.lua --set H=4096 --sm 90a --ptx
+ok "KILN_PTXAS_OPT=3: layernorm at ptxas's default" test "$(grep -c ' at -O' "$OUTF")" = 0
+KILN_PTXAS_OPT=2 run_kiln source specs/rmsnorm.lua --set H=4096 --sm 90a --ptx
+ok "KILN_PTXAS_OPT=2: rmsnorm at -O2" test "$(grep -c '^// ---- rmsnorm.* at -O2$' "$OUTF")" = 2
+KILN_PTXAS_OPT=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
+expect_err "E_USAGE.*KILN_PTXAS_OPT=fast: want 0, 1, 2 or 3" "KILN_PTXAS_OPT=fast is E_USAGE, by name"
 # KILN_ROW_N (for measuring) sets the forward kernels' vectors per thread; a bad value is named
 KILN_ROW_N=8 run_kiln explain specs/rmsnorm.lua --set H=8192 --sm 90a
 expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "KILN_ROW_N=8: rmsnorm at H = 8192 takes 8 vectors per thread"

@@ -154,6 +154,10 @@ static void test_ptx_module(kiln_nvrtc *nv) {
   OK(kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", bogus, 1, &cubin, &size, NULL, &e) == -1 &&
          !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "--compiler=nvcc"),
      "a PTX module's unknown option is refused by name");
+  const char *level4[] = {"-O4"};
+  OK(kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", level4, 1, &cubin, &size, NULL, &e) == -1 &&
+         !strcmp(e.code, "E_NVRTC") && strstr(e.msg, "'-O4'") && strstr(e.msg, "-O0 ... -O3"),
+     "a ptxas level past -O3 is refused by name");
 
   /* the ptxas executable (--compiler=ptxas), in a child process */
   char exe[4096];
@@ -216,7 +220,7 @@ static void test_ptx_library(kiln_nvrtc *nv) {
   const char *version = kiln_ptxas_lib_version();
   char lib[4096], opt[128], dir[300], path[400];
   if (!version || kiln_ptxas_lib_probe(lib, sizeof lib) != 0) {
-    for (int i = 0; i < 4; i++) OK(1, "# SKIP kiln was configured without its PTX compiler library");
+    for (int i = 0; i < 5; i++) OK(1, "# SKIP kiln was configured without its PTX compiler library");
     return;
   }
   snprintf(opt, sizeof opt, "--compiler=nvptxcompiler/%s", version);
@@ -253,6 +257,12 @@ static void test_ptx_library(kiln_nvrtc *nv) {
   rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", via_lib, 1, &cubin, &size, NULL, &e);
   OK(rc == 0 && is_cuda_elf(cubin, size), "and compiles again after a failure (%.1f ms, loaded)%s%s", now_ms() - t1,
      rc ? " — " : "", rc ? e.msg : "");
+  free(cubin);
+  cubin = NULL;
+  const char *at_o1[] = {opt, "-O1"};
+  rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", at_o1, 2, &cubin, &size, NULL, &e);
+  OK(rc == 0 && is_cuda_elf(cubin, size), "and at ptxas -O1 (the module's second option)%s%s", rc ? " — " : "",
+     rc ? e.msg : "");
   free(cubin);
 }
 
@@ -368,7 +378,7 @@ int main(void) {
     return 0;
   }
   double open_ms = now_ms() - t0;
-  TAP_PLAN(36);
+  TAP_PLAN(38);
   int major, minor;
   kiln_nvrtc_version(nv, &major, &minor);
   DIAG("NVRTC %d.%d from %s, loaded in %.1f ms", major, minor, kiln_nvrtc_path(nv), open_ms);

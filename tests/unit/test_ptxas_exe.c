@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     snprintf(lib_opt, sizeof lib_opt, "--compiler=nvptxcompiler/%s", kiln_ptxas_lib_version());
   OK(lib_opt[0] || !kiln_ptxas_lib_version(), "kiln's PTX compiler library %s is found (%s)",
      kiln_ptxas_lib_version() ? kiln_ptxas_lib_version() : "(none configured)", lib_opt[0] ? lib : "absent");
-  int modules = 0;
+  int modules = 0, levels = 0;
   for (int i = 0; i < cu.n && i < px.n; i++) {
     if (!strstr(px.head[i], "compiled as a PTX module by ")) continue;
     char sym[256] = "";
@@ -114,18 +114,27 @@ int main(int argc, char **argv) {
     size_t len = strlen(sym);
     if ((len > 6 && !strcmp(sym + len - 6, "_final")) || (len > 5 && !strcmp(sym + len - 5, "_init"))) continue;
     modules++;
-    const char *cuda_opts[] = {"-minimal"}, *exe_opts[] = {"--compiler=ptxas"}, *lib_opts[] = {lib_opt};
+    /* a kernel compiled at another ptxas level (the header's " at -O1"): its module's option, and
+     * the CUDA form's through NVRTC */
+    char level[8] = "-O3", nvrtc_level[32];
+    const char *at = strstr(px.head[i], " at -O");
+    if (at) snprintf(level, sizeof level, "-O%c", at[6]);
+    snprintf(nvrtc_level, sizeof nvrtc_level, "--ptxas-options=%s", level);
+    const char *cuda_opts[] = {"-minimal", nvrtc_level}, *exe_opts[] = {"--compiler=ptxas", level},
+               *lib_opts[] = {lib_opt, level};
+    int nopt = at ? 2 : 1;
+    levels += at != NULL;
     void *a = NULL, *b = NULL, *c = NULL;
     size_t na = 0, nb = 0, nc = 0;
     kiln_err ea = {0}, eb = {0}, ec = {0};
-    int ra = kiln_nvrtc_compile(nv, cu.body[i], sym, argv[3], cuda_opts, 1, &a, &na, NULL, &ea);
-    int rb = kiln_nvrtc_compile(nv, px.body[i], sym, argv[3], exe_opts, 1, &b, &nb, NULL, &eb);
+    int ra = kiln_nvrtc_compile(nv, cu.body[i], sym, argv[3], cuda_opts, nopt, &a, &na, NULL, &ea);
+    int rb = kiln_nvrtc_compile(nv, px.body[i], sym, argv[3], exe_opts, nopt, &b, &nb, NULL, &eb);
     char why[1200] = "", why_lib[1200] = "";
     if (ra == 0 && rb == 0) compare(a, na, b, nb, sym, why, sizeof why);
     OK(ra == 0 && rb == 0 && !why[0], "%s: the module through ptxas gives NVRTC's SASS%s%s%s%s", sym,
        why[0] ? ", differs in" : "", why, ra ? ea.msg : "", rb ? eb.msg : "");
     if (lib_opt[0]) {
-      int rc = kiln_nvrtc_compile(nv, px.body[i], sym, argv[3], lib_opts, 1, &c, &nc, NULL, &ec);
+      int rc = kiln_nvrtc_compile(nv, px.body[i], sym, argv[3], lib_opts, nopt, &c, &nc, NULL, &ec);
       if (ra == 0 && rc == 0) compare(a, na, c, nc, sym, why_lib, sizeof why_lib);
       OK(ra == 0 && rc == 0 && !why_lib[0], "%s: the module through the PTX compiler library gives NVRTC's SASS%s%s%s",
          sym, why_lib[0] ? ", differs in" : "", why_lib, rc ? ec.msg : "");
@@ -135,6 +144,7 @@ int main(int argc, char **argv) {
     free(c);
   }
   OK(modules > 0, "%d kernels compiled as modules by ptxas%s", modules, lib_opt[0] ? " and the library" : "");
+  OK(levels > 0, "%d of them at another ptxas level, their CUDA forms too", levels);
   kiln_nvrtc_close(nv);
   free(cuda_text);
   free(ptx_text);

@@ -66,6 +66,13 @@ E.FULL_OCCUPANCY_N = 2
 -- held by 1024 threads", has every variant measured (fp32, fused, the softmax backward).
 E.ONE_CTA_REREAD = { layernorm = true, log_softmax = true, log_softmax_backward = true }
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
+-- Forward norms whose row held in registers (one CTA's, no fused ops) ptxas compiles at -O1
+-- rather than its default -O3: layernorm, whose stores -O1 leaves after each vector's values
+-- instead of sinking all four to the kernel's end. Measured on the H200 (2026-12-02, graph
+-- replays, bf16, KILN_PTXAS_OPT=1 against the default): layernorm 1.02-1.03x and layernorm_train
+-- 1.05x at 4096 x 4096, level at 16384 x 8192 and 32768 x 2048; not rmsnorm (level) nor fused
+-- rows (add_rmsnorm_silu_gate 0.86-0.95x) nor the backwards (0.89-0.94x).
+E.PTXAS_O1 = { layernorm = true }
 -- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
 -- 32 registers: more row parts in flight while others wait at the cluster barrier), unless it
 -- fuses these ops, whose code spills there (layernorm's, under KILN_ROW_CLUSTER, spills too).
@@ -607,6 +614,11 @@ end
 
 -- The forward norm with its body in PTX (rowfwd_ptx.lua).
 local function build_fwd_ptx(plan, group, g, target, symbol, K)
+  local info = plan.info
+  if E.PTXAS_O1[info.anchor.op] and info.strategy == "regs" and not info.L.CL and #(group.prologue or {}) +
+    #(group.epilogue or {}) + #(group.amax or {}) == 0 then
+    K.ptxas_level = 1
+  end
   local amax = group.amax or {}
   local amax_out = {}
   for i, r in ipairs(amax) do amax_out[i] = r.outputs.Y end

@@ -509,6 +509,17 @@ function M.with_source(k, K, cuda, min_blocks, own)
     ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
   k.source, k.cuda = module or cuda, module and cuda or nil
   if module then k.options = { "--compiler=" .. compiler } end
+  -- ptxas's optimization level where it is not its default -O3: KILN_PTXAS_OPT (build time,
+  -- every kernel with its body in PTX, for measuring), else the kernel's own (K.ptxas_level);
+  -- the module's option, or the CUDA form's through NVRTC (the same SASS either way)
+  local forced, bad = settings.choice("KILN_PTXAS_OPT", { "0", "1", "2", "3" })
+  if not forced then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local level = K.asm_of and (tonumber(forced) or K.ptxas_level)
+  if level and level ~= 3 then
+    local opts = { table.unpack(k.options) }
+    opts[#opts + 1] = string.format(module and "-O%d" or "--ptxas-options=-O%d", level)
+    k.options = opts
+  end
   return k
 end
 
