@@ -392,18 +392,6 @@ local function analyze(group, g, cluster)
     info.smem, info.per_sm, info.cap, info.grid_div = staged.smem, staged.per_sm, staged.cap, staged.grid_div
     -- over a cluster: a cluster a row (the grid T * CL then stays a multiple of CL)
     if (L.CL or 1) > 1 then info.grid_div = 1 end
-    -- a pair (rowbwd.lua's `pair`): clusters of two CTAs, each as many rows as unpaired, one
-    -- partial row per cluster (info.cap and grid_div count clusters); where the SM has
-    -- clusters and the PTX form builds it, else the variant is async
-    if staged.pair then
-      if cluster and staged.ptx and not L.CL and #info.colsum > 0 and L.H % 8 == 0 then
-        info.grid_div = staged.grid_div * staged.pair
-        info.cap = sms.cap(staged.per_sm, staged.pair)
-      else
-        staged.pair, staged.name = nil, "async"
-        info.strategy = "staged-async"
-      end
-    end
   elseif kind == "norm_bwd" then
     -- dscale/dbias sums per slot in shared memory, then a partial row per CTA
     local smem = #info.colsum * L.RPC * H * 4
@@ -520,17 +508,10 @@ local function staged_kernel(plan, symbol, K, what)
   -- a cluster grid: CL CTAs for each of min(T, cap) clusters (info.cap counts clusters)
   local grid = sms.rule(CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, info.grid_div,
                         sms.cap(info.cap.sm_mul * CL, info.cap.sm_div))
-  local grid3, cluster = { grid, 1, 1 }, { CL, 1, 1 }
-  -- a pair: the cluster's two CTAs along x, the clusters along y (their count any number)
-  local pair = info.staged and info.staged.pair
-  if pair then
-    grid3, cluster = { pair, sms.rule(info.row_factors, info.grid_div, info.cap), 1 }, { pair, 1, 1 }
-    what = what .. string.format(", column sums added over a cluster of %d", pair)
-  end
   return rowgen.with_source({
     symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
-    block = { L.block, 1, 1 }, grid = grid3,
-    smem = info.smem, cluster = cluster, params = K.mparams, align = K.align, pdl_entry = true,
+    block = { L.block, 1, 1 }, grid = { grid, 1, 1 },
+    smem = info.smem, cluster = { CL, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   }, K, K.src:text(), info.per_sm)
 end
 

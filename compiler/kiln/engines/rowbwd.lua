@@ -19,12 +19,10 @@ local M = {}
 
 -- Named variants: stages in the ring and CTAs per SM (`legacy`: the shared-memory column
 -- sums kernel, row.lua's generic passes). `reread`: as async, but the dx pass always reads
--- the staged row again (for measuring the rule below). `pair`: as async, but the two CTAs of
--- a cluster add their column sums through distributed shared memory before writing one
--- partial row (sm_90+ and the PTX form, row.lua; elsewhere it is async).
+-- the staged row again (for measuring the rule below).
 M.NAMED = { async = { S = 3, C = 1 }, deep = { S = 4, C = 1 }, twocta = { S = 2, C = 2 },
-            reread = { S = 3, C = 1, reread = true }, pair = { S = 3, C = 1, pair = 2 } }
-M.DEFAULT = "pair"
+            reread = { S = 3, C = 1, reread = true } }
+M.DEFAULT = "async"
 -- Column sums a thread keeps in registers at most (nsums * N * V floats); over a cluster (2
 -- CTAs of 256 threads an SM, 128 registers) twice that: layernorm_backward's two sums of 4
 -- vectors a thread measured 1.10x its 2 vectors (in 512 threads, spilling) at 4096 x 65536.
@@ -41,7 +39,7 @@ M.MAX_HELD_WORDS = 64
 -- A named variant as M.mode gives it.
 function M.named_mode(name)
   local m = M.NAMED[name]
-  return { S = m.S, C = m.C, reread = m.reread, pair = m.pair, name = name }
+  return { S = m.S, C = m.C, reread = m.reread, name = name }
 end
 
 -- The variant KILN_ROW_BWD asks for: { legacy = true } or { S =, C =, name = }.
@@ -59,7 +57,7 @@ function M.mode()
   local s, n = v:match("^s(%d)c(%d)$")
   s, n = tonumber(s), tonumber(n)
   if s and n and s >= 2 and s <= 8 and n >= 1 and n <= 2 then return { S = s, C = n, name = v } end
-  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, split, async, pair, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)", v)
+  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, split, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)", v)
 end
 
 -- Whether the staged kernel takes this backward (analyze's info, layout L; `mode` a variant
@@ -87,15 +85,13 @@ function M.plan(info, group, g, L, SMEM_MAX, MIN_ROWS, mode)
   local S = math.min(mode.S, SMEM_MAX // stage)
   if S < 2 then return nil, "two stages do not fit in shared memory" end
   local smem = S * stage
-  -- the slots' (or a pair's) column sums meet in the freed stages at the end
-  if L.RPC > 1 or mode.pair then smem = math.max(smem, L.RPC * #info.colsum * L.H * 4) end
+  if L.RPC > 1 then smem = math.max(smem, L.RPC * #info.colsum * L.H * 4) end
   if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
   local per_sm = math.min(mode.C, 2048 // L.block, math.max(1, (227 * 1024) // smem))
   -- words per thread: scale and sums (fp32), xh (fp32) and dy (its storage) held between passes
   local held = L.N * L.V * (2 + #info.colsum) + (L.N * L.V * dtypes.size(dy.dtype) + 3) // 4
   local st = { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm),
-              grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS,
-              pair = mode.pair }
+              grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
   -- the body in PTX (rowbwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
   if rowgen.ptx_wanted() then st.ptx, st.why_cuda = rowbwd_ptx.accepts(info, g, L, st) end
   return st

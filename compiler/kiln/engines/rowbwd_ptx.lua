@@ -84,13 +84,6 @@ function M.emit(K, info, g, st)
     col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", rank, HC // V, lane)
     put("barrier.cluster.arrive.relaxed.aligned;")  -- the peers have started before the first remote store
   end
-  -- a pair (rowbwd.lua): CTA rank + 2 * cluster of 2 * clusters; the rank is %ctaid.x
-  local prank, pcid
-  if st.pair then
-    prank, pcid = cta, def("b32", "mov.u32 %s, %%ctaid.y;")
-    cta = def("b32", "mad.lo.s32 %s, %s, %d, %s;", pcid, st.pair, prank)
-    nct = def("b32", "mul.lo.s32 %s, %s, %d;", def("b32", "mov.u32 %s, %%nctaid.y;"), st.pair)
-  end
   local cta64 = def("b64", "cvt.u64.u32 %s, %s;", cta)
   local nct64 = def("b64", "cvt.u64.u32 %s, %s;", nct)
   local slot64 = slot and def("b64", "cvt.u64.u32 %s, %s;", slot)
@@ -331,99 +324,55 @@ function M.emit(K, info, g, st)
   P:at(DONE)
   put("cp.async.wait_group 0;")
 
-  -- this CTA's partial row ws[blockIdx.x][nsums * H]: the slots' sums in slot order (a
-  -- pair's: ws[cluster], its CTAs' in rank order)
+  -- this CTA's partial row ws[blockIdx.x][nsums * H]: the slots' sums in slot order
   if nsums > 0 then
     local ncols = nsums * H
-    local gws = def("b64", "mad.wide.u32 %s, %s, %d, %s;", pcid or cta, ncols * 4, P:global(o_ws))
-    local function sum_rows(i, k)
-      local vals = {}
-      for j = 0, V - 1 do vals[j + 1] = cs[i][k][j] end
-      return vals
-    end
-    if RPC == 1 and not st.pair then
+    local gws = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, ncols * 4, P:global(o_ws))
+    if RPC == 1 then
       local base = def("b64", "mad.wide.u32 %s, %s, %d, %s;", col, V * 4, gws)
       for i = 1, nsums do
-        for k = 0, N - 1 do P:store("global", base, ((i - 1) * H + k * Pn * V) * 4, sum_rows(i, k), inrow(k)) end
+        for k = 0, N - 1 do
+          local vals = {}
+          for j = 0, V - 1 do vals[j + 1] = cs[i][k][j] end
+          P:store("global", base, ((i - 1) * H + k * Pn * V) * 4, vals, inrow(k))
+        end
       end
     else
       put("bar.sync 0;")  -- the stages are free: the slots' sums go there, [sum][slot][column]
-      local sl = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, H * 4, stg) or stg
+      local sl = def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, H * 4, stg)
       local base = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * 4, sl)
       for i = 1, nsums do
-        for k = 0, N - 1 do P:store("shared", base, ((i - 1) * RPC * H + k * Pn * V) * 4, sum_rows(i, k), inrow(k)) end
-      end
-      if st.pair then
-        M.pair_sums(P, st.pair, { ncols = ncols, H = H, RPC = RPC, block = L.block, tid = tid, rank = prank, stg = stg, gws = gws })
-      else
-        put("bar.sync 0;")
-        -- once per CTA, a loop: column i of sum s adds its slots in order
-        local i = def("b32", "mov.b32 %s, %s;", tid)
-        local TOP, END = P:label(), P:label()
-        put("@%s bra %s;", def("pred", "setp.ge.s32 %s, %s, %d;", i, ncols), END)  -- divergent: plain branches
-        P:at(TOP)
-        put('.pragma "nounroll";')  -- once per CTA: ptxas's unrolled copies cost compile time only
-        local w = M.slot_word(P, i, H, RPC)
-        local ad = def("b32", "mad.lo.s32 %s, %s, 4, %s;", w, stg)
-        local t = def("b32", "ld.shared.f32 %s, [%s];", ad)
-        for q = 1, RPC - 1 do
-          local u = def("b32", "ld.shared.f32 %s, [%s+%d];", ad, q * H * 4)
-          t = def("b32", "add.f32 %s, %s, %s;", t, u)
+        for k = 0, N - 1 do
+          local vals = {}
+          for j = 0, V - 1 do vals[j + 1] = cs[i][k][j] end
+          P:store("shared", base, ((i - 1) * RPC * H + k * Pn * V) * 4, vals, inrow(k))
         end
-        local gd = def("b64", "mad.wide.u32 %s, %s, 4, %s;", i, gws)
-        put("st.global.f32 [%s], %s;", gd, t)
-        put("add.s32 %s, %s, %d;", i, i, L.block)
-        local more = def("pred", "setp.lt.s32 %s, %s, %d;", i, ncols)
-        put("@%s bra %s;", more, TOP)
-        P:at(END)
       end
+      put("bar.sync 0;")
+      -- once per CTA, a loop: column i of sum s adds its slots in order
+      local i = def("b32", "mov.b32 %s, %s;", tid)
+      local TOP, END = P:label(), P:label()
+      put("@%s bra %s;", def("pred", "setp.ge.s32 %s, %s, %d;", i, ncols), END)  -- divergent: plain branches
+      P:at(TOP)
+      put('.pragma "nounroll";')  -- once per CTA: ptxas's unrolled copies cost compile time only
+      local s = pow2(H) and def("b32", "shr.u32 %s, %s, %d;", i, log2(H)) or def("b32", "div.u32 %s, %s, %d;", i, H)
+      local col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, -H, i)
+      local sc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, RPC * H, col)
+      local ad = def("b32", "mad.lo.s32 %s, %s, 4, %s;", sc, stg)
+      local t = def("b32", "ld.shared.f32 %s, [%s];", ad)
+      for q = 1, RPC - 1 do
+        local u = def("b32", "ld.shared.f32 %s, [%s+%d];", ad, q * H * 4)
+        t = def("b32", "add.f32 %s, %s, %s;", t, u)
+      end
+      local gd = def("b64", "mad.wide.u32 %s, %s, 4, %s;", i, gws)
+      put("st.global.f32 [%s], %s;", gd, t)
+      put("add.s32 %s, %s, %d;", i, i, L.block)
+      local more = def("pred", "setp.lt.s32 %s, %s, %d;", i, ncols)
+      put("@%s bra %s;", more, TOP)
+      P:at(END)
     end
   end
   K:asm(P)
-end
-
--- The word of partial-row column c (sum c // H, column c % H) in the CTA's [sum][slot][column]
--- sums of RPC slots: c + sum * (RPC - 1) * H (slot 0's; slot q's q * H words on).
-function M.slot_word(P, c, H, RPC)
-  if RPC == 1 then return c end
-  local s = pow2(H) and P:def("b32", "shr.u32 %s, %s, %d;", c, log2(H)) or P:def("b32", "div.u32 %s, %s, %d;", c, H)
-  return P:def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, (RPC - 1) * H, c)
-end
-
--- A pair's partial row (o: ncols, H, RPC, block, tid, rank, stg, gws): after one cluster
--- barrier each CTA adds its share of the columns (ncols / n from rank * ncols / n), four a
--- thread, over the n CTAs' shared sums (rank order, slots in order: the same bits whichever
--- CTA adds them) and stores them to ws[cluster]; a second barrier keeps each CTA's shared
--- memory until its peer has read it. Straight-line: every load of a thread in flight at once.
-function M.pair_sums(P, n, o)
-  local def, put = function(...) return P:def(...) end, function(...) P:put(...) end
-  put("barrier.cluster.arrive.release.aligned;")  -- both CTAs' sums written, visible to the pair
-  put("barrier.cluster.wait.acquire.aligned;")
-  local share, B4 = o.ncols // n, o.block * 4
-  local t4 = def("b32", "shl.b32 %s, %s, 2;", o.tid)
-  local c0 = def("b32", "mad.lo.s32 %s, %s, %d, %s;", o.rank, share, t4)
-  local peer = {}
-  for r = 0, n - 1 do peer[r] = def("b32", "mapa.shared::cluster.u32 %s, %s, %d;", o.stg, r) end
-  for it = 0, (share + B4 - 1) // B4 - 1 do
-    local p = (it + 1) * B4 > share and def("pred", "setp.lt.u32 %s, %s, %d;", t4, share - it * B4) or nil
-    local c = it == 0 and c0 or def("b32", "add.s32 %s, %s, %d;", c0, it * B4)
-    local off = def("b32", "shl.b32 %s, %s, 2;", M.slot_word(P, c, o.H, o.RPC))
-    local acc
-    for r = 0, n - 1 do
-      local a = def("b32", "add.s32 %s, %s, %s;", peer[r], off)
-      for q = 0, o.RPC - 1 do
-        local v = P:load("shared::cluster", a, q * o.H * 4, 16, p)
-        if acc then
-          for j = 1, 4 do acc[j] = def("b32", "add.f32 %s, %s, %s;", acc[j], v[j]) end
-        else
-          acc = v
-        end
-      end
-    end
-    P:store("global", def("b64", "mad.wide.u32 %s, %s, 4, %s;", c, o.gws), 0, acc, p)
-  end
-  put("barrier.cluster.arrive.aligned;")  -- the peer reads this CTA's shared memory until here
-  put("barrier.cluster.wait.aligned;")
 end
 
 return M
