@@ -32,7 +32,8 @@ common options:
 
 environment: KILN_CACHE_DIR, KILN_CACHE_MAXSIZE, KILN_JIT=on|off|strict, KILN_DUMP_DIR,
              KILN_LUA_PATH, KILN_TEMPLATE_PATH, KILN_SPEC_MAX_INSTR, KILN_SPEC_MAX_MEM,
-             KILN_PTX_MODULE=all|own|off, KILN_PTXAS=exe|nvjitlink, KILN_PTXC_PATH
+             KILN_PTX_MODULE=all|own|off, KILN_PTXAS=exe|nvjitlink, KILN_PTXC_PATH,
+             KILN_PTXAS_OPT=0|1|2|3
 ]]
 
 local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) end
