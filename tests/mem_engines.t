@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 104 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 105 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -75,6 +75,9 @@ expect_err "E_USAGE.*KILN_FAST_COMPILE=fast" "KILN_FAST_COMPILE=fast is E_USAGE"
 run_kiln source specs/layernorm.lua specs/rmsnorm.lua specs/layernorm_bwd.lua --set H=4096 --sm 90a --ptx
 ok "layernorm and layernorm_train at ptxas -O1, rmsnorm and layernorm_bwd at its default" \
   test "$(grep -c '^// ---- layernorm.* at -O1$' "$OUTF") $(grep -c ' at -O' "$OUTF")" = "2 2"
+run_kiln source specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.lua --set H=65536 --sm 90a --ptx
+ok "at H = 65536 rmsnorm_residual at ptxas -O1, plain and fp8 RMSNorm at its default" \
+  test "$(grep -c '^// ---- rmsnorm_residual .* at -O1$' "$OUTF") $(grep -c ' at -O' "$OUTF")" = "1 1"
 KILN_PTXAS_OPT=3 run_kiln source specs/layernorm.lua --set H=4096 --sm 90a --ptx
 ok "KILN_PTXAS_OPT=3: layernorm at ptxas's default" test "$(grep -c ' at -O' "$OUTF")" = 0
 KILN_PTXAS_OPT=2 run_kiln source specs/rmsnorm.lua --set H=4096 --sm 90a --ptx
