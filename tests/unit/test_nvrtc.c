@@ -136,6 +136,12 @@ static void test_ptx_module(kiln_nvrtc *nv) {
      now_ms() - t0, rc ? " — " : "", rc ? e.msg : "");
   free(cubin);
   cubin = NULL;
+  const char *nvjitlink_o1[] = {"-O1"};
+  rc = kiln_nvrtc_compile(nv, PTX_EMPTY, "kiln_ptx_empty", "sm_90a", nvjitlink_o1, 1, &cubin, &size, NULL, &e);
+  OK(rc == 0 && is_cuda_elf(cubin, size), "and at ptxas -O1 through nvJitLink (-Xptxas)%s%s", rc ? " — " : "",
+     rc ? e.msg : "");
+  free(cubin);
+  cubin = NULL;
   char dir[300], path[400];
   snprintf(dir, sizeof dir, "%s/dump_ptx", root);
   setenv("KILN_DUMP_DIR", dir, 1);
@@ -378,7 +384,7 @@ int main(void) {
     return 0;
   }
   double open_ms = now_ms() - t0;
-  TAP_PLAN(38);
+  TAP_PLAN(39);
   int major, minor;
   kiln_nvrtc_version(nv, &major, &minor);
   DIAG("NVRTC %d.%d from %s, loaded in %.1f ms", major, minor, kiln_nvrtc_path(nv), open_ms);
