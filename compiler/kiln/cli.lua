@@ -159,10 +159,12 @@ function commands.source(args)
     for _, g in ipairs(load_graphs(path, args)) do
       local m = plan.manifest(g, target)
       for _, k in ipairs(m.kernels) do
-        local level = k.cuda and k.options[2] and k.options[2]:match("^%-O(%d)$")
+        -- ptxas's level where not its default: the module's -ON, or NVRTC's --ptxas-options=-ON
+        local level
+        for _, o in ipairs(k.options or {}) do level = level or o:match("^%-O(%d)$") or o:match("^%-%-ptxas%-options=%-O(%d)$") end
         io.write(string.format("// ---- %s [%s] kernel %s, plan %s, %s%s%s\n", g.name, m.instance, k.symbol, k.plan_id,
           target.arch, k.cuda and ", compiled as a PTX module by " .. k.options[1]:match("=(.*)") or "",
-          level and " at -O" .. level or ""))
+          level and (k.cuda and " at -O" or ", ptxas at -O") .. level or ""))
         -- the CUDA form, readable; --ptx: the PTX module that is compiled where there is one
         io.write(args.ptx and k.source or k.cuda or k.source, "\n")
       end
