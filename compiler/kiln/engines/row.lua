@@ -66,8 +66,8 @@ E.FULL_OCCUPANCY_N = 2
 -- held by 1024 threads", has every variant measured (fp32, fused, the softmax backward).
 E.ONE_CTA_REREAD = { layernorm = true, log_softmax = true, log_softmax_backward = true }
 E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
--- Forward norms whose row held in registers ptxas compiles at -O1 rather than its default -O3
--- (E.ptxas_level): layernorm's (one CTA's, no fused ops), whose stores -O1 leaves after each
+-- ptxas's level for a forward norm's PTX body, nil for its default -O3. Rows held in registers
+-- compile at -O1 for layernorm (one CTA's, no fused ops), whose stores -O1 leaves after each
 -- vector's values instead of sinking all four to the kernel's end, and RMSNorm's wide rows (in
 -- 1024 threads or over a cluster) with a fused prologue (a residual add) and nothing else fused.
 -- Measured on the H200 (2026-12-02, graph replays, bf16, KILN_PTXAS_OPT=1 against the default;
@@ -75,15 +75,12 @@ E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- rmsnorm_residual 1.04-1.07x at H = 24576, 32768 and 65536 (level at 2048-16384). Not plain
 -- RMSNorm (0.94-1.03x), the re-read or staged layernorm (0.73-0.77x, 0.99x), fused rows that spill
 -- (add_rmsnorm_silu_gate 0.86-0.95x at 4096-8192), softmax (0.98-1.03x) nor the backwards.
-E.PTXAS_O1 = { layernorm = "one CTA", rmsnorm = "wide, a prologue" }
-
--- ptxas's level for a forward norm's PTX body (nil: its default -O3), as E.PTXAS_O1 says.
 function E.ptxas_level(info, group)
-  local rule, L = E.PTXAS_O1[info.anchor.op], info.L
+  local op, L = info.anchor.op, info.L
   local pro, epi = #(group.prologue or {}), #(group.epilogue or {})
-  if not rule or info.strategy ~= "regs" or #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil end
-  if rule == "one CTA" and not L.CL and pro + epi == 0 then return 1 end
-  if rule == "wide, a prologue" and (L.CL or L.block >= 1024) and pro > 0 and epi == 0 and
+  if info.strategy ~= "regs" or #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil end
+  if op == "layernorm" and not L.CL and pro + epi == 0 then return 1 end
+  if op == "rmsnorm" and (L.CL or L.block >= 1024) and pro > 0 and epi == 0 and
     not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
     return 1
   end
