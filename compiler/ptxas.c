@@ -131,6 +131,12 @@ char *kiln_ptxas_fetch(void *h, int (*size_fn)(void *, size_t *), int (*copy_fn)
   return bytes;
 }
 
+const char *kiln_ptxas_level_option(char *buf, size_t n, const char *prefix, int level) {
+  if (level == 3) return NULL;
+  snprintf(buf, n, "%s%d", prefix, level);
+  return buf;
+}
+
 int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const char *arch, int opt_level,
                        void **cubin, size_t *size, char **log, kiln_err *e) {
   *cubin = NULL;
@@ -138,10 +144,10 @@ int kiln_ptxas_compile(kiln_ptxas *p, const char *ptx, const char *name, const c
   if (log) *log = NULL;
   char archopt[64], optopt[32];
   snprintf(archopt, sizeof archopt, "-arch=%s", arch);
-  snprintf(optopt, sizeof optopt, "-Xptxas=-O%d", opt_level);
-  const char *opts[] = {archopt, optopt};
+  const char *level = kiln_ptxas_level_option(optopt, sizeof optopt, "-Xptxas=-O", opt_level);
+  const char *opts[] = {archopt, level};
   jl_handle h = NULL;
-  jl_result rc = p->create(&h, opt_level == 3 ? 1 : 2, opts);
+  jl_result rc = p->create(&h, level ? 2 : 1, opts);
   if (rc != 0) return kiln_err_set(e, "E_NVRTC", "%s: nvJitLinkCreate failed (%d) for %s", name, rc, arch);
   char *text = NULL;
   int status = 0;

@@ -55,6 +55,10 @@ void kiln_ptxas_close(kiln_ptxas *p);
  * its size in *n (may be NULL); NULL when it is empty (a log of one NUL counts as empty) or on failure. */
 char *kiln_ptxas_fetch(void *h, int (*size_fn)(void *, size_t *), int (*copy_fn)(void *, void *), size_t *n);
 
+/* ptxas's optimization level LEVEL as the option PREFIX<LEVEL> ("-O", "-Xptxas=-O") written into
+ * buf: buf, or NULL at ptxas's default -O3 (no option: the command line stays NVRTC's). */
+const char *kiln_ptxas_level_option(char *buf, size_t n, const char *prefix, int level);
+
 /* 1 when text is a PTX module (its first line that is not a // comment or blank starts
  * with .version), else 0. */
 int kiln_ptxas_is_ptx(const char *text);

@@ -79,9 +79,8 @@ int kiln_ptxas_exe_compile(const char *exe, const char *ptx, const char *name, c
   snprintf(out, sizeof out, "%s/m.cubin", dir);
   snprintf(logf, sizeof logf, "%s/log", dir);
   snprintf(archopt, sizeof archopt, "-arch=%s", arch);
-  snprintf(optopt, sizeof optopt, "-O%d", opt_level);
-  /* ptxas's default level leaves the command line as NVRTC's */
-  char *argv[] = {(char *)exe, archopt, in, "-o", out, opt_level == 3 ? NULL : optopt, NULL};
+  char *level = (char *)kiln_ptxas_level_option(optopt, sizeof optopt, "-O", opt_level);
+  char *argv[] = {(char *)exe, archopt, in, "-o", out, level, NULL};
   int status = 0, wstatus = 0, reaped = 1;
   if (write_all(in, ptx, strlen(ptx)) != 0) {
     status = kiln_err_set(e, "E_NVRTC", "%s: writing %s for ptxas: %s", name, in, strerror(errno));

@@ -127,14 +127,14 @@ int kiln_ptxas_lib_compile(const char *ptx, const char *name, const char *arch, 
                         "toolkit's ptxas)", name, pc.why);
   char archopt[64], optopt[32];
   snprintf(archopt, sizeof archopt, "--gpu-name=%s", arch);
-  snprintf(optopt, sizeof optopt, "-O%d", opt_level);
-  const char *opts[] = {archopt, optopt};
+  const char *level = kiln_ptxas_level_option(optopt, sizeof optopt, "-O", opt_level);
+  const char *opts[] = {archopt, level};
   pc_handle h = NULL;
   pc_result rc = pc.create(&h, strlen(ptx), ptx);
   if (rc != 0) return kiln_err_set(e, "E_NVRTC", "%s: nvPTXCompilerCreate failed (%d)", name, rc);
   char *text = NULL;
   int status = 0;
-  rc = pc.compile(h, opt_level == 3 ? 1 : 2, opts);
+  rc = pc.compile(h, level ? 2 : 1, opts);
   if (rc != 0) {
     text = kiln_ptxas_fetch(h, pc.error_log_size, pc.error_log, NULL);
     status = kiln_err_set(e, "E_NVRTC", "ptxas (PTX compiler library %s) failed to compile %s for %s (%s %d)%s%.1800s",
