@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 105 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 112 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -78,6 +78,10 @@ ok "layernorm and layernorm_train at ptxas -O1, rmsnorm and layernorm_bwd at its
 run_kiln source specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.lua --set H=65536 --sm 90a --ptx
 ok "at H = 65536 rmsnorm_residual at ptxas -O1, plain and fp8 RMSNorm at its default" \
   test "$(grep -c '^// ---- rmsnorm_residual .* at -O1$' "$OUTF") $(grep -c ' at -O' "$OUTF")" = "1 1"
+run_kiln source specs/softmax_bwd.lua --set H=4096 --sm 90a --ptx
+ok "the softmax backwards' rows held by one CTA at ptxas -O1" test "$(grep -c '^// ---- .*softmax_bwd .* at -O1$' "$OUTF")" = 2
+run_kiln source specs/softmax_bwd.lua --set H=65536 --sm 90a --ptx
+ok "and over a cluster at its default" test "$(grep -c ' at -O' "$OUTF")" = 0
 KILN_PTXAS_OPT=3 run_kiln source specs/layernorm.lua --set H=4096 --sm 90a --ptx
 ok "KILN_PTXAS_OPT=3: layernorm at ptxas's default" test "$(grep -c ' at -O' "$OUTF")" = 0
 KILN_PTXAS_OPT=2 run_kiln source specs/rmsnorm.lua --set H=4096 --sm 90a --ptx
@@ -165,6 +169,24 @@ ok "KILN_ROW_STAGE=...r2: two rows a cluster meeting (both rows' sums in one bar
 run_kiln explain specs/softmax.lua --set H=65536 --sm 90a
 ok "bf16 softmax rows of 65536 are staged over 8 CTAs of 256 threads, log_softmax keeps the re-read" \
   bash -c "grep -q 'plan row:v1:softmax:p256n4v8r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:log_softmax:p1024n8v8r1:reread$' '$OUTF'"
+cat > "$TMP/sm16.lua" <<'EOF'
+local k = require "kiln"
+return k.graph "sm16" { dims = { T = k.dynamic, H = { 32768, 65536 } }, dtype = "fp16", inputs = { x = { "T", "H" } },
+  body = function(g, x) local y, lse = g:softmax(x, { generate_stats = true }); return { y = y, lse = lse } end }
+EOF
+run_kiln explain "$TMP/sm16.lua" --sm 90a
+ok "fp16 softmax: staged over 8 CTAs of 256 threads at H = 65536, the re-read at 32768 (measured 0.81x staged)" \
+  bash -c "grep -q 'plan row:v1:softmax:p256n4v8r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:softmax:p1024n4v8r1:reread$' '$OUTF'"
+# a re-read row's vectors a trip: 2 where it reads a residual too, else 4; KILN_ROW_TRIP sets them (for measuring)
+trips() { grep -o 'setp.lt.s32 %kp[0-9]*, %kr[0-9]*, [0-9]*;' "$OUTF" | sed 's/.*, //; s/;//' | sort -u | tr '\n' ' '; }
+run_kiln source specs/rmsnorm_residual_fp8_rowwise.lua --set H=65536 --sm 90a --ptx
+ok "rmsnorm_residual_fp8_rowwise at 65536 (x and r re-read): 8 vectors a thread in 4 trips of 2" test "$(trips)" = "4 "
+run_kiln source specs/softmax.lua --graph log_softmax --set H=65536 --sm 90a --ptx
+ok "log_softmax at 65536 (x alone): in 2 trips of 4" test "$(trips)" = "2 "
+KILN_ROW_TRIP=1 run_kiln source specs/softmax.lua --graph log_softmax --set H=65536 --sm 90a --ptx
+ok "KILN_ROW_TRIP=1: in 8 trips of 1" test "$(trips)" = "8 "
+KILN_ROW_TRIP=3 run_kiln build specs/softmax.lua --set H=65536 --sm 90a
+expect_err "E_USAGE.*KILN_ROW_TRIP=3: want 1, 2, 4 or 8" "KILN_ROW_TRIP=3 is E_USAGE, by name"
 run_kiln explain tests/specs/mem/wide.lua --sm 90a
 ok "a softmax with a sink logit keeps the re-read" bash -c "grep -A1 'graph wide_softmax_sink_stats' '$OUTF' | grep -q 'reread$'"
 cat > "$TMP/sm32.lua" <<'EOF'

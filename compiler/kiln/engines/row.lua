@@ -74,12 +74,16 @@ E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- bench/RESULTS.md): layernorm 1.02-1.06x at 4096 rows of 1024-16384, 1.00-1.04x at 16384 rows;
 -- rmsnorm_residual 1.04-1.07x at H = 24576, 32768 and 65536 (level at 2048-16384). Not plain
 -- RMSNorm (0.94-1.03x), the re-read or staged layernorm (0.73-0.77x, 0.99x), fused rows that spill
--- (add_rmsnorm_silu_gate 0.86-0.95x at 4096-8192), softmax (0.98-1.03x) nor the backwards.
+-- (add_rmsnorm_silu_gate 0.86-0.95x at 4096-8192), softmax (0.98-1.03x) nor the backward norms.
+-- The softmax backwards' rows held by one CTA compile at -O1 too (2026-12-02, H = 2048-8192):
+-- log_softmax_backward 1.02-1.05x at 4096 rows, 0.995-1.002x at 16384 and 32768; softmax_backward
+-- 1.05x at 4096 x 2048, 1.000-1.004x elsewhere.
 function E.ptxas_level(info, group)
   local op, L = info.anchor.op, info.L
   local pro, epi = #(group.prologue or {}), #(group.epilogue or {})
   if info.strategy ~= "regs" or #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil end
   if op == "layernorm" and not L.CL and pro + epi == 0 then return 1 end
+  if info.kind == "softmax_bwd" and not L.CL and pro + epi == 0 then return 1 end
   if op == "rmsnorm" and (L.CL or L.block >= 1024) and pro > 0 and epi == 0 and
     not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
     return 1
@@ -671,6 +675,7 @@ function E.build(plan, group, g, target, symbol)
   if info.fwd_ptx then return build_fwd_ptx(plan, group, g, target, symbol, K) end
   if info.bwd_ptx then return build_bwd_ptx(plan, group, g, symbol, K) end
   if info.sm_ptx then
+    K.ptxas_level = E.ptxas_level(info, group)
     rowsm_ptx.emit(K, info, group, g)
     return assemble(plan, symbol, K, {}, nil, { entry = true, strategy = ptx_strategy(info) })
   end

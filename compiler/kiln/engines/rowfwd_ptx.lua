@@ -79,9 +79,16 @@ function M.emit(K, info, group, g, target, amax_out)
   local read_later = pw.read_set(group.nodes)
   local made = rowgen.made(group)
   if #amax == 0 then rowgen.pdl_entry(K) end  -- the plan's only kernel: pdl at entry
-  -- a re-read row with exp, sigmoid or swish ops: 2 vectors a trip, not 4 (measured on the
-  -- H200, 2026-12-01, add_rmsnorm_silu_gate at 4096 x 65536: level; compiles in 51 ms, not 70)
-  if rowgen.fuses_any(group, { exp = true, sigmoid = true, swish = true }) then info.reread_u = 2 end
+  -- a re-read row with exp, sigmoid or swish ops, or reading more than one row tensor (a
+  -- residual): 2 vectors a trip, not 4. Measured on the H200: add_rmsnorm_silu_gate at 4096 x
+  -- 65536 level, compiling in 51 ms, not 70 (2026-12-01); rmsnorm_residual_fp8_rowwise at 65536
+  -- 1.20-1.22x at 4096 and 16384 rows, 52 ms, not 73 (2026-12-02; the plain re-read rows of
+  -- layernorm and softmax measured 0.84-1.00x at 2 and 0.87-0.97x at 1: docs/MEMORY_BOUND.md)
+  local rows_read = 0
+  for _, uid in ipairs(group.inputs) do
+    if info.access[uid] == "full" and g.by_uid[uid].role ~= "constant" then rows_read = rows_read + 1 end
+  end
+  if rows_read > 1 or rowgen.fuses_any(group, { exp = true, sigmoid = true, swish = true }) then info.reread_u = 2 end
   local R = rowptx.new(K, info, g, group.inputs, made)
   local P, put, def, base = R.P, R.put, R.def, R.base
   local tid, gptr = R.tid, R.gptr

@@ -32,14 +32,14 @@ local NEG_INF = rowsm_ptx.NEG_INF
 -- 65536 in clusters of 8 CTAs of 256 threads, 4 an SM, 1.02-1.11x, but 0.82-0.90x at 32768
 -- (clusters of 4) and 0.54-0.93x in other shapes; two or four rows a meeting 0.78-1.05x.
 -- Softmax (with its log-sum-exp) at 65536: bf16 1.09-1.10x in layernorm's 16-bit shape, fp32
--- 1.08-1.11x (8 CTAs of 512 threads, 2 an SM); bf16 at 32768 0.76-0.91x; fp16 not measured.
+-- 1.08-1.11x (8 CTAs of 512 threads, 2 an SM), fp16 1.09x; bf16 at 32768 0.76-0.91x, fp16 0.81x.
 -- KILN_ROW_STAGE=sNcM[bB][rR] (read at build time, for measuring) stages every dtype's wide
 -- layernorm and softmax row, in N stages, M CTAs an SM, CTAs of at most B threads (the smallest
 -- such cluster), R rows a meeting; `off` re-reads every row.
 local SIXTEEN = { S = 3, C = 4, R = 1, block = 256, min_cl = 8 }
 M.DEFAULT = {
   layernorm = { fp32 = { S = 3, C = 2, R = 1 }, bf16 = SIXTEEN, fp16 = SIXTEEN },
-  softmax = { fp32 = { S = 3, C = 2, R = 1, widths = { [65536] = true } }, bf16 = SIXTEEN },
+  softmax = { fp32 = { S = 3, C = 2, R = 1, widths = { [65536] = true } }, bf16 = SIXTEEN, fp16 = SIXTEEN },
 }
 
 -- The variant for an `op` row of `dtype` (KILN_ROW_STAGE's, else the default):

@@ -7,6 +7,8 @@ local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
+local errors = require "kiln.errors"
+local settings = require "kiln.settings"
 
 local M = {}
 
@@ -16,6 +18,16 @@ M.IN = require("kiln.engines.ptxops").IN
 function M.one_value(t)
   for _, d in ipairs(t.dims) do if d ~= 1 then return false end end
   return true
+end
+
+-- Vectors a trip of a re-read row: the most that divide the thread's N and are at most
+-- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4.
+function M.trip(info)
+  local v, bad = settings.choice("KILN_ROW_TRIP", { "1", "2", "4", "8" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local U = math.min(info.L.N, tonumber(v) or info.reread_u or 4)
+  while info.L.N % U ~= 0 do U = U - 1 end
+  return U
 end
 
 -- Whether the layout and the inputs suit these forms: nil, or why not.
@@ -143,7 +155,7 @@ function M.new(K, info, g, inputs, made, at)
   -- unrolled (k = q). "reread": a loop over groups of U vectors, the sources read again from
   -- L2 in each pass; addresses advance by U vectors a trip.
   local reread = info.strategy == "reread"
-  local U = reread and math.min(N, info.reread_u or 4) or N
+  local U = reread and M.trip(info) or N
   R.reread = reread
   -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
   -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)

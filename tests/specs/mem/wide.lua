@@ -2,8 +2,8 @@
 -- meets its cluster once (row.lua, rowptx.lua: each CTA holds its part of the row, the CTAs'
 -- reductions meet in distributed shared memory), else re-read from L2; KILN_ROW_CLUSTER=8
 -- splits every one (tests/gpu/run checks both). The norms (inference, training, fused residual
--- and per-row fp8 quantize), softmax (with a sink and every statistic), log_softmax, and the
--- softmax backward, in bf16, fp16 and fp32; and rows 1024 threads hold (H = 24576, 32768: bf16
+-- and per-row fp8 quantize), softmax (staged in bf16 and fp16; with a sink and every statistic),
+-- log_softmax, and the softmax backward, in bf16, fp16 and fp32; and rows 1024 threads hold (H = 24576, 32768: bf16
 -- RMSNorm at two CTAs an SM, the fp16 layernorm and log_softmax re-read, the bf16 log-softmax
 -- backward over a cluster of 4).
 local k = require "kiln"
@@ -59,6 +59,14 @@ return {
   },
   k.graph "wide_softmax" {
     dims = { T = k.dynamic, H = { 65536 } }, dtype = "bf16",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x)
+      local y, stats = g:softmax(x, { generate_stats = true })
+      return { y = y, lse = stats }
+    end,
+  },
+  k.graph "wide_softmax_fp16" {
+    dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp16",
     inputs = { x = { "T", "H" } },
     body = function(g, x)
       local y, stats = g:softmax(x, { generate_stats = true })
