@@ -169,12 +169,16 @@ ok "KILN_ROW_STAGE=...r2: two rows a cluster meeting (both rows' sums in one bar
 run_kiln explain specs/softmax.lua --set H=65536 --sm 90a
 ok "bf16 softmax rows of 65536 are staged over 8 CTAs of 256 threads, log_softmax keeps the re-read" \
   bash -c "grep -q 'plan row:v1:softmax:p256n4v8r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:log_softmax:p1024n8v8r1:reread$' '$OUTF'"
-cat > "$TMP/sm16.lua" <<'EOF'
+# softmax_spec DTYPE: a softmax with its log-sum-exp at H = 32768 and 65536, as $TMP/sm_DTYPE.lua
+softmax_spec() {
+  cat > "$TMP/sm_$1.lua" <<EOF
 local k = require "kiln"
-return k.graph "sm16" { dims = { T = k.dynamic, H = { 32768, 65536 } }, dtype = "fp16", inputs = { x = { "T", "H" } },
+return k.graph "sm_$1" { dims = { T = k.dynamic, H = { 32768, 65536 } }, dtype = "$1", inputs = { x = { "T", "H" } },
   body = function(g, x) local y, lse = g:softmax(x, { generate_stats = true }); return { y = y, lse = lse } end }
 EOF
-run_kiln explain "$TMP/sm16.lua" --sm 90a
+}
+softmax_spec fp16
+run_kiln explain "$TMP/sm_fp16.lua" --sm 90a
 ok "fp16 softmax: staged over 8 CTAs of 256 threads at H = 65536, the re-read at 32768 (measured 0.81x staged)" \
   bash -c "grep -q 'plan row:v1:softmax:p256n4v8r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:softmax:p1024n4v8r1:reread$' '$OUTF'"
 # a re-read row's vectors a trip: 2 where it reads a residual too, else 4; KILN_ROW_TRIP sets them (for measuring)
@@ -189,12 +193,8 @@ KILN_ROW_TRIP=3 run_kiln build specs/softmax.lua --set H=65536 --sm 90a
 expect_err "E_USAGE.*KILN_ROW_TRIP=3: want 1, 2, 4 or 8" "KILN_ROW_TRIP=3 is E_USAGE, by name"
 run_kiln explain tests/specs/mem/wide.lua --sm 90a
 ok "a softmax with a sink logit keeps the re-read" bash -c "grep -A1 'graph wide_softmax_sink_stats' '$OUTF' | grep -q 'reread$'"
-cat > "$TMP/sm32.lua" <<'EOF'
-local k = require "kiln"
-return k.graph "sm32" { dims = { T = k.dynamic, H = { 32768, 65536 } }, dtype = "fp32", inputs = { x = { "T", "H" } },
-  body = function(g, x) local y, lse = g:softmax(x, { generate_stats = true }); return { y = y, lse = lse } end }
-EOF
-run_kiln explain "$TMP/sm32.lua" --sm 90a
+softmax_spec fp32
+run_kiln explain "$TMP/sm_fp32.lua" --sm 90a
 ok "fp32 softmax: staged over 8 CTAs of 512 threads at H = 65536, the re-read at 32768 (not measured staged)" \
   bash -c "grep -q 'plan row:v1:softmax:p512n4v4r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:softmax:p1024n8v4r1:reread$' '$OUTF'"
 run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx

@@ -7,6 +7,17 @@
 -- RMSNorm at two CTAs an SM, the fp16 layernorm and log_softmax re-read, the bf16 log-softmax
 -- backward over a cluster of 4).
 local k = require "kiln"
+-- softmax with its log-sum-exp over rows of 65536 (staged over a cluster in 16-bit dtypes)
+local function softmax_lse(name, dtype)
+  return k.graph(name) {
+    dims = { T = k.dynamic, H = { 65536 } }, dtype = dtype,
+    inputs = { x = { "T", "H" } },
+    body = function(g, x)
+      local y, stats = g:softmax(x, { generate_stats = true })
+      return { y = y, lse = stats }
+    end,
+  }
+end
 return {
   k.graph "wide_rmsnorm_residual_fp8_rowwise" {
     dims = { T = k.dynamic, H = { 24576, 65536 } }, dtype = "bf16",
@@ -57,22 +68,8 @@ return {
     inputs = { x = { "T", "H" }, w = { "H" } },
     body = function(g, x, w) return { y = g:rmsnorm(x, w, { epsilon = 1e-6 }) } end,
   },
-  k.graph "wide_softmax" {
-    dims = { T = k.dynamic, H = { 65536 } }, dtype = "bf16",
-    inputs = { x = { "T", "H" } },
-    body = function(g, x)
-      local y, stats = g:softmax(x, { generate_stats = true })
-      return { y = y, lse = stats }
-    end,
-  },
-  k.graph "wide_softmax_fp16" {
-    dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp16",
-    inputs = { x = { "T", "H" } },
-    body = function(g, x)
-      local y, stats = g:softmax(x, { generate_stats = true })
-      return { y = y, lse = stats }
-    end,
-  },
+  softmax_lse("wide_softmax", "bf16"),
+  softmax_lse("wide_softmax_fp16", "fp16"),
   k.graph "wide_softmax_sink_stats" {
     dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp16",
     inputs = { x = { "T", "H" }, sink = { "T", 1, dtype = "fp32" } },
