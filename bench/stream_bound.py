@@ -23,28 +23,26 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
 import torch  # noqa: E402
-from bench.bench import bf16, copy_ceiling, graph_ms  # noqa: E402
+from bench.bench import bf16, bwd_cases, copy_ceiling, graph_ms  # noqa: E402
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048), (8192, 4096), (4096, 8192)]
 
 
 def cases(pack, T, H):
-    inst = "H=%d" % H
     x, dy, w, b = bf16(T, H), bf16(T, H), bf16(H), bf16(H)
-    xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    inv = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + 1e-5)
-    dx, dw, db, y = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b), torch.empty_like(x)
-    ln, rms, stream = pack.plan("layernorm_bwd", inst), pack.plan("rmsnorm_bwd", inst), pack.plan("stream", inst)
+    y = torch.empty_like(x)
+    stream = pack.plan("stream", "H=%d" % H)
     src = bf16(3 * T * H // 2)  # half the bytes read, half written
     dst = torch.empty_like(src)
-    return {
+    fns = {
         "copy, same bytes": lambda: dst.copy_(src),
         "torch add (2 in, 1 out)": lambda: torch.add(dy, x, out=y),
         "kiln stream (2 in, 1 out)": lambda: stream(a=dy, b=x, y=y),
-        "kiln layernorm_bwd": lambda: ln(dy=dy, x=x, w=w, mean=mean, inv_std=inv, dx=dx, dw=dw, db=db),
-        "kiln rmsnorm_bwd": lambda: rms(dy=dy, x=x, w=w, inv_rms=inv, dx=dx, dw=dw),
     }
+    # the backward norms as bench.py runs them
+    for c in bwd_cases(pack, T, H, x, w, b, dy):
+        fns["kiln " + c["name"]] = lambda c=c: c["plan"](**c["kiln"])
+    return fns
 
 
 def main():

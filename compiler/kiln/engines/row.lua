@@ -82,8 +82,7 @@ function E.ptxas_level(info, group)
   local op, L = info.anchor.op, info.L
   local pro, epi = #(group.prologue or {}), #(group.epilogue or {})
   if info.strategy ~= "regs" or #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil end
-  if op == "layernorm" and not L.CL and pro + epi == 0 then return 1 end
-  if info.kind == "softmax_bwd" and not L.CL and pro + epi == 0 then return 1 end
+  if (op == "layernorm" or info.kind == "softmax_bwd") and not L.CL and pro + epi == 0 then return 1 end
   if op == "rmsnorm" and (L.CL or L.block >= 1024) and pro > 0 and epi == 0 and
     not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
     return 1
