@@ -119,6 +119,14 @@ function M.new()
   -- every CTA). The peers must have started (a barrier.cluster.wait before the first use).
   -- `to` = { peer =, mine = }: the target rank and the store predicate, made once by a loop.
   function P:cluster_fold(base, rank, tid, n, values, op, to)
+    self:cluster_share(base, rank, tid, n, values, to)
+    local out = {}
+    for i = 1, #values do out[i] = self:load_fold("shared", base, (i - 1) * n * 4, n, op) end
+    return out
+  end
+  -- cluster_fold's stores and barrier: afterwards value i's n slots (rank order) are at
+  -- [base + (i - 1) * n * 4] in every CTA.
+  function P:cluster_share(base, rank, tid, n, values, to)
     local peer = to and to.peer or self:def("b32", "min.u32 %s, %s, %d;", tid, n - 1)
     local remote = self:def("b32", "mapa.shared::cluster.u32 %s, %s, %s;", self:def("b32", "mad.lo.s32 %s, %s, 4, %s;", rank, base), peer)
     local mine = to and to.mine or self:def("pred", "setp.lt.u32 %s, %s, %d;", tid, n)
@@ -127,9 +135,6 @@ function M.new()
     end
     self:put("barrier.cluster.arrive.release.aligned;")
     self:put("barrier.cluster.wait.acquire.aligned;")
-    local out = {}
-    for i = 1, #values do out[i] = self:load_fold("shared", base, (i - 1) * n * 4, n, op) end
-    return out
   end
   -- The n 32-bit values at [base+off] in `space` folded in order with `op` (e.g. add.f32):
   -- a reduction's partial values, the same bits in every thread that folds them.

@@ -11,6 +11,7 @@ local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
 local ptxops = require "kiln.engines.ptxops"
+local meanvar = require "kiln.engines.meanvar_ptx"
 
 local M = {}
 
@@ -146,6 +147,16 @@ function M.emit(K, info, group, g, target, amax_out)
     end, form)
   end
 
+  -- layernorm's mean and variance in one reduction (meanvar_ptx) where every thread holds as
+  -- many elements: each vector's (sum, M2) from its values in pass 1, combined over the
+  -- thread's vectors (of a re-read row: over a trip's, and the trips merged when several)
+  local one = is_ln and meanvar.wanted() and (reread or R.uniform)
+  local part, run  -- the thread's (or the trip's) pair so far; a re-read row's running merge
+  if one and reread and L.N > R.U then
+    run = { mean = def("b32", "mov.b32 %s, 0f00000000;"), m2 = def("b32", "mov.b32 %s, 0f00000000;"),
+            k = def("b32", "mov.b32 %s, 0f00000000;") }
+  end
+
   -- pass 1: loads, prologue, its outputs stored, the row's sum (layernorm) or sum of squares
   local acc = acc_start()
   vectors(sources(prologue, { xin }), pro_out, function(q, value_at, store, words)
@@ -159,7 +170,15 @@ function M.emit(K, info, group, g, target, amax_out)
       xs[j + 1] = x
       for _, uid in ipairs(pro_out) do outs[uid][j + 1] = value[uid] end
       x = masked(q, x)
-      if is_ln then acc = acc_add(acc, x) else acc = acc_sq(acc, x) end
+      if is_ln and not one then acc = acc_add(acc, x) elseif not one then acc = acc_sq(acc, x) end
+    end
+    if one then part = meanvar.add(P, part, meanvar.of_values(P, xs)) end
+    if one and reread and q == R.U - 1 then
+      if run then
+        acc = acc_add(acc, part.s)
+        meanvar.merge(P, run, part.s, part.m2, part.n)
+        part = nil
+      end
     end
     if not reread then held[q] = words[xin] and words[xin][q] or P:pack(xs, xt.dtype) end
     for _, uid in ipairs(pro_out) do store(uid, outs[uid]) end
@@ -167,9 +186,14 @@ function M.emit(K, info, group, g, target, amax_out)
 
   local inv = ptx.f32(1.0 / H)
   local eps = a.inputs.epsilon and base[a.inputs.epsilon] or ptx.f32(a.attrs.epsilon)
-  local sum = allreduce(acc, "red0_")
-  local mean, rstd
-  if is_ln then
+  local sum, mean, rstd
+  if one then
+    local s, m2 = R.allreduce_meanvar(run and acc or part.s, run and run.m2 or part.m2, L.N * V, "red0_")
+    mean, sum = def("b32", "mul.f32 %s, %s, %s;", s, inv), m2
+  else
+    sum = allreduce(acc, "red0_")
+  end
+  if is_ln and not one then
     mean = def("b32", "mul.f32 %s, %s, %s;", sum, inv)
     local acc1 = acc_start()
     x_values({}, {}, "bfi", function(q, value_at)

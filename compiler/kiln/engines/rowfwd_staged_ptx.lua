@@ -16,6 +16,7 @@ local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
 local rowsm_ptx = require "kiln.engines.rowsm_ptx"
+local meanvar = require "kiln.engines.meanvar_ptx"
 local sms = require "kiln.engines.sms"
 
 local M = {}
@@ -237,6 +238,39 @@ function M.emit(K, info, group, g, st)
     return P:cluster_fold(pc, rank, tid, CL, vs, op, to)
   end
 
+  -- layernorm's (sum, M2) pairs of the meeting's R rows (meanvar_ptx), each thread's of n
+  -- elements, in one CTA barrier and one cluster barrier: past the butterflies each warp
+  -- loads the CTA's warps' pairs (then the cluster's CTAs') one a lane and butterflies them
+  -- again. Sums in reduction 0's slots, M2s in reduction 1's; over the cluster [parity][2R][rank].
+  local function allreduce_pair(ss, ms, n)
+    for i = 1, R do ss[i], ms[i] = meanvar.butterfly(P, ss[i], ms[i], math.min(Pn, 32), n) end
+    local lane31 = def("b32", "and.b32 %s, %s, 31;", tid)
+    if Pn > 32 then
+      local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, warp4)
+      for i = 1, R do
+        put("@%s st.shared.f32 [%s+%d], %s;", lead, at, (i - 1) * NW * 4, ss[i])
+        put("@%s st.shared.f32 [%s+%d], %s;", lead, at, (2 * R + i - 1) * NW * 4, ms[i])
+      end
+      put("bar.sync 0;")
+      local wl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, NW - 1),
+        def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, rd))
+      for i = 1, R do
+        ss[i], ms[i] = meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (i - 1) * NW * 4),
+          def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (2 * R + i - 1) * NW * 4), NW, n * 32)
+      end
+    end
+    local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, 2 * R * CL * 4, rc)
+    local vs = {}
+    for i = 1, R do vs[i], vs[R + i] = ss[i], ms[i] end
+    P:cluster_share(pc, rank, tid, CL, vs, to)
+    local cl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, CL - 1), pc)
+    for i = 1, R do
+      ss[i], ms[i] = meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (i - 1) * CL * 4),
+        def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (R + i - 1) * CL * 4), CL, n * Pn)
+    end
+    return ss, ms
+  end
+
   -- the row loop
   local rb = def("b64", "mov.b64 %s, %s;", first)
   local buf = def("b32", "mov.b32 %s, 0;")
@@ -266,17 +300,33 @@ function M.emit(K, info, group, g, st)
   -- y = (x - mean) * rstd * scale (+ bias), and the row's statistics
   local function layernorm_rows()
     local inv = ptx.f32(1.0 / H)
-    local acc, mean, rstd = {}, {}, {}
-    for i = 1, R do pass(i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
-    for i, m in ipairs(allreduce(acc, 0)) do mean[i] = def("b32", "mul.f32 %s, %s, %s;", m, inv) end
-    acc = {}
-    for i = 1, R do
-      pass(i - 1, "bfi", function(_, _, v)
-        local d = def("b32", "sub.f32 %s, %s, %s;", v, mean[i])
-        acc[i] = acc[i] and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc[i]) or def("b32", "mul.f32 %s, %s, %s;", d, d)
-      end)
+    local acc, mean, rstd, sq = {}, {}, {}, nil
+    if meanvar.wanted() then
+      -- each vector's (sum, M2), combined over the thread's vectors, then over the cluster
+      local ms = {}
+      for i = 1, R do
+        local part, xs = nil, {}
+        pass(i - 1, "prmt", function(_, j, v)
+          xs[j + 1] = v
+          if j == V - 1 then part, xs = meanvar.add(P, part, meanvar.of_values(P, xs)), {} end
+        end)
+        acc[i], ms[i] = part.s, part.m2
+      end
+      acc, sq = allreduce_pair(acc, ms, N * V)
+      for i = 1, R do mean[i] = def("b32", "mul.f32 %s, %s, %s;", acc[i], inv) end
+    else
+      for i = 1, R do pass(i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
+      for i, m in ipairs(allreduce(acc, 0)) do mean[i] = def("b32", "mul.f32 %s, %s, %s;", m, inv) end
+      acc = {}
+      for i = 1, R do
+        pass(i - 1, "bfi", function(_, _, v)
+          local d = def("b32", "sub.f32 %s, %s, %s;", v, mean[i])
+          acc[i] = acc[i] and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc[i]) or def("b32", "mul.f32 %s, %s, %s;", d, d)
+        end)
+      end
+      sq = allreduce(acc, 1)
     end
-    for i, q in ipairs(allreduce(acc, 1)) do
+    for i, q in ipairs(sq) do
       rstd[i] = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", q, inv, ptx.f32(a.attrs.epsilon)))
     end
     local one = first_thread()

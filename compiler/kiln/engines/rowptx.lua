@@ -9,6 +9,7 @@ local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local errors = require "kiln.errors"
 local settings = require "kiln.settings"
+local meanvar = require "kiln.engines.meanvar_ptx"
 
 local M = {}
 
@@ -156,7 +157,7 @@ function M.new(K, info, g, inputs, made, at)
   -- L2 in each pass; addresses advance by U vectors a trip.
   local reread = info.strategy == "reread"
   local U = reread and M.trip(info) or N
-  R.reread = reread
+  R.reread, R.U = reread, U
   -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
   -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)
   local inrow = P:in_row(lane, Pn, V, L.HC or H)
@@ -268,6 +269,40 @@ function M.new(K, info, g, inputs, made, at)
       R.cluster_opened = true
     end
     return P:cluster_fold(carr, rank, tid, CL, { s }, op)[1]
+  end
+
+  -- A row's (sum, M2) pair over its P threads, each thread's of n elements (meanvar_ptx): the
+  -- row's sum and sum of squared deviations from its mean, in allreduce's one meeting. Past
+  -- the warps' butterflies, each warp loads the W warps' pairs one a lane through shared
+  -- memory (array `tag`) and butterflies them again, as then the cluster's CTAs' pairs: a few
+  -- registers and log2 W steps, not W pairs held and folded in a chain.
+  R.uniform = N * Pn * V == (L.HC or H)  -- every thread holds n = N * V elements of the row
+  function R.allreduce_meanvar(s, m2, n, tag)
+    s, m2 = meanvar.butterfly(P, s, m2, math.min(Pn, 32), n)
+    if Pn <= 32 then return s, m2 end
+    local W, NW = Pn // 32, L.block // 32
+    K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, 2 * NW)
+    local arr = P:shared(P:input("l", tag))
+    local lane31 = def("b32", "and.b32 %s, %s, 31;", tid)
+    local lead = def("pred", "setp.eq.s32 %s, %s, 0;", lane31)
+    local mine = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), arr)
+    put("@%s st.shared.f32 [%s], %s;", lead, mine, s)
+    put("@%s st.shared.f32 [%s+%d], %s;", lead, mine, NW * 4, m2)
+    put("bar.sync 0;")
+    local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arr) or arr
+    local at = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, W - 1), first)
+    s, m2 = meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s];", at), def("b32", "ld.shared.f32 %s, [%s+%d];", at, NW * 4), W, n * 32)
+    if CL == 1 then return s, m2 end
+    local ctag = tag .. "c"
+    K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", ctag, 2 * CL)
+    local carr = P:shared(P:input("l", ctag))
+    if R.cluster_opened == nil then
+      put("barrier.cluster.wait.aligned;")
+      R.cluster_opened = true
+    end
+    P:cluster_share(carr, rank, tid, CL, { s, m2 })
+    local cat = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, CL - 1), carr)
+    return meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s];", cat), def("b32", "ld.shared.f32 %s, [%s+%d];", cat, CL * 4), CL, n * Pn)
   end
 
   -- Per-row outputs { {uid, register}, ... }, written by the row's first thread.
