@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 118 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 120 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -195,15 +195,23 @@ expect_err "E_USAGE.*KILN_ROW_TRIP=3: want 1, 2, 4 or 8" "KILN_ROW_TRIP=3 is E_U
 # many elements; a ragged row (H = 1000) keeps the mean's reduction and the deviations'
 run_kiln source specs/layernorm.lua --graph layernorm --set H=4096 --sm 90a --ptx
 ok "layernorm held at H = 4096 meets its CTA once a row" test "$(grep -c 'bar.sync' "$OUTF")" = 1
-KILN_LN_REDUCTIONS=2 run_kiln source specs/layernorm.lua --graph layernorm --set H=4096 --sm 90a --ptx
-ok "KILN_LN_REDUCTIONS=2: twice" test "$(grep -c 'bar.sync' "$OUTF")" = 2
+KILN_ROW_REDUCTIONS=2 run_kiln source specs/layernorm.lua --graph layernorm --set H=4096 --sm 90a --ptx
+ok "KILN_ROW_REDUCTIONS=2: twice" test "$(grep -c 'bar.sync' "$OUTF")" = 2
 run_kiln source specs/layernorm.lua --graph layernorm --set H=32768 --sm 90a --ptx
 ok "layernorm re-read at H = 32768 reads x twice, not three times (no pass for the deviations)" \
   test "$(grep -c 'ld.global.nc.L2::cache_hint' "$OUTF")" = 8
 run_kiln source specs/layernorm.lua --graph layernorm --set H=1000 --sm 90a --ptx
 ok "a ragged row (H = 1000) keeps two reductions" test "$(grep -c 'shfl.sync.bfly' "$OUTF")" = 10
-KILN_LN_REDUCTIONS=3 run_kiln build specs/layernorm.lua --set H=4096 --sm 90a
-expect_err "E_USAGE.*KILN_LN_REDUCTIONS=3: want 1 or 2" "KILN_LN_REDUCTIONS=3 is E_USAGE, by name"
+KILN_ROW_REDUCTIONS=3 run_kiln build specs/layernorm.lua --set H=4096 --sm 90a
+expect_err "E_USAGE.*KILN_ROW_REDUCTIONS=3: want 1 or 2" "KILN_ROW_REDUCTIONS=3 is E_USAGE, by name"
+# softmax's max and sum of exps in one reduction of (max, sum) pairs: held, re-read and staged rows
+meets() { printf '%s ' "$(grep -c 'bar.sync' "$OUTF")" "$(grep -c 'barrier.cluster.arrive' "$OUTF")"; }
+run_kiln source specs/softmax.lua --set H=4096 --sm 90a --ptx
+a=$(meets); run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
+ok "softmax and log_softmax meet their CTA once a row at H = 4096, their cluster once at 65536" test "$a$(meets)" = "2 0 2 2 "
+KILN_ROW_REDUCTIONS=2 run_kiln source specs/softmax.lua --set H=4096 --sm 90a --ptx
+a=$(meets); KILN_ROW_REDUCTIONS=2 run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
+ok "KILN_ROW_REDUCTIONS=2: twice" test "$a$(meets)" = "4 0 4 3 "
 run_kiln explain tests/specs/mem/wide.lua --sm 90a
 ok "a softmax with a sink logit keeps the re-read" bash -c "grep -A1 'graph wide_softmax_sink_stats' '$OUTF' | grep -q 'reread$'"
 softmax_spec fp32
@@ -233,8 +241,8 @@ expect_out "layernorm:p512n4v8r1:staged-fwd:cluster4$" "KILN_ROW_STAGE=s3c2b512 
 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
 ok "the staged layernorm meets its cluster once a row (and once at its start): mean and variance in one reduction" \
   test "$(grep -c 'barrier.cluster.arrive' "$OUTF")" = 2
-KILN_LN_REDUCTIONS=2 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
-ok "KILN_LN_REDUCTIONS=2: twice a row, the mean's reduction and then the deviations'" \
+KILN_ROW_REDUCTIONS=2 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
+ok "KILN_ROW_REDUCTIONS=2: twice a row, the mean's reduction and then the deviations'" \
   test "$(grep -c 'barrier.cluster.arrive' "$OUTF")" = 3
 expect_out "cp.async.cg.shared.global" "its CTAs copy their part of the next rows by cp.async"
 run_kiln explain specs/rmsnorm.lua --set H=24576 --sm 90a

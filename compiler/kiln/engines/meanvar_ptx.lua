@@ -6,19 +6,8 @@
 -- layernorm meets its threads (and its cluster) once a row, not once for the mean and again
 -- for the deviations. Every combine here gives the same bits in every thread that makes it.
 local ptx = require "kiln.ptx"
-local settings = require "kiln.settings"
-local errors = require "kiln.errors"
 
 local M = {}
-
--- Whether layernorm's forward takes its mean and variance in one reduction: the default;
--- KILN_LN_REDUCTIONS=2 (read at build time, for measuring) keeps the mean's reduction and a
--- second one of the deviations from it.
-function M.wanted()
-  local v, bad = settings.choice("KILN_LN_REDUCTIONS", { "1", "2" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  return v ~= "2"
-end
 
 -- (s, m2) of `lanes` lanes of a warp, each of n elements, combined over the warp by
 -- butterflies: at each step both halves hold equally many elements, so the deviation term is

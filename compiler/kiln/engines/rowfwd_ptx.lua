@@ -150,7 +150,7 @@ function M.emit(K, info, group, g, target, amax_out)
   -- layernorm's mean and variance in one reduction (meanvar_ptx) where every thread holds as
   -- many elements: each vector's (sum, M2) from its values in pass 1, combined over the
   -- thread's vectors (of a re-read row: over a trip's, and the trips merged when several)
-  local one = is_ln and meanvar.wanted() and (reread or R.uniform)
+  local one = is_ln and rowptx.one_reduction() and (reread or R.uniform)
   local part, run  -- the thread's (or the trip's) pair so far; a re-read row's running merge
   if one and reread and L.N > R.U then
     run = { mean = def("b32", "mov.b32 %s, 0f00000000;"), m2 = def("b32", "mov.b32 %s, 0f00000000;"),
@@ -188,7 +188,9 @@ function M.emit(K, info, group, g, target, amax_out)
   local eps = a.inputs.epsilon and base[a.inputs.epsilon] or ptx.f32(a.attrs.epsilon)
   local sum, mean, rstd
   if one then
-    local s, m2 = R.allreduce_meanvar(run and acc or part.s, run and run.m2 or part.m2, L.N * V, "red0_")
+    local n = L.N * V
+    local s, m2 = R.allreduce_pair(run and acc or part.s, run and run.m2 or part.m2,
+      function(x, y, lanes, k) return meanvar.butterfly(P, x, y, lanes, n * k) end, "red0_")
     mean, sum = def("b32", "mul.f32 %s, %s, %s;", s, inv), m2
   else
     sum = allreduce(acc, "red0_")

@@ -238,12 +238,14 @@ function M.emit(K, info, group, g, st)
     return P:cluster_fold(pc, rank, tid, CL, vs, op, to)
   end
 
-  -- layernorm's (sum, M2) pairs of the meeting's R rows (meanvar_ptx), each thread's of n
-  -- elements, in one CTA barrier and one cluster barrier: past the butterflies each warp
-  -- loads the CTA's warps' pairs (then the cluster's CTAs') one a lane and butterflies them
-  -- again. Sums in reduction 0's slots, M2s in reduction 1's; over the cluster [parity][2R][rank].
-  local function allreduce_pair(ss, ms, n)
-    for i = 1, R do ss[i], ms[i] = meanvar.butterfly(P, ss[i], ms[i], math.min(Pn, 32), n) end
+  -- pairs of statistics of the meeting's R rows (layernorm's (sum, M2), softmax's (max, sum of
+  -- exps)) in one CTA barrier and one cluster barrier, `bfly(a, b, lanes, k)` combining the
+  -- pairs of `lanes` lanes, each covering k threads (rowptx's R.allreduce_pair): past the
+  -- butterflies each warp loads the CTA's warps' pairs (then the cluster's CTAs') one a lane
+  -- and butterflies them again. First values in reduction 0's slots, second in reduction 1's;
+  -- over the cluster [parity][2R][rank].
+  local function allreduce_pair(ss, ms, bfly)
+    for i = 1, R do ss[i], ms[i] = bfly(ss[i], ms[i], math.min(Pn, 32), 1) end
     local lane31 = def("b32", "and.b32 %s, %s, 31;", tid)
     if Pn > 32 then
       local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, warp4)
@@ -255,8 +257,8 @@ function M.emit(K, info, group, g, st)
       local wl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, NW - 1),
         def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, rd))
       for i = 1, R do
-        ss[i], ms[i] = meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (i - 1) * NW * 4),
-          def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (2 * R + i - 1) * NW * 4), NW, n * 32)
+        ss[i], ms[i] = bfly(def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (i - 1) * NW * 4),
+          def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (2 * R + i - 1) * NW * 4), NW, 32)
       end
     end
     local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, 2 * R * CL * 4, rc)
@@ -265,8 +267,8 @@ function M.emit(K, info, group, g, st)
     P:cluster_share(pc, rank, tid, CL, vs, to)
     local cl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, CL - 1), pc)
     for i = 1, R do
-      ss[i], ms[i] = meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (i - 1) * CL * 4),
-        def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (R + i - 1) * CL * 4), CL, n * Pn)
+      ss[i], ms[i] = bfly(def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (i - 1) * CL * 4),
+        def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (R + i - 1) * CL * 4), CL, Pn)
     end
     return ss, ms
   end
@@ -301,7 +303,7 @@ function M.emit(K, info, group, g, st)
   local function layernorm_rows()
     local inv = ptx.f32(1.0 / H)
     local acc, mean, rstd, sq = {}, {}, {}, nil
-    if meanvar.wanted() then
+    if rowptx.one_reduction() then
       -- each vector's (sum, M2), combined over the thread's vectors, then over the cluster
       local ms = {}
       for i = 1, R do
@@ -312,7 +314,7 @@ function M.emit(K, info, group, g, st)
         end)
         acc[i], ms[i] = part.s, part.m2
       end
-      acc, sq = allreduce_pair(acc, ms, N * V)
+      acc, sq = allreduce_pair(acc, ms, function(u, v, lanes, k) return meanvar.butterfly(P, u, v, lanes, N * V * k) end)
       for i = 1, R do mean[i] = def("b32", "mul.f32 %s, %s, %s;", acc[i], inv) end
     else
       for i = 1, R do pass(i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
@@ -368,10 +370,15 @@ function M.emit(K, info, group, g, st)
         if j == V - 1 then rowsm_ptx.online(P, tm[i], ts[i], V, function(q) return xs[q] end) end
       end)
     end
-    local mx = allreduce({ table.unpack(tm) }, 0, "max.NaN.f32")
-    local zs = {}
-    for i = 1, R do zs[i] = rowsm_ptx.rescaled(P, tm[i], ts[i], mx[i]) end
-    local z = allreduce(zs, 1)
+    local mx, z
+    if rowptx.one_reduction() then
+      mx, z = allreduce_pair(tm, ts, function(m, s, lanes) return rowsm_ptx.butterfly(P, m, s, lanes) end)
+    else
+      mx = allreduce({ table.unpack(tm) }, 0, "max.NaN.f32")
+      local zs = {}
+      for i = 1, R do zs[i] = rowsm_ptx.rescaled(P, tm[i], ts[i], mx[i]) end
+      z = allreduce(zs, 1)
+    end
     local one = first_thread()
     for i = 1, R do
       local ri = nth_row(rb, i - 1)

@@ -9,7 +9,6 @@ local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local errors = require "kiln.errors"
 local settings = require "kiln.settings"
-local meanvar = require "kiln.engines.meanvar_ptx"
 
 local M = {}
 
@@ -29,6 +28,15 @@ function M.trip(info)
   local U = math.min(info.L.N, tonumber(v) or info.reread_u or 4)
   while info.L.N % U ~= 0 do U = U - 1 end
   return U
+end
+
+-- Whether a forward row takes its two statistics in one reduction of pairs (layernorm's mean
+-- and M2, softmax's max and sum of exps): the default; KILN_ROW_REDUCTIONS=2 (read at build
+-- time, for measuring) reduces the first, then the second from it.
+function M.one_reduction()
+  local v, bad = settings.choice("KILN_ROW_REDUCTIONS", { "1", "2" })
+  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  return v ~= "2"
 end
 
 -- Whether the layout and the inputs suit these forms: nil, or why not.
@@ -271,28 +279,29 @@ function M.new(K, info, g, inputs, made, at)
     return P:cluster_fold(carr, rank, tid, CL, { s }, op)[1]
   end
 
-  -- A row's (sum, M2) pair over its P threads, each thread's of n elements (meanvar_ptx): the
-  -- row's sum and sum of squared deviations from its mean, in allreduce's one meeting. Past
-  -- the warps' butterflies, each warp loads the W warps' pairs one a lane through shared
-  -- memory (array `tag`) and butterflies them again, as then the cluster's CTAs' pairs: a few
-  -- registers and log2 W steps, not W pairs held and folded in a chain.
-  R.uniform = N * Pn * V == (L.HC or H)  -- every thread holds n = N * V elements of the row
-  function R.allreduce_meanvar(s, m2, n, tag)
-    s, m2 = meanvar.butterfly(P, s, m2, math.min(Pn, 32), n)
-    if Pn <= 32 then return s, m2 end
+  -- A row's pair of statistics over its P threads in allreduce's one meeting: `bfly(a, b,
+  -- lanes, k)` combines the pairs of `lanes` lanes, each pair covering k threads (1, 32, P), by
+  -- butterflies (meanvar_ptx's (sum, M2), rowsm_ptx's (max, sum of exps)). Past the warps'
+  -- butterflies each warp loads the W warps' pairs one a lane through shared memory (array
+  -- `tag`) and butterflies them again, as then the cluster's CTAs' pairs: a few registers and
+  -- log2 W steps, not W pairs held and folded in a chain.
+  R.uniform = N * Pn * V == (L.HC or H)  -- every thread holds N * V elements of the row
+  function R.allreduce_pair(x, y, bfly, tag)
+    x, y = bfly(x, y, math.min(Pn, 32), 1)
+    if Pn <= 32 then return x, y end
     local W, NW = Pn // 32, L.block // 32
     K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, 2 * NW)
     local arr = P:shared(P:input("l", tag))
     local lane31 = def("b32", "and.b32 %s, %s, 31;", tid)
     local lead = def("pred", "setp.eq.s32 %s, %s, 0;", lane31)
     local mine = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), arr)
-    put("@%s st.shared.f32 [%s], %s;", lead, mine, s)
-    put("@%s st.shared.f32 [%s+%d], %s;", lead, mine, NW * 4, m2)
+    put("@%s st.shared.f32 [%s], %s;", lead, mine, x)
+    put("@%s st.shared.f32 [%s+%d], %s;", lead, mine, NW * 4, y)
     put("bar.sync 0;")
     local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arr) or arr
     local at = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, W - 1), first)
-    s, m2 = meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s];", at), def("b32", "ld.shared.f32 %s, [%s+%d];", at, NW * 4), W, n * 32)
-    if CL == 1 then return s, m2 end
+    x, y = bfly(def("b32", "ld.shared.f32 %s, [%s];", at), def("b32", "ld.shared.f32 %s, [%s+%d];", at, NW * 4), W, 32)
+    if CL == 1 then return x, y end
     local ctag = tag .. "c"
     K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", ctag, 2 * CL)
     local carr = P:shared(P:input("l", ctag))
@@ -300,9 +309,9 @@ function M.new(K, info, g, inputs, made, at)
       put("barrier.cluster.wait.aligned;")
       R.cluster_opened = true
     end
-    P:cluster_share(carr, rank, tid, CL, { s, m2 })
+    P:cluster_share(carr, rank, tid, CL, { x, y })
     local cat = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, CL - 1), carr)
-    return meanvar.butterfly(P, def("b32", "ld.shared.f32 %s, [%s];", cat), def("b32", "ld.shared.f32 %s, [%s+%d];", cat, CL * 4), CL, n * Pn)
+    return bfly(def("b32", "ld.shared.f32 %s, [%s];", cat), def("b32", "ld.shared.f32 %s, [%s+%d];", cat, CL * 4), CL, Pn)
   end
 
   -- Per-row outputs { {uid, register}, ... }, written by the row's first thread.

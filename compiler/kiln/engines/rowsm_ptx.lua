@@ -89,6 +89,26 @@ function M.rescaled(P, tm, ts, mx)
     P:def("pred", "setp.eq.f32 %s, %s, %s;", tm, mx))
 end
 
+-- Pairs (max, sum of exps from that max) combined: the larger max, each sum rescaled to it
+-- (M.rescaled: a sum already there unscaled, so rows of -inf add no NaN).
+function M.combine(P, ma, za, mb, zb)
+  local m = P:def("b32", "max.NaN.f32 %s, %s, %s;", ma, mb)
+  return m, P:def("b32", "add.f32 %s, %s, %s;", M.rescaled(P, ma, za, m), M.rescaled(P, mb, zb, m))
+end
+
+-- (m, z) pairs of `lanes` lanes combined by butterflies (max and + commute: both partners get
+-- the same bits).
+function M.butterfly(P, m, z, lanes)
+  local o = lanes // 2
+  while o > 0 do
+    local mo = P:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", m, o)
+    local zo = P:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", z, o)
+    m, z = M.combine(P, m, z, mo, zo)
+    o = o // 2
+  end
+  return m, z
+end
+
 -- The row's log-sum-exp from its max and sum (in log2 units when asked).
 function M.lse(P, mx, z, log2)
   local lse = P:def("b32", "add.f32 %s, %s, %s;", mx, logf(P, z))
@@ -146,26 +166,43 @@ function M.emit(K, info, group, g)
     end
     M.online(P, tm, ts, V, function(j) return value_at(j)[x] end)
   end)
-  local Mx = R.allreduce(tm, "red0_", "max.NaN.f32")
-  if sink then Mx = def("b32", "max.NaN.f32 %s, %s, %s;", Mx, sink) end
-  local ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", Mx)
-  local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", Mx, ninf)  -- exponent base (a -inf row has no terms)
-  local Z
-  local e = {}  -- regs, softmax: exp(x - M) per vector and element
-  if R.reread then
-    Z = M.rescaled(P, tm, ts, Mx)
-  else
-    Z = def("b32", "mov.b32 %s, 0f00000000;")
+  local Mx, Z, ninf, mb
+  local e = {}  -- regs, softmax: exp(x - M) per vector and element (one reduction: from the thread's max)
+  local scale   -- regs, one reduction: exp(thread's max - M), taking e to the row's max
+  local function exponent_base()
+    ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", Mx)
+    mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", Mx, ninf)  -- (a -inf row has no terms)
+  end
+  -- the thread's exps from its own max (a held row; their sum ts): what one reduction meets on
+  local function exps(base)
+    ts = def("b32", "mov.b32 %s, 0f00000000;")
     pass({ x }, {}, "bfi", function(q, value_at)
       e[q] = {}
       for j = 0, V - 1 do
-        e[q][j] = exp_from(P, value_at(j)[x], mb)
-        put("add.f32 %s, %s, %s;", Z, Z, R.masked(q, e[q][j]))
+        e[q][j] = exp_from(P, value_at(j)[x], base)
+        put("add.f32 %s, %s, %s;", ts, ts, R.masked(q, e[q][j]))
       end
     end)
   end
-  Z = R.allreduce(Z, "red1_")
-  if sink then Z = def("b32", "add.f32 %s, %s, %s;", Z, exp_from(P, sink, mb)) end
+  if rowptx.one_reduction() then
+    -- one meeting on (max, sum of exps) pairs; the sink joins as the pair (sink, 1)
+    if not R.reread then exps(def("b32", "selp.f32 %s, 0f00000000, %s, %s;", tm, def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", tm))) end
+    Mx, Z = R.allreduce_pair(tm, ts, function(m, z, lanes) return M.butterfly(P, m, z, lanes) end, "red0_")
+    if sink then Mx, Z = M.combine(P, Mx, Z, sink, "0f3F800000") end
+    exponent_base()
+    if not R.reread and not is_log then scale = M.rescaled(P, tm, "0f3F800000", Mx) end
+  else
+    Mx = R.allreduce(tm, "red0_", "max.NaN.f32")
+    if sink then Mx = def("b32", "max.NaN.f32 %s, %s, %s;", Mx, sink) end
+    exponent_base()
+    if R.reread then Z = M.rescaled(P, tm, ts, Mx)
+    else
+      exps(mb)
+      Z = ts
+    end
+    Z = R.allreduce(Z, "red1_")
+    if sink then Z = def("b32", "add.f32 %s, %s, %s;", Z, exp_from(P, sink, mb)) end
+  end
   if is_log then
     local lz = logf(P, Z)
     pass({ x }, { s_out }, nil, function(_, value_at, store)
@@ -178,6 +215,7 @@ function M.emit(K, info, group, g)
     end)
   else
     local iz = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(Z), ninf)
+    if scale then iz = def("b32", "mul.f32 %s, %s, %s;", iz, scale) end
     pass(R.reread and { x } or {}, { s_out }, nil, function(q, value_at, store)
       local out = {}
       for j = 0, V - 1 do
