@@ -184,8 +184,12 @@ function M.emit(K, info, group, g)
       end
     end)
   end
-  if rowptx.one_reduction() then
-    -- one meeting on (max, sum of exps) pairs; the sink joins as the pair (sink, 1)
+  -- one meeting on (max, sum of exps) pairs where a row spans 1024 threads or is re-read (the
+  -- sink joins as the pair (sink, 1)). Measured on the H200 (2026-12-02, against two): held by
+  -- 1024 threads (H = 16384) 1.03-1.13x, re-read 0.96-1.06x; held by 128-512 threads
+  -- 0.86-1.00x, which keep two meetings
+  local L = info.L
+  if rowptx.one_reduction() and (R.reread or L.P * (L.CL or 1) >= 1024) then
     if not R.reread then exps(def("b32", "selp.f32 %s, 0f00000000, %s, %s;", tm, def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", tm))) end
     Mx, Z = R.allreduce_pair(tm, ts, function(m, z, lanes) return M.butterfly(P, m, z, lanes) end, "red0_")
     if sink then Mx, Z = M.combine(P, Mx, Z, sink, "0f3F800000") end
