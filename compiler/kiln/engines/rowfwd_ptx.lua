@@ -170,15 +170,13 @@ function M.emit(K, info, group, g, target, amax_out)
       xs[j + 1] = x
       for _, uid in ipairs(pro_out) do outs[uid][j + 1] = value[uid] end
       x = masked(q, x)
-      if is_ln and not one then acc = acc_add(acc, x) elseif not one then acc = acc_sq(acc, x) end
+      if not one then acc = is_ln and acc_add(acc, x) or acc_sq(acc, x) end
     end
     if one then part = meanvar.add(P, part, meanvar.of_values(P, xs)) end
-    if one and reread and q == R.U - 1 then
-      if run then
-        acc = acc_add(acc, part.s)
-        meanvar.merge(P, run, part.s, part.m2, part.n)
-        part = nil
-      end
+    if run and q == R.U - 1 then  -- the trip's pair into the running one
+      acc = acc_add(acc, part.s)
+      meanvar.merge(P, run, part.s, part.m2, part.n)
+      part = nil
     end
     if not reread then held[q] = words[xin] and words[xin][q] or P:pack(xs, xt.dtype) end
     for _, uid in ipairs(pro_out) do store(uid, outs[uid]) end

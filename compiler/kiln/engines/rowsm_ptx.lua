@@ -173,7 +173,8 @@ function M.emit(K, info, group, g)
     ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", Mx)
     mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", Mx, ninf)  -- (a -inf row has no terms)
   end
-  -- the thread's exps from its own max (a held row; their sum ts): what one reduction meets on
+  -- a held row's exps from `base` (the row's max, or with one meeting the thread's own), their
+  -- sum into ts
   local function exps(base)
     ts = def("b32", "mov.b32 %s, 0f00000000;")
     pass({ x }, {}, "bfi", function(q, value_at)
