@@ -361,9 +361,9 @@ local function analyze(group, g, cluster)
     end)
     if Lc then L, info.strategy = Lc, "regs" end
   end
-  -- layernorm's and softmax's wide row staged over a cluster (rowfwd_staged_ptx.lua):
+  -- layernorm's, softmax's and log_softmax's wide row staged over a cluster (rowfwd_staged_ptx.lua):
   -- persistent clusters whose CTAs copy their part of the next rows into a cp.async ring while
-  -- this row's two reductions wait on the cluster, instead of the row re-read from L2; in the
+  -- this row's reduction waits on the cluster, instead of the row re-read from L2; in the
   -- shapes rowfwd_staged_ptx.DEFAULT gives each op and dtype (measured there).
   local stage_mode = (kind == "norm" or kind == "softmax")
     and rowfwd_staged_ptx.mode(a.op, g.by_uid[a.inputs.input or a.inputs.P].dtype)
@@ -546,7 +546,7 @@ local function build_staged(plan, group, g, symbol, K)
   return { kernels = kernels, workspace = workspace }
 end
 
--- Layernorm's wide row staged over a cluster (rowfwd_staged_ptx.lua): one kernel.
+-- A forward's wide row staged over a cluster (rowfwd_staged_ptx.lua): one kernel.
 local function build_fwd_staged(plan, group, g, symbol, K)
   local info, L = plan.info, plan.info.L
   rowfwd_staged_ptx.emit(K, info, group, g, info.fstaged)

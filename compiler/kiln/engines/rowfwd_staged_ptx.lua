@@ -1,14 +1,15 @@
--- kiln.engines.rowfwd_staged_ptx: layernorm's and softmax's wide row over a cluster, staged (the
+-- kiln.engines.rowfwd_staged_ptx: layernorm's, softmax's and log_softmax's wide row over a cluster, staged (the
 -- staged backward's shape, rowbwd_ptx.lua, for the forward). Persistent clusters take rows
 -- `cluster id + k * clusters`; each CTA copies its part of the next rows into a ring of S
 -- shared-memory stages with cp.async (no barrier: a thread reads back only what it copied), so
--- that the SM has rows in flight while this row's two reductions wait on the cluster. Per row
--- of layernorm: the sum, the cluster's mean, the sum of squared deviations, the cluster's
--- inv_std (each a warp butterfly, the CTA's warps in order, then the cluster's CTAs in rank
--- order: the same bits in every CTA), then y from the staged row; scale and bias are held as
--- loaded. Of softmax: each thread's max and sum of exps in one pass (the sum rescaled to each
--- vector's new max, as rowsm_ptx.lua's re-read row), the cluster's max, the sums rescaled to
--- it, the cluster's sum, then y (and the log-sum-exp).
+-- that the SM has rows in flight while this row's reduction waits on the cluster. Per row
+-- of layernorm: each thread's (sum, M2) pair, the cluster's mean and M2 in one reduction
+-- (meanvar_ptx: warp butterflies, the CTA's warps', then the cluster's CTAs' pairs one a lane:
+-- the same bits in every CTA), then y from the staged row; scale and bias are held as loaded.
+-- Of softmax and log_softmax: each thread's max and sum of exps in one pass (the sum rescaled
+-- to each vector's new max, as rowsm_ptx.lua's re-read row), the cluster's (max, sum) in one
+-- reduction of pairs, then y (and the log-sum-exp). KILN_ROW_REDUCTIONS=2: the first
+-- statistic's reduction, then the second's from it (a cluster barrier each).
 local dtypes = require "kiln.dtypes"
 local c = require "kiln.c"
 local errors = require "kiln.errors"
@@ -34,6 +35,9 @@ local NEG_INF = rowsm_ptx.NEG_INF
 -- (clusters of 4) and 0.54-0.93x in other shapes; two or four rows a meeting 0.78-1.05x.
 -- Softmax (with its log-sum-exp) at 65536: bf16 1.09-1.10x in layernorm's 16-bit shape, fp32
 -- 1.08-1.11x (8 CTAs of 512 threads, 2 an SM), fp16 1.09x; bf16 at 32768 0.76-0.91x, fp16 0.81x.
+-- With one reduction a row (2026-12-02): bf16 log_softmax at 65536 1.14-1.15x the re-read (fp16
+-- and fp32 not measured: re-read); 2 or 4 stages, 2 CTAs an SM, 2 rows a meeting 0.82-1.00x,
+-- and layernorm and softmax at 32768 still 0.74-0.92x the re-read.
 -- KILN_ROW_STAGE=sNcM[bB][rR] (read at build time, for measuring) stages every dtype's wide
 -- layernorm and softmax row, in N stages, M CTAs an SM, CTAs of at most B threads (the smallest
 -- such cluster), R rows a meeting; `off` re-reads every row.
@@ -41,6 +45,7 @@ local SIXTEEN = { S = 3, C = 4, R = 1, block = 256, min_cl = 8 }
 M.DEFAULT = {
   layernorm = { fp32 = { S = 3, C = 2, R = 1 }, bf16 = SIXTEEN, fp16 = SIXTEEN },
   softmax = { fp32 = { S = 3, C = 2, R = 1, widths = { [65536] = true } }, bf16 = SIXTEEN, fp16 = SIXTEEN },
+  log_softmax = { bf16 = SIXTEEN },
 }
 
 -- The variant for an `op` row of `dtype` (KILN_ROW_STAGE's, else the default):
@@ -64,12 +69,13 @@ end
 local PORTS = {
   layernorm = { x = "input", y = "Y", cols = { "scale", "bias" }, stats = { "MEAN", "INV_VARIANCE" } },
   softmax = { x = "P", y = "S", cols = {}, stats = { "Stats" } },  -- max and sum_exp outputs: the re-read
+  log_softmax = { x = "P", y = "S", cols = {}, stats = { "Stats" } },
 }
 
 function M.accepts(info, group, g, L)
   local a = info.anchor
   local ports = PORTS[a.op]
-  if not ports then return nil, "not layernorm or softmax" end
+  if not ports then return nil, "not layernorm, softmax or log_softmax" end
   if a.inputs.SINK then return nil, "a sink logit" end
   if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) + #(group.rowred or {}) > 0 then
     return nil, "fused ops"
@@ -129,7 +135,7 @@ end
 function M.emit(K, info, group, g, st)
   local a, L = info.anchor, info.L
   local H, Pn, N, V, S, CL, HC, R = L.H, L.P, L.N, L.V, st.S, L.CL, L.HC, st.R
-  local ports, is_ln = PORTS[a.op], a.op == "layernorm"
+  local ports, is_ln, is_log = PORTS[a.op], a.op == "layernorm", a.op == "log_softmax"
   local x, w = g.by_uid[a.inputs[ports.x]], is_ln and g.by_uid[a.inputs.scale]
   local b = is_ln and a.inputs.bias and g.by_uid[a.inputs.bias]
   local yt = g.by_uid[a.outputs[ports.y]]
@@ -385,12 +391,19 @@ function M.emit(K, info, group, g, st)
       local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
       local ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mx[i])
       local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mx[i], ninf)
-      local iz = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(z[i]), ninf)
+      -- softmax: exp(x - M) / Z (0 in a -inf row); log_softmax: x - M - ln Z (-inf there)
+      local iz = not is_log and def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(z[i]), ninf)
+      local lz = is_log and rowsm_ptx.logf(P, z[i])
       local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
       local out = {}
       pass(i - 1, nil, function(k, j, v)
         if j == 0 then out = {} end
-        out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", exp_from(v, mb), iz)
+        if is_log then
+          local d = def("b32", "sub.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mx[i]), lz)
+          out[j + 1] = def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", d, ninf)
+        else
+          out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", exp_from(v, mb), iz)
+        end
         if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype), valid) end
       end)
       -- the row's statistics (as rowsm_ptx.lua's), by the cluster's first thread

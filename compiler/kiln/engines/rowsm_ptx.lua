@@ -64,7 +64,7 @@ end
 local function exp_from(P, x, b)
   return P:def("b32", "ex2.approx.ftz.f32 %s, %s;", P:def("b32", "mul.f32 %s, %s, %s;", P:def("b32", "sub.f32 %s, %s, %s;", x, b), LOG2E))
 end
-M.exp_from, M.NEG_INF, M.LOG2E = exp_from, NEG_INF, LOG2E
+M.exp_from, M.logf, M.NEG_INF, M.LOG2E = exp_from, logf, NEG_INF, LOG2E
 
 -- One vector's step of the online max and sum (value(j) its n fp32 values, taken in order):
 -- the running max tm and sum ts (registers, updated), the sum rescaled once to the new max.
