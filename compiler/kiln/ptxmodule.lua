@@ -55,8 +55,7 @@ end
 local compiler
 local function pick()
   if compiler == nil then
-    local v, bad = settings.choice("KILN_PTXAS", { "exe", "nvjitlink" })
-    if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+    local v = settings.pick("KILN_PTXAS", { "exe", "nvjitlink" })
     local found = c.ptx_compilers()
     local lib = v == "" and found.nvptxcompiler and "nvptxcompiler/" .. found.nvptxcompiler
     compiler = lib or (v ~= "nvjitlink" and found.ptxas and "ptxas") or (found.nvjitlink and "nvjitlink") or false
@@ -71,8 +70,7 @@ end
 -- its body in PTX through whichever ptxas there is (an error without one), =own only the own
 -- kernels, =off none.
 function M.wanted(own)
-  local v, bad = settings.choice("KILN_PTX_MODULE", { "all", "own", "off" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local v = settings.pick("KILN_PTX_MODULE", { "all", "own", "off" })
   if v == "off" then return nil end
   local cc = pick()
   if not cc and v == "all" then

@@ -341,8 +341,7 @@ end
 -- Whether the row kernels take their PTX form where one exists (rowbwd_ptx.lua,
 -- rowfwd_ptx.lua): KILN_ROW_CODE=cuda (read at build time, for measuring) keeps the CUDA form.
 function M.ptx_wanted()
-  local v, bad = settings.choice("KILN_ROW_CODE", { "ptx", "cuda" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local v = settings.pick("KILN_ROW_CODE", { "ptx", "cuda" })
   return v ~= "cuda"
 end
 

@@ -7,7 +7,6 @@ local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
-local errors = require "kiln.errors"
 local settings = require "kiln.settings"
 
 local M = {}
@@ -23,8 +22,7 @@ end
 -- Vectors a trip of a re-read row: the most that divide the thread's N and are at most
 -- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4.
 function M.trip(info)
-  local v, bad = settings.choice("KILN_ROW_TRIP", { "1", "2", "4", "8" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local v = settings.pick("KILN_ROW_TRIP", { "1", "2", "4", "8" })
   local U = math.min(info.L.N, tonumber(v) or info.reread_u or 4)
   while info.L.N % U ~= 0 do U = U - 1 end
   return U
@@ -34,8 +32,7 @@ end
 -- and M2, softmax's max and sum of exps): the default; KILN_ROW_REDUCTIONS=2 (read at build
 -- time, for measuring) reduces the first, then the second from it.
 function M.one_reduction()
-  local v, bad = settings.choice("KILN_ROW_REDUCTIONS", { "1", "2" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local v = settings.pick("KILN_ROW_REDUCTIONS", { "1", "2" })
   return v ~= "2"
 end
 
