@@ -113,6 +113,18 @@ function M.new()
     end
     return v
   end
+  -- A pair of statistics (x, y) combined over `lanes` lanes likewise: each step shuffles both,
+  -- then combine(x, y, xo, yo, k) gives the pair of the two halves, each of k lanes.
+  function P:butterfly_pair(x, y, lanes, combine)
+    local o, k = lanes // 2, 1
+    while o > 0 do
+      local xo = self:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", x, o)
+      local yo = self:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", y, o)
+      x, y = combine(x, y, xo, yo, k)
+      o, k = o // 2, 2 * k
+    end
+    return x, y
+  end
   -- `values` (every thread of the CTA holds them) combined over a cluster of n CTAs: thread
   -- t < n stores them into slot `rank` of CTA t's array at `base` (n floats a value), one
   -- cluster barrier, then each value's n slots fold in rank order with `op` (the same bits in

@@ -13,17 +13,12 @@ local M = {}
 -- butterflies: at each step both halves hold equally many elements, so the deviation term is
 -- (Sb - Sa)^2 / (2 n), whose sign-free square keeps both partners' bits equal.
 function M.butterfly(P, s, m2, lanes, n)
-  local o = lanes // 2
-  while o > 0 do
-    local so = P:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", s, o)
-    local mo = P:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", m2, o)
-    local d = P:def("b32", "sub.f32 %s, %s, %s;", so, s)
+  return P:butterfly_pair(s, m2, lanes, function(sa, ma, sb, mb, k)
+    local d = P:def("b32", "sub.f32 %s, %s, %s;", sb, sa)
     local dd = P:def("b32", "mul.f32 %s, %s, %s;", d, d)
-    m2 = P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", dd, ptx.f32(1.0 / (2 * n)), P:def("b32", "add.f32 %s, %s, %s;", m2, mo))
-    s = P:def("b32", "add.f32 %s, %s, %s;", s, so)
-    n, o = 2 * n, o // 2
-  end
-  return s, m2
+    local m = P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", dd, ptx.f32(1.0 / (2 * n * k)), P:def("b32", "add.f32 %s, %s, %s;", ma, mb))
+    return P:def("b32", "add.f32 %s, %s, %s;", sa, sb), m
+  end)
 end
 
 -- The pair of the fp32 registers xs: { s = their sum, m2 = their squared deviations from

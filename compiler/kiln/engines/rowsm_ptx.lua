@@ -99,14 +99,7 @@ end
 -- (m, z) pairs of `lanes` lanes combined by butterflies (max and + commute: both partners get
 -- the same bits).
 function M.butterfly(P, m, z, lanes)
-  local o = lanes // 2
-  while o > 0 do
-    local mo = P:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", m, o)
-    local zo = P:def("b32", "shfl.sync.bfly.b32 %s, %s, %d, 31, -1;", z, o)
-    m, z = M.combine(P, m, z, mo, zo)
-    o = o // 2
-  end
-  return m, z
+  return P:butterfly_pair(m, z, lanes, function(ma, za, mb, zb) return M.combine(P, ma, za, mb, zb) end)
 end
 
 -- The row's log-sum-exp from its max and sum (in log2 units when asked).
