@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 120 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 124 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -152,6 +152,7 @@ expect_out "log_softmax_backward:p512n4v4r1:regs:cluster8" "fp32 log_softmax bac
 expect_out "rmsnorm:p1024n8v8r1:reread" "the rowwise fp8 norm (two reductions) re-reads its row"
 expect_out "layernorm:p1024n4v8r1:reread$" "layernorm at H = 32768 re-reads its row (held, one CTA an SM)"
 expect_out "log_softmax:p1024n4v8r1:reread$" "log_softmax at H = 32768 likewise"
+expect_out "log_softmax:p256n4v8r1:staged-fwd:cluster8$" "fp16 log_softmax at H = 65536: staged over 8 CTAs of 256 threads (measured 1.14x the re-read)"
 expect_out "layernorm:p512n4v4r1:staged-fwd:cluster8$" "fp32 layernorm at H = 65536: staged over a cluster of 8 CTAs of 512 threads"
 expect_out "layernorm:p1024n5v4r1:staged-fwd:cluster2$" "and at H = 40960 over 2 CTAs of 1024 threads"
 ok "16-bit layernorm rows of 65536 are staged over 8 CTAs of 256 threads (measured 1.02-1.11x the re-read)" \
@@ -181,6 +182,13 @@ softmax_spec fp16
 run_kiln explain "$TMP/sm_fp16.lua" --sm 90a
 ok "fp16 softmax: staged over 8 CTAs of 256 threads at H = 65536, the re-read at 32768 (measured 0.81x staged)" \
   bash -c "grep -q 'plan row:v1:softmax:p256n4v8r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:softmax:p1024n4v8r1:reread$' '$OUTF'"
+cat > "$TMP/ls_fp32.lua" <<EOF
+local k = require "kiln"
+return k.graph "ls_fp32" { dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp32", inputs = { x = { "T", "H" } },
+  body = function(g, x) return { y = g:log_softmax(x) } end }
+EOF
+run_kiln explain "$TMP/ls_fp32.lua" --sm 90a
+expect_out "plan row:v1:log_softmax:p512n4v4r1:staged-fwd:cluster8$" "fp32 log_softmax at H = 65536: staged as fp32 softmax (measured 1.21-1.24x the re-read)"
 # a re-read row's vectors a trip: 2 where it reads a residual too, else 4; KILN_ROW_TRIP sets them (for measuring)
 trips() { grep -o 'setp.lt.s32 %kp[0-9]*, %kr[0-9]*, [0-9]*;' "$OUTF" | sed 's/.*, //; s/;//' | sort -u | tr '\n' ' '; }
 run_kiln source specs/rmsnorm_residual_fp8_rowwise.lua --set H=65536 --sm 90a --ptx
@@ -336,13 +344,18 @@ KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln build $SPX specs/softmax.lua -
 ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod_jl.kpack"
 # pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by the PTX compiler library
 run_kiln source specs/swiglu.lua specs/scale_residual_cast.lua tests/specs/mem/pointwise.lua --sm 90a
-ok "the pointwise kernels take the PTX form (GELU into fp32 and a repeating bias keep the CUDA form)" \
-  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 9 &&
-           test \$(grep -c 'plan pointwise.*$BY_LIB\$' '$OUTF') = 9 &&
-           grep -q '^// ---- pw_gelu_fp32 .H=4096. .*, sm_90a$' '$OUTF' && grep -q '^// ---- pw_row_broadcast .H=4096. .*, sm_90a$' '$OUTF'"
-KILN_PW_REPEAT=ptx run_kiln source tests/specs/mem/pointwise.lua specs/bias_gelu.lua --sm 90a
-ok "KILN_PW_REPEAT=ptx: the repeating bias too (and bias_gelu)" \
-  test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 10
+ok "the pointwise kernels take the PTX form, a repeating bias too (GELU into fp32 keeps the CUDA form)" \
+  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 11 &&
+           test \$(grep -c 'plan pointwise.*$BY_LIB\$' '$OUTF') = 11 &&
+           grep -q '^// ---- pw_gelu_fp32 .H=4096. .*, sm_90a$' '$OUTF' && grep -q '^// ---- pw_row_broadcast .H=1000. .*$BY_LIB$' '$OUTF'"
+run_kiln source specs/bias_gelu.lua --sm 90a --ptx
+ok "bias_gelu's bias: its vector masked in 32 bits, the count compared in vectors" \
+  bash -c "grep -q 'and.b32 %kr[0-9]*, %kr[0-9]*, 1023;' '$OUTF' && grep -q 'mad.wide.u32 %kd[0-9]*, %kr[0-9]*, 16, %kd' '$OUTF' && grep -q 'mov.b64 %kd[0-9]*, 1024;' '$OUTF'"
+KILN_PW_REPEAT=cuda run_kiln source tests/specs/mem/pointwise.lua specs/bias_gelu.lua --sm 90a
+ok "KILN_PW_REPEAT=cuda: the repeating bias keeps the CUDA form (and bias_gelu)" \
+  test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 6
+KILN_PW_REPEAT=ptx run_kiln build specs/bias_gelu.lua --sm 90a
+expect_err "E_USAGE.*KILN_PW_REPEAT=ptx: want cuda" "KILN_PW_REPEAT=ptx is E_USAGE, by name"
 KILN_ROW_CODE=cuda run_kiln source specs/swiglu.lua --sm 90a
 ok "KILN_ROW_CODE=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/variants.lua --sm 90a

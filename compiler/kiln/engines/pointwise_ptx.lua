@@ -3,7 +3,7 @@
 -- flattened output at its index, 16-byte loads and stores, the fused ops of ptxops. Its PTX
 -- module (kiln.ptxmodule) compiles by ptxas alone, so a JIT of pointwise specs need not load
 -- NVRTC. Takes inputs of the output's shape (row-major), single fp32 values, scalars and
--- constants (and under KILN_PW_REPEAT=ptx ones repeating along the leading dims, e.g. a bias),
+-- constants, inputs repeating along the leading dims (a bias; KILN_PW_REPEAT=cuda declines them),
 -- fp32/fp16/bf16 tensors (fp8 outputs from sm_89); anything else keeps the CUDA form, as does
 -- KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
@@ -14,7 +14,6 @@ local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
 local ptxops = require "kiln.engines.ptxops"
 local settings = require "kiln.settings"
-local errors = require "kiln.errors"
 
 local M = {}
 
@@ -33,13 +32,13 @@ local function period(t, space)
   return shape.is_row_major(t.dims, t.strides) and n or nil
 end
 
--- Whether inputs repeating along the leading dims take this form: KILN_PW_REPEAT=ptx (build
--- time, for measuring). With the mask and multiply below bias_gelu measured 0.985x the template
--- form and a bias + swish 0.98x (a bias add 1.000x; H200, 2026-12-01; docs/INTERNALS.md).
+-- Whether inputs repeating along the leading dims take this form (KILN_PW_REPEAT=cuda, build
+-- time, for measuring, keeps them in the CUDA form). The thread's vector counted and masked in
+-- 32 bits: bias_gelu 0.988-1.006x the CUDA form at 4096-32768 rows of 4096 and 8192, a bias +
+-- GELU + scale 0.985-0.996x, in half its cold compile and without loading NVRTC (H200,
+-- 2026-12-02; docs/INTERNALS.md).
 local function repeat_wanted()
-  local v, bad = settings.choice("KILN_PW_REPEAT", { "ptx" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  return v == "ptx"
+  return settings.pick("KILN_PW_REPEAT", { "cuda" }) ~= "cuda"
 end
 
 -- How input t reaches the kernel: "full" (a vector of the output's shape), "suffix" (a vector of
@@ -55,7 +54,7 @@ local function input_kind(t, space, vec)
     local n = period(t, space)
     if n and n % vec == 0 and n // vec <= 65536 then
       if repeat_wanted() then return "suffix", n // vec end
-      return nil, t.name .. " repeats along the leading dims (KILN_PW_REPEAT=ptx takes it)"
+      return nil, t.name .. " repeats along the leading dims (KILN_PW_REPEAT=cuda)"
     end
   end
   if rowptx.one_value(t) and t.dtype == "fp32" then return "one" end
@@ -86,7 +85,7 @@ function M.accepts(group, g, vec, space, target)
   return true
 end
 
--- The kernel body into K (rowgen.kernel): the thread's first element, past the end nothing,
+-- The kernel body into K (rowgen.kernel): the thread's vector, past the end nothing,
 -- else its inputs' vectors, the nodes per element, the outputs' vectors.
 function M.emit(K, group, g, vec, block, space)
   rowgen.pdl_entry(K)
@@ -96,37 +95,36 @@ function M.emit(K, group, g, vec, block, space)
   local cta = def("b32", "mov.u32 %s, %%ctaid.x;")
   local thread = def("b64", "add.s64 %s, %s, %s;", def("b64", "mul.wide.u32 %s, %s, %d;", cta, block),
     def("b64", "cvt.u64.u32 %s, %s;", tid))
-  local first = def("b64", "mul.lo.s64 %s, %s, %d;", thread, vec)
-  -- the element count: the constant part times each dynamic dim
+  -- the vector count: the constant part (the last dim, a multiple of vec) times each dynamic dim
   local names, const = shape.product(space)
-  local n = def("b64", "mov.b64 %s, %d;", const)
+  local n = def("b64", "mov.b64 %s, %d;", const // vec)
   for _, name in ipairs(names) do
     K:note_dyn({ name })
     n = def("b64", "mul.lo.s64 %s, %s, %s;", n, P:input("l", string.format("(kiln_i64)(dim_%s)", name)))
   end
   local DONE = P:label()
-  P:put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", first, n), DONE)
-  -- the address of the thread's vector of tensor uid: element `index` (b64) of it
-  local function at(uid, writable, index)
+  P:put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", thread, n), DONE)
+  -- the address of the thread's vector of tensor uid: vector `index` (b64, or b32 with `wide`)
+  -- of it, the thread's own by default
+  local function at(uid, writable, index, wide)
     local size = dtypes.size(g.by_uid[uid].dtype)
     K:need_align(uid, math.min(16, vec * size))
     local base = P:global(P:input("l", K:ptr(uid, writable)))
-    return def("b64", "mad.lo.s64 %s, %s, %d, %s;", index or first, size, base), size
+    local op = wide and "mad.wide.u32" or "mad.lo.s64"
+    return def("b64", op .. " %s, %s, %d, %s;", index or thread, vec * size, base), size
   end
-  -- the first element of the thread's vector in a tensor of d vectors repeating: (thread mod d)
-  -- * vec. ptxas divides even by a constant with its reciprocal routine (a MUFU and some 20
-  -- instructions ahead of the loads), so: a mask for a power of two, else the quotient as the
-  -- high half of thread * (floor(2^64 / d) + 1) (exact for thread < 2^48, d <= 65536)
+  -- the thread's vector in a tensor of d vectors repeating: thread mod d. ptxas divides even by
+  -- a constant with its reciprocal routine (a MUFU and some 20 instructions ahead of the loads),
+  -- so: a mask of the thread's low word for a power of two (d <= 65536 divides 2^32), else the
+  -- quotient as the high half of thread * (floor(2^64 / d) + 1) (exact for thread < 2^48)
   local function repeated(d)
-    local c
     if ptx.pow2(d) then
-      c = def("b64", "and.b64 %s, %s, %d;", thread, d - 1)
-    else
-      local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
-      local q = def("b64", "mul.hi.u64 %s, %s, 0x%016X;", thread, m)
-      c = def("b64", "sub.s64 %s, %s, %s;", thread, def("b64", "mul.lo.s64 %s, %s, %d;", q, d))
+      local low = def("b32", "mad.lo.u32 %s, %s, %d, %s;", cta, block, tid)
+      return def("b32", "and.b32 %s, %s, %d;", low, d - 1), true
     end
-    return def("b64", "mul.lo.s64 %s, %s, %d;", c, vec)
+    local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
+    local q = def("b64", "mul.hi.u64 %s, %s, 0x%016X;", thread, m)
+    return def("b64", "sub.s64 %s, %s, %s;", thread, def("b64", "mul.lo.s64 %s, %s, %d;", q, d))
   end
   local value = {}  -- value[j][uid]: element j's fp32 register
   for j = 0, vec - 1 do value[j] = {} end
@@ -142,7 +140,9 @@ function M.emit(K, group, g, vec, block, space)
     if v then
       for j = 0, vec - 1 do value[j][uid] = v end
     else
-      local addr, size = at(uid, false, kind == "suffix" and repeated(d) or nil)
+      local index, wide
+      if kind == "suffix" then index, wide = repeated(d) end
+      local addr, size = at(uid, false, index, wide)
       local read = P:reader(P:load("global.nc", addr, 0, vec * size), t.dtype)
       for j = 0, vec - 1 do value[j][uid] = read(j) end
     end

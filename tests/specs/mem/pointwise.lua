@@ -1,8 +1,8 @@
 -- The pointwise kernels with their bodies in PTX (pointwise_ptx.lua): every op with a PTX form,
 -- fp32/fp16/bf16 tensors mixed, a runtime scalar, constants, a single fp32 value, casts, an fp8
 -- output, several outputs, a narrow value read again, GELU into bf16, rows repeating along T (a
--- bias, a [1, H] scale: the PTX form under KILN_PW_REPEAT=ptx, else the CUDA form), and one the
--- PTX form declines (GELU into fp32: erff).
+-- bias, a [1, H] scale: the CUDA form under KILN_PW_REPEAT=cuda), and one the PTX form declines
+-- (GELU into fp32: erff).
 local k = require "kiln"
 local dims = { T = k.dynamic, H = { 1000, 4096 } }
 return {
