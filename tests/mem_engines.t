@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory-bound engines (row: norms, softmax, row reductions; colreduce): every such spec
+# The memory-bound engines (row: norms, softmax, row reductions; colreduce; axisreduce): every such spec
 # is taken by them (explain), fused as one kernel group where it should be, builds for sm_80,
 # sm_90a and sm_100a, gives the same source in every process, and declines clearly where it
 # cannot fuse. Cold compile times are printed (target 60 ms per kernel on this machine).
@@ -9,7 +9,7 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        specs/add_rmsnorm_silu_gate.lua
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
-       tests/specs/mem/rowred.lua)
+       tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -22,14 +22,14 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 124 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 129 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
-  if grep -q "NO ENGINE" "$OUTF" || ! grep -Eq "^ +(row|colreduce) +accepted" "$OUTF"; then
-    fail "explain $s: the row/colreduce engines take every group"; sed 's/^/#   /' "$OUTF" | head -20
+  if grep -q "NO ENGINE" "$OUTF" || ! grep -Eq "^ +(row|colreduce|axisreduce) +accepted" "$OUTF"; then
+    fail "explain $s: the reduction engines take every group"; sed 's/^/#   /' "$OUTF" | head -20
   else
-    pass "explain $s: the row/colreduce engines take every group"
+    pass "explain $s: the reduction engines take every group"
   fi
   run_kiln build "$s" --sm 80 --sm 90a --sm 100a -v
   expect_rc 0 "build $s for sm_80 sm_90a sm_100a"
@@ -51,6 +51,32 @@ for f in "${fused[@]}"; do
   run_kiln explain "$spec"
   expect_out "group 0 \($*\): plan (row|colreduce):" "$spec: $* fuse into one kernel"
 done
+
+# reductions over other axes (axisreduce.lua): a middle block a thread per output, a leading and
+# a trailing block (per channel) a CTA per channel and slice, then the finalize; more blocks declined
+run_kiln explain tests/specs/mem/reduce_sweep.lua --sm 90a
+ok "a middle axis of [B, S, H], its kept axes named in 'dims' (H specialized): a thread per output" \
+  test "$(grep -c 'plan axisreduce:v1:[a-z]*:strided:b256$' "$OUTF")" = 5
+ok "per channel [N, C, H, W] -> [1, C, 1, 1]: a CTA per channel and slice of rows" \
+  test "$(grep -c 'plan axisreduce:v1:[a-z0-9]*:inner:b256$' "$OUTF")" = 3
+run_kiln build tests/specs/mem/reduce_sweep.lua --graph per_channel --sm 90a -o "$TMP/chan.kpack"
+run_kiln pack inspect "$TMP/chan.kpack"
+expect_out "grid \[min\(N, SMS\*4/64\), 64, 1\]" "per channel: a CTA a slice of rows and channel, the slices capped by the SM count"
+cat > "$TMP/bad_axes.lua" <<EOF
+local k = require "kiln"
+return k.graph "bad_axes" { dims = { A = k.dynamic, B = { 8 }, C = { 16 }, D = { 32 } }, dtype = "fp32",
+  inputs = { x = { "A", "B", "C", "D" } },
+  body = function(g, x) return { y = g:reduction(x, { mode = "add", dims = { 1, "B", 1, "D" } }) } end }
+EOF
+run_kiln explain "$TMP/bad_axes.lua" --sm 90a
+expect_out "axisreduce +declined: the reduced axes of \[A, 8, 16, 32\] form RKRK" "reduced axes in two blocks with kept ones between: declined by name"
+cat > "$TMP/named_dims.lua" <<EOF
+local k = require "kiln"
+return k.graph "named_dims" { dims = { T = k.dynamic, H = { 64 } }, dtype = "fp32", inputs = { x = { "T", "H" } },
+  body = function(g, x) return { y = g:reduction(x, { mode = "add", dims = { 1, "H" } }) } end }
+EOF
+run_kiln check "$TMP/named_dims.lua"
+expect_rc 0 "a reduction's 'dims' may name a specialized dim"
 
 # the persistent backward and the column reduction ask for a workspace; fp8 amax zeroes first
 run_kiln build specs/layernorm_bwd.lua --set H=4096 --sm 90a -o "$TMP/bwd.kpack"

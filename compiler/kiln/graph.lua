@@ -181,6 +181,11 @@ local function make_ctx(g, where, compute_dtype)
     return r
   end
   function ctx:same_dim(a, b) return shape.same_dim(a, b) end
+  -- a dim as the instance's tensors carry it: a specialized dim's name becomes its value
+  function ctx:dim(d)
+    local dd = type(d) == "string" and g.dims[d]
+    return dd and dd.kind == "fixed" and dd.value or d
+  end
   function ctx:rank(t) return #t.dims end
   function ctx:check_dtype(port, t, allowed)
     for _, d in ipairs(allowed) do if t.dtype == d then return end end

@@ -13,9 +13,9 @@ local function dims_from_dims(ctx, x, want)
   end
   local out = {}
   for i, d in ipairs(want) do
-    d = math.tointeger(d) or d
+    d = ctx:dim(math.tointeger(d) or d)
     if not util.is_dim(d) then
-      ctx:fail("E_ATTR", "attribute 'dims' entry %d is %s; entries are positive integers or dynamic dim names",
+      ctx:fail("E_ATTR", "attribute 'dims' entry %d is %s; entries are positive integers or dim names",
         i, tostring(d))
     end
     if d ~= 1 and not ctx:same_dim(d, x.dims[i]) then

@@ -1,0 +1,253 @@
+-- kiln.engines.axisreduce: reductions over axes that neither row.lua (a trailing block) nor
+-- colreduce.lua (a leading block, or everything) takes, deterministically, with a fused
+-- pointwise prologue. The input's axes (size-1 axes dropped) merge into runs of kept and of
+-- reduced axes; two shapes are built:
+--   strided  [Ko, R, Ki]: a middle block ([B, S, H] -> [B, 1, H]). A thread per output,
+--            adjacent threads adjacent outputs (coalesced), each folding its R values (stride
+--            Ki) into 4 accumulators in turn, combined in a fixed order.
+--   inner    [Ro, K, Ri] with K compile-time: a leading and a trailing block (per-channel
+--            statistics, [N, C, H, W] -> [1, C, 1, 1]). CTA (s, k) folds the contiguous Ri
+--            values of rows s, s + G, ... of channel k (G slices from the SM count), the CTA
+--            combines in a fixed order, and the finalize (rowgen.finalize) adds the G partials.
+-- Anything else (reduced axes in three or more blocks) is declined by name.
+local lower = require "kiln.lower"
+local shape = require "kiln.shape"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local sms = require "kiln.engines.sms"
+
+local E = { id = "axisreduce", version = 1 }
+
+E.BLOCK = 256        -- strided: threads a CTA; inner: the most threads a CTA
+E.UNROLL = 4         -- strided: accumulators (values in flight) a thread
+E.SLICES_PER_SM = 4  -- inner: CTAs per SM the slices of all channels aim at
+
+local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
+local cdim = pw.cdim
+
+local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
+
+-- The runs of x's axes past size 1: { { reduced = bool, from = i, to = j }, ... }.
+local function runs_of(x, y)
+  local runs = {}
+  for i = 1, #x.dims do
+    if x.dims[i] ~= 1 then
+      local reduced = y.dims[i] == 1
+      local last = runs[#runs]
+      if last and last.reduced == reduced then last.to = i
+      else runs[#runs + 1] = { reduced = reduced, from = i, to = i } end
+    end
+  end
+  return runs
+end
+
+-- The product of x's axes in run r (nil: none) as a C expression, its launch factors, and its
+-- value when compile-time.
+local function extent(dims, r)
+  if not r then return "1LL", { 1 }, 1 end
+  local names, const = shape.product(dims, r.from, r.to)
+  local factors = {}
+  for _, n in ipairs(names) do factors[#factors + 1] = n end
+  if const ~= 1 or #factors == 0 then factors[#factors + 1] = const end
+  return cdim(shape.product_value(names, const)), factors, #names == 0 and const or nil
+end
+
+local function analyze(group, g)
+  local a = group.anchor
+  if not a or a.op ~= "reduction" then
+    return fail("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
+  end
+  local why_not = lower.workspace_reason(group, g)
+  if why_not then return fail("%s", why_not) end
+  if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return fail("no epilogue after a reduction over several axes") end
+  local ok, why = pw.supported(group.prologue or {}, g)
+  if not ok then return nil, why end
+  local mode = REDUCE[a.attrs.mode]
+  if not mode then return fail("reduction mode %s is not supported", a.attrs.mode) end
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  if not pw.STORAGE[y.dtype] then return fail("dtype %s of Y is not supported", y.dtype) end
+  if y.role ~= "output" then return fail("Y '%s' is not written (virtual)", y.name) end
+  if not shape.is_row_major(y.dims, y.strides) then return fail("Y is not row-major") end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
+      local b = shape.broadcast(t.dims, x.dims)
+      if not b or not pw.dims_equal(b, x.dims) then
+        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(x.dims))
+      end
+    end
+  end
+  local runs = runs_of(x, y)
+  local shape_of = {}
+  for i, r in ipairs(runs) do shape_of[i] = r.reduced and "R" or "K" end
+  local form = table.concat(shape_of)
+  local info = { anchor = a, mode = mode, E = x.dims }
+  if form == "RK" or form == "KRK" then
+    local ko, r, ki = table.unpack(form == "RK" and { nil, runs[1], runs[2] } or runs)
+    info.form = "strided"
+    info.Ko, info.Ko_f = extent(x.dims, ko)
+    info.R = extent(x.dims, r)
+    info.Ki, info.Ki_f = extent(x.dims, ki)
+  elseif form == "RKR" or form == "KR" then
+    local ro, k, ri = table.unpack(form == "KR" and { nil, runs[1], runs[2] } or runs)
+    info.form = "inner"
+    info.Ro, info.Ro_f = extent(x.dims, ro)
+    local _, _, K = extent(x.dims, k)
+    if not K then return fail("the kept axes of %s are not compile-time (specialize them)", shape.format(x.dims)) end
+    if K > 65535 then return fail("%d channels: more than a grid's y extent", K) end
+    info.K = K
+    local Ri, _, Ri_c = extent(x.dims, ri)
+    info.Ri = Ri
+    -- a CTA's threads: a warp at least, else the trailing block rounded up to a warp
+    info.block = E.BLOCK
+    if Ri_c then
+      info.block = 32
+      while info.block < E.BLOCK and info.block < Ri_c do info.block = info.block * 2 end
+    end
+    info.cap = sms.cap(E.SLICES_PER_SM, K)
+  elseif not form:find("R") then
+    return fail("reduces no axis")
+  else
+    return fail("the reduced axes of %s form %s (kept K, reduced R): at most a leading and a trailing block, or one block inside",
+      shape.format(x.dims), form)
+  end
+  info.id = string.format("axisreduce:v%d:%s:%s:b%d", E.version, a.attrs.mode, info.form, info.block or E.BLOCK)
+  return info
+end
+
+function E.propose(group, g, target)
+  if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN)" end
+  local info, why = analyze(group, g)
+  if not info then return nil, why end
+  return { { id = info.id, knobs = { form = info.form }, rank = 1, info = info } }
+end
+
+-- The body of one element at flat input index `index` folded into accumulator `acc`: its
+-- inputs gathered, the prologue, the update (lines into K).
+local function element(K, group, g, info, index, acc, indent)
+  local lines = {}
+  local value = {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" or t.role == "scalar" then
+      value[uid] = K:scalar(uid)
+    else
+      local st = pw.storage(K.src, t.dtype)
+      -- a row-major tensor of the input's shape at the index itself, anything else gathered
+      local whole = pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides)
+      lines[#lines + 1] = string.format("%sconst float v%d = %s;", indent, uid,
+        pw.fmt(st.load, string.format("%s[%s]", K:ptr(uid), whole and index or pw.offset_expr(t, info.E, index))))
+      value[uid] = "v" .. uid
+    end
+  end
+  pw.emit_nodes(group.prologue or {}, value, lines, { g = g, src = K.src, space = info.E, index = index, indent = indent,
+                                                      read_later = pw.read_set(group.nodes) })
+  lines[#lines + 1] = indent .. subst(info.mode.upd, { a = acc, v = value[info.anchor.inputs.input] })
+  for _, l in ipairs(lines) do K:add("%s", l) end
+end
+
+local function build_strided(plan, group, g, symbol)
+  local info, mode = plan.info, plan.info.mode
+  local y = info.anchor.outputs.Y
+  local K = rowgen.kernel(g, symbol)
+  K.src:need("common/nanmax.cuh")
+  K:note_dyn(info.E)
+  local comb = COMBINE[mode.comb]
+  local U = E.UNROLL
+  K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
+  K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + threadIdx.x;", E.BLOCK)
+  K:add("  if (o >= n_out) return;")
+  K:add("  const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
+  K:add("  float acc_[%d];", U)
+  K:add("#pragma unroll\n  for (int u = 0; u < %d; u++) acc_[u] = %s;", U, mode.init)
+  K:add("  kiln_i64 r = 0;")
+  K:add("  for (; r + %d <= R; r += %d) {", U, U)
+  K:add("#pragma unroll\n    for (int u = 0; u < %d; u++) {", U)
+  K:add("      const kiln_i64 e = base + (r + u) * Ki;")
+  element(K, group, g, info, "e", "acc_[u]", "      ")
+  K:add("    }")
+  K:add("  }")
+  K:add("  for (; r < R; r++) {")
+  K:add("    const kiln_i64 e = base + r * Ki;")
+  element(K, group, g, info, "e", "acc_[0]", "    ")
+  K:add("  }")
+  K:add("  float a = acc_[0];")
+  K:add("#pragma unroll\n  for (int u = 1; u < %d; u++) { const float b = acc_[u]; %s }", U, comb({ "a" }, { "b" }))
+  local st = pw.storage(K.src, g.by_uid[y].dtype)
+  local fin = mode.fin and subst(mode.fin, { a = "a", n = "(float)R" }) or "a"
+  K:add("  %s[o] = %s;", K:ptr(y, true), pw.fmt(st.store, fin))
+  local params = K:finish_params()
+  K.src:add(rowgen.render_fill("axisreduce.cuh", {
+    what = string.format("%s over the middle axes of %s: a thread per output, %d values in flight", info.anchor.attrs.mode,
+      shape.format(info.E), U),
+    block = E.BLOCK, symbol = symbol, params = params, shared = "", body = table.concat(K.lines, "\n"),
+  }))
+  local factors = {}
+  for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
+  for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
+  return {
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
+    block = { E.BLOCK, 1, 1 }, grid = { { mul = factors, div = E.BLOCK, max = 0 }, 1, 1 },
+    smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+  }
+end
+
+local function build_inner(plan, group, g, symbol)
+  local info, mode = plan.info, plan.info.mode
+  local B = info.block
+  local K = rowgen.kernel(g, symbol)
+  K.src:need("common/nanmax.cuh")
+  K:note_dyn(info.E)
+  local comb = COMBINE[mode.comb]({ "a" }, { "b" })
+  K:add("  const kiln_i64 Ro = %s, Ri = %s;", info.Ro, info.Ri)
+  K:add("  const int k = blockIdx.y;")
+  K:add("  float a = %s;", mode.init)
+  K:add("  for (kiln_i64 ro = blockIdx.x; ro < Ro; ro += gridDim.x) {")
+  K:add("    const kiln_i64 base = (ro * %dLL + k) * Ri;", info.K)
+  K:add("#pragma unroll 4")
+  K:add("    for (kiln_i64 ri = threadIdx.x; ri < Ri; ri += %d) {", B)
+  K:add("      const kiln_i64 e = base + ri;")
+  element(K, group, g, info, "e", "a", "      ")
+  K:add("    }")
+  K:add("  }")
+  K:add("  // the CTA's values in a fixed order: the warp's by butterflies, then the warps' in turn")
+  K:add("#pragma unroll\n  for (int o_ = 16; o_ > 0; o_ >>= 1) { const float b = __shfl_xor_sync(0xffffffffu, a, o_); %s }", comb)
+  local ws = K:workspace(0)
+  if B > 32 then
+    K.shared[#K.shared + 1] = string.format("  __shared__ float warps_[%d];", B // 32)
+    K:add("  if ((threadIdx.x & 31) == 0) warps_[threadIdx.x >> 5] = a;")
+    K:add("  __syncthreads();")
+    K:add("  if (threadIdx.x == 0) {")
+    K:add("    a = warps_[0];")
+    K:add("    for (int w = 1; w < %d; w++) { const float b = warps_[w]; %s }", B // 32, comb)
+    K:add("    %s[(kiln_i64)blockIdx.x * %d + k] = a;", ws, info.K)
+    K:add("  }")
+  else
+    K:add("  if (threadIdx.x == 0) %s[(kiln_i64)blockIdx.x * %d + k] = a;", ws, info.K)
+  end
+  local params = K:finish_params()
+  K.src:add(rowgen.render_fill("axisreduce.cuh", {
+    what = string.format("%s over the leading and trailing axes of %s: a CTA of %d threads per channel and slice of rows, one partial per CTA into the workspace",
+      info.anchor.attrs.mode, shape.format(info.E), B),
+    block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+  }))
+  local main = {
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
+    block = { B, 1, 1 }, grid = { sms.rule(info.Ro_f, 1, info.cap), info.K, 1 },
+    smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+  }
+  local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
+    C = info.K, outs = { { uid = info.anchor.outputs.Y, first = 0, count = info.K } }, rows = info.Ro, dims = info.E,
+    G = { div = 1, cap = info.cap }, comb = mode.comb, init = mode.init, fin = mode.fin,
+    n = string.format("((float)%s * (float)%s)", info.Ro, info.Ri), what = info.anchor.attrs.mode .. " per channel",
+  })
+  return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.Ro_f, info.cap, info.K) }
+end
+
+function E.build(plan, group, g, target, symbol)
+  if plan.info.form == "strided" then return build_strided(plan, group, g, symbol) end
+  return build_inner(plan, group, g, symbol)
+end
+
+return E

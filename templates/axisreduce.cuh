@@ -1,0 +1,5 @@
+// kiln reduction over several axes: ${what}.
+extern "C" __global__ void __launch_bounds__(${block}) ${symbol}(${params}) {
+${shared}
+${body}
+}
