@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""kiln's reductions over other axes (engines/axisreduce.lua) side by side with torch eager and
+torch.compile: per-channel sums of [N, C, HW] and the sum over the middle axis of [B, S, H]
+(tests/specs/bench/axes.lua), graph replays, medians of several rounds. Usage:
+    kiln build tests/specs/bench/axes.lua --sm 90a -o axes.kpack
+    python3 bench/axes.py --pack axes.kpack [--rounds 5] [--out DIR]
+Bandwidth counts the input once and the output once; the copy ceiling is bench.py's.
+"""
+import argparse
+import csv
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import kiln  # noqa: E402
+import torch  # noqa: E402
+from bench.bench import copy_ceiling, graph_ms  # noqa: E402
+
+# graph, dynamic dim, its values, input shape from it, torch's reduction
+CASES = [
+    ("chan_fp32_64", "N", (64, 256), lambda n: (n, 64, 3136), torch.float32, lambda x: x.sum((0, 2), dtype=torch.float32)),
+    ("chan_bf16_256", "N", (64, 256), lambda n: (n, 256, 784), torch.bfloat16, lambda x: x.sum((0, 2), dtype=torch.float32)),
+    ("mid_bf16", "B", (16, 64), lambda n: (n, 512, 1024), torch.bfloat16, lambda x: x.sum(1, dtype=torch.float32)),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pack", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    pack = kiln.Pack(args.pack)
+    ceiling = copy_ceiling()
+    print("copy ceiling %.2f TB/s" % ceiling)
+    rows = []
+    for name, dim, values, shape_of, dtype, ref in CASES:
+        plan = next(p for p in pack.plans() if p.graph == name)
+        compiled = torch.compile(ref)
+        for n in values:
+            x = torch.randn(shape_of(n), device="cuda", dtype=dtype)
+            want = ref(x)
+            y = torch.full(want.shape, float("nan"), device="cuda").reshape(
+                [1 if i != 1 else s for i, s in enumerate(x.shape)] if name.startswith("chan") else (n, 1, x.shape[2]))
+            plan(x=x, y=y)
+            err = ((y.reshape(want.shape) - want).abs().max() / want.abs().max()).item()
+            assert err < 1e-4, "%s at %s=%d: relative error %g" % (name, dim, n, err)
+            compiled(x)
+            tk, te, tc = [], [], []
+            for _ in range(args.rounds):
+                tk.append(graph_ms(lambda: plan(x=x, y=y)))
+                te.append(graph_ms(lambda: ref(x)))
+                tc.append(graph_ms(lambda: compiled(x)))
+            mk, me, mc = statistics.median(tk), statistics.median(te), statistics.median(tc)
+            nbytes = x.numel() * x.element_size() + want.numel() * 4
+            tbs = nbytes / mk / 1e9
+            rows.append({"case": name, "shape": "x".join(map(str, x.shape)), "kiln_ms": "%.4f" % mk,
+                         "kiln_TBs": "%.2f" % tbs, "pct_copy": "%.0f" % (100 * tbs / ceiling),
+                         "x_eager": "%.2f" % (me / mk), "x_compile": "%.2f" % (mc / mk)})
+            print("%-14s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
+                name, rows[-1]["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
+    if args.out:
+        with open(os.path.join(args.out, "axes.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

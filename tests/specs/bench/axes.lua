@@ -1,0 +1,19 @@
+-- Reductions over other axes for bench/axes.py: per-channel sums of an NCHW activation (the
+-- statistics of a batch norm) and the sum over the middle axis of [B, S, H] (a sequence pool).
+local k = require "kiln"
+local function per_channel(name, dtype, C, HW)
+  return k.graph(name) {
+    dims = { N = k.dynamic, C = { C }, HW = { HW } }, dtype = dtype,
+    inputs = { x = { "N", "C", "HW" } },
+    body = function(g, x) return { y = g:reduction(x, { mode = "add", dims = { 1, "C", 1 }, dtype = "fp32" }) } end,
+  }
+end
+return {
+  per_channel("chan_fp32_64", "fp32", 64, 3136),
+  per_channel("chan_bf16_256", "bf16", 256, 784),
+  k.graph "mid_bf16" {
+    dims = { B = k.dynamic, S = { 512 }, H = { 1024 } }, dtype = "bf16",
+    inputs = { x = { "B", "S", "H" } },
+    body = function(g, x) return { y = g:reduction(x, { mode = "add", dims = { "B", 1, "H" }, dtype = "fp32" }) } end,
+  },
+}
