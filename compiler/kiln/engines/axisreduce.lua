@@ -15,14 +15,17 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
+local dtypes = require "kiln.dtypes"
 
 local E = { id = "axisreduce", version = 1 }
 
 E.BLOCK = 256        -- strided: threads a CTA; inner: the most threads a CTA
 E.UNROLL = 4         -- strided: accumulators (values in flight) a thread
-E.SLICES_PER_SM = 4  -- inner: CTAs per SM the slices of all channels aim at
+E.SLICES_PER_SM = 8  -- inner: CTAs per SM the slices of all channels aim at (full occupancy)
 
 local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
+-- the word type a V-element load moves, by its bytes
+local WORD = { [2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16] = "uint4" }
 local cdim = pw.cdim
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
@@ -50,6 +53,21 @@ local function extent(dims, r)
   for _, n in ipairs(names) do factors[#factors + 1] = n end
   if const ~= 1 or #factors == 0 then factors[#factors + 1] = const end
   return cdim(shape.product_value(names, const)), factors, #names == 0 and const or nil
+end
+
+-- Elements a thread loads at once: up to 16 bytes of every tensor read whole (the input's
+-- shape, row-major), a divisor of the contiguous run n (1 where n is not compile-time).
+local function vector_width(group, g, x, n)
+  if not n then return 1 end
+  local V = 8
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if pw.dims_equal(t.dims, x.dims) and shape.is_row_major(t.dims, t.strides) then
+      V = math.min(V, 16 // dtypes.size(t.dtype))
+    end
+  end
+  while n % V ~= 0 do V = V // 2 end
+  return V
 end
 
 local function analyze(group, g)
@@ -88,7 +106,9 @@ local function analyze(group, g)
     info.form = "strided"
     info.Ko, info.Ko_f = extent(x.dims, ko)
     info.R = extent(x.dims, r)
-    info.Ki, info.Ki_f = extent(x.dims, ki)
+    local Ki_c
+    info.Ki, info.Ki_f, Ki_c = extent(x.dims, ki)
+    info.V = vector_width(group, g, x, Ki_c)
   elseif form == "RKR" or form == "KR" then
     local ro, k, ri = table.unpack(form == "KR" and { nil, runs[1], runs[2] } or runs)
     info.form = "inner"
@@ -98,13 +118,8 @@ local function analyze(group, g)
     if K > 65535 then return fail("%d channels: more than a grid's y extent", K) end
     info.K = K
     local Ri, _, Ri_c = extent(x.dims, ri)
-    info.Ri = Ri
-    -- a CTA's threads: a warp at least, else the trailing block rounded up to a warp
-    info.block = E.BLOCK
-    if Ri_c then
-      info.block = 32
-      while info.block < E.BLOCK and info.block < Ri_c do info.block = info.block * 2 end
-    end
+    info.Ri, info.block = Ri, E.BLOCK
+    info.V = vector_width(group, g, x, Ri_c)
     info.cap = sms.cap(E.SLICES_PER_SM, K)
   elseif not form:find("R") then
     return fail("reduces no axis")
@@ -112,7 +127,7 @@ local function analyze(group, g)
     return fail("the reduced axes of %s form %s (kept K, reduced R): at most a leading and a trailing block, or one block inside",
       shape.format(x.dims), form)
   end
-  info.id = string.format("axisreduce:v%d:%s:%s:b%d", E.version, a.attrs.mode, info.form, info.block or E.BLOCK)
+  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d", E.version, a.attrs.mode, info.form, info.block or E.BLOCK, info.V or 1)
   return info
 end
 
@@ -123,94 +138,140 @@ function E.propose(group, g, target)
   return { { id = info.id, knobs = { form = info.form }, rank = 1, info = info } }
 end
 
--- The body of one element at flat input index `index` folded into accumulator `acc`: its
--- inputs gathered, the prologue, the update (lines into K).
-local function element(K, group, g, info, index, acc, indent)
-  local lines = {}
-  local value = {}
+-- The body of the V elements from flat input index `index` folded into accumulator `acc`: the
+-- row-major tensors of the input's shape as one V-wide load, anything else gathered per
+-- element, the prologue, the update (lines into K).
+local function element(K, group, g, info, index, acc, indent, V)
+  local value, whole, gathered = {}, {}, {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role == "constant" or t.role == "scalar" then
       value[uid] = K:scalar(uid)
+    elseif pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides) then
+      whole[#whole + 1] = uid
     else
-      local st = pw.storage(K.src, t.dtype)
-      -- a row-major tensor of the input's shape at the index itself, anything else gathered
-      local whole = pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides)
-      lines[#lines + 1] = string.format("%sconst float v%d = %s;", indent, uid,
-        pw.fmt(st.load, string.format("%s[%s]", K:ptr(uid), whole and index or pw.offset_expr(t, info.E, index))))
-      value[uid] = "v" .. uid
+      gathered[#gathered + 1] = uid
     end
   end
-  pw.emit_nodes(group.prologue or {}, value, lines, { g = g, src = K.src, space = info.E, index = index, indent = indent,
+  K:add("%s{", indent)
+  local inner = indent .. "  "
+  for _, uid in ipairs(whole) do
+    local st = pw.storage(K.src, g.by_uid[uid].dtype)
+    local bytes = V * dtypes.size(g.by_uid[uid].dtype)
+    K:need_align(uid, bytes)
+    K:add("%salignas(16) %s r%d_[%d];", inner, st.ctype, uid, V)
+    K:add("%s*reinterpret_cast<%s *>(r%d_) = *reinterpret_cast<const %s *>(%s + %s);", inner, WORD[bytes], uid,
+      WORD[bytes], K:ptr(uid), index)
+  end
+  K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", inner, V)
+  local lines, at = {}, string.format("(%s + j)", index)
+  for _, uid in ipairs(whole) do
+    lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid, pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).load,
+      string.format("r%d_[j]", uid)))
+    value[uid] = "v" .. uid
+  end
+  for _, uid in ipairs(gathered) do
+    local t = g.by_uid[uid]
+    lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid,
+      pw.fmt(pw.storage(K.src, t.dtype).load, string.format("%s[%s]", K:ptr(uid), pw.offset_expr(t, info.E, at))))
+    value[uid] = "v" .. uid
+  end
+  pw.emit_nodes(group.prologue or {}, value, lines, { g = g, src = K.src, space = info.E, index = at, indent = inner .. "  ",
                                                       read_later = pw.read_set(group.nodes) })
-  lines[#lines + 1] = indent .. subst(info.mode.upd, { a = acc, v = value[info.anchor.inputs.input] })
+  lines[#lines + 1] = inner .. "  " .. subst(info.mode.upd, { a = acc, v = value[info.anchor.inputs.input] })
   for _, l in ipairs(lines) do K:add("%s", l) end
+  K:add("%s}", inner)
+  K:add("%s}", indent)
 end
 
 local function build_strided(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
   local y = info.anchor.outputs.Y
+  local B, V, U, W = E.BLOCK, info.V, E.UNROLL, E.BLOCK // 32
+  local TW = 32 * V
   local K = rowgen.kernel(g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
   local comb = COMBINE[mode.comb]
-  local U = E.UNROLL
+  -- lane l of a CTA the V outputs from o (adjacent lanes adjacent outputs), warp w rows w, w + W, ...
   K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
-  K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + threadIdx.x;", E.BLOCK)
-  K:add("  if (o >= n_out) return;")
-  K:add("  const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
-  K:add("  float acc_[%d];", U)
-  K:add("#pragma unroll\n  for (int u = 0; u < %d; u++) acc_[u] = %s;", U, mode.init)
-  K:add("  kiln_i64 r = 0;")
-  K:add("  for (; r + %d <= R; r += %d) {", U, U)
-  K:add("#pragma unroll\n    for (int u = 0; u < %d; u++) {", U)
-  K:add("      const kiln_i64 e = base + (r + u) * Ki;")
-  element(K, group, g, info, "e", "acc_[u]", "      ")
+  K:add("  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;")
+  K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
+  K:add("  float acc_[%d][%d];", U, V)
+  K:add("#pragma unroll\n  for (int u = 0; u < %d; u++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[u][j] = %s;", U, V, mode.init)
+  K:add("  if (o < n_out) {")
+  K:add("    const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
+  K:add("    kiln_i64 r = w;")
+  K:add("    for (; r + %d < R; r += %d) {", (U - 1) * W, U * W)
+  K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", U)
+  K:add("        const kiln_i64 e = base + (r + u * %d) * Ki;", W)
+  element(K, group, g, info, "e", "acc_[u][j]", "        ", V)
+  K:add("      }")
+  K:add("    }")
+  K:add("    for (; r < R; r += %d) {", W)
+  K:add("      const kiln_i64 e = base + r * Ki;")
+  element(K, group, g, info, "e", "acc_[0][j]", "      ", V)
   K:add("    }")
   K:add("  }")
-  K:add("  for (; r < R; r++) {")
-  K:add("    const kiln_i64 e = base + r * Ki;")
-  element(K, group, g, info, "e", "acc_[0]", "    ")
+  K:add("  // the warps' values in a fixed order: each warp's accumulators, then warp by warp")
+  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", W, TW)
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) {", V)
+  K:add("    float a = acc_[0][j];")
+  K:add("#pragma unroll\n    for (int u = 1; u < %d; u++) { const float b = acc_[u][j]; %s }", U, comb({ "a" }, { "b" }))
+  K:add("    red_[w][lane * %d + j] = a;", V)
   K:add("  }")
-  K:add("  float a = acc_[0];")
-  K:add("#pragma unroll\n  for (int u = 1; u < %d; u++) { const float b = acc_[u]; %s }", U, comb({ "a" }, { "b" }))
+  K:add("  __syncthreads();")
+  K:add("  if (w == 0 && o < n_out) {")
   local st = pw.storage(K.src, g.by_uid[y].dtype)
   local fin = mode.fin and subst(mode.fin, { a = "a", n = "(float)R" }) or "a"
-  K:add("  %s[o] = %s;", K:ptr(y, true), pw.fmt(st.store, fin))
+  K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) {", V)
+  K:add("      float a = red_[0][lane * %d + j];", V)
+  K:add("      for (int s = 1; s < %d; s++) { const float b = red_[s][lane * %d + j]; %s }", W, V, comb({ "a" }, { "b" }))
+  K:add("      %s[o + j] = %s;", K:ptr(y, true), pw.fmt(st.store, fin))
+  K:add("    }")
+  K:add("  }")
   local params = K:finish_params()
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
-    what = string.format("%s over the middle axes of %s: a thread per output, %d values in flight", info.anchor.attrs.mode,
-      shape.format(info.E), U),
-    block = E.BLOCK, symbol = symbol, params = params, shared = "", body = table.concat(K.lines, "\n"),
+    what = string.format("%s over the middle axes of %s: %d outputs a CTA, %d a lane, its %d warps taking every %dth row, %d rows in flight",
+      info.anchor.attrs.mode, shape.format(info.E), TW, V, W, W, U),
+    block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local factors = {}
   for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
   for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
   return {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
-    block = { E.BLOCK, 1, 1 }, grid = { { mul = factors, div = E.BLOCK, max = 0 }, 1, 1 },
+    block = { B, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, 1, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
 end
 
 local function build_inner(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
-  local B = info.block
+  local B, V, U = info.block, info.V, E.UNROLL
   local K = rowgen.kernel(g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
   local comb = COMBINE[mode.comb]({ "a" }, { "b" })
-  K:add("  const kiln_i64 Ro = %s, Ri = %s;", info.Ro, info.Ri)
+  -- the slice's rows as one run of vectors: thread t takes vectors t, t + B, ... (U in flight)
+  K:add("  const kiln_i64 Ro = %s, Ri = %s, VR = Ri / %d, G = gridDim.x;", info.Ro, info.Ri, V)
   K:add("  const int k = blockIdx.y;")
-  K:add("  float a = %s;", mode.init)
-  K:add("  for (kiln_i64 ro = blockIdx.x; ro < Ro; ro += gridDim.x) {")
-  K:add("    const kiln_i64 base = (ro * %dLL + k) * Ri;", info.K)
-  K:add("#pragma unroll 4")
-  K:add("    for (kiln_i64 ri = threadIdx.x; ri < Ri; ri += %d) {", B)
-  K:add("      const kiln_i64 e = base + ri;")
-  element(K, group, g, info, "e", "a", "      ")
+  K:add("  const kiln_i64 n = (Ro - blockIdx.x + G - 1) / G * VR;  // the slice's vectors")
+  K:add("  float acc_[%d];", U)
+  K:add("#pragma unroll\n  for (int u = 0; u < %d; u++) acc_[u] = %s;", U, mode.init)
+  K:add("  kiln_i64 f = threadIdx.x;")
+  K:add("  for (; f + %d < n; f += %d) {", (U - 1) * B, U * B)
+  K:add("#pragma unroll\n    for (int u = 0; u < %d; u++) {", U)
+  K:add("      const kiln_i64 fu = f + u * %d, e = ((blockIdx.x + fu / VR * G) * %dLL + k) * Ri + fu %% VR * %d;", B, info.K, V)
+  element(K, group, g, info, "e", "acc_[u]", "      ", V)
   K:add("    }")
   K:add("  }")
+  K:add("  for (; f < n; f += %d) {", B)
+  K:add("    const kiln_i64 e = ((blockIdx.x + f / VR * G) * %dLL + k) * Ri + f %% VR * %d;", info.K, V)
+  element(K, group, g, info, "e", "acc_[0]", "    ", V)
+  K:add("  }")
+  K:add("  float a = acc_[0];")
+  K:add("#pragma unroll\n  for (int u = 1; u < %d; u++) { const float b = acc_[u]; %s }", U, comb)
   K:add("  // the CTA's values in a fixed order: the warp's by butterflies, then the warps' in turn")
   K:add("#pragma unroll\n  for (int o_ = 16; o_ > 0; o_ >>= 1) { const float b = __shfl_xor_sync(0xffffffffu, a, o_); %s }", comb)
   local ws = K:workspace(0)
