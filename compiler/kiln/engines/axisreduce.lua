@@ -10,7 +10,6 @@
 --            values of rows s, s + G, ... of channel k (G slices from the SM count), the CTA
 --            combines in a fixed order, and the finalize (rowgen.finalize) adds the G partials.
 -- Anything else (reduced axes in three or more blocks) is declined by name.
-local lower = require "kiln.lower"
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
@@ -23,7 +22,7 @@ E.BLOCK = 256        -- strided: threads a CTA; inner: the most threads a CTA
 E.UNROLL = 4         -- strided: accumulators (values in flight) a thread
 E.SLICES_PER_SM = 8  -- inner: CTAs per SM the slices of all channels aim at (full occupancy)
 
-local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
+local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 -- the word type a V-element load moves, by its bytes
 local WORD = { [2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16] = "uint4" }
 local cdim = pw.cdim
@@ -71,20 +70,9 @@ local function vector_width(group, g, x, n)
 end
 
 local function analyze(group, g)
-  local a = group.anchor
-  if not a or a.op ~= "reduction" then
-    return fail("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
-  end
-  local why_not = lower.workspace_reason(group, g)
-  if why_not then return fail("%s", why_not) end
-  if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return fail("no epilogue after a reduction over several axes") end
-  local ok, why = pw.supported(group.prologue or {}, g)
-  if not ok then return nil, why end
-  local mode = REDUCE[a.attrs.mode]
-  if not mode then return fail("reduction mode %s is not supported", a.attrs.mode) end
-  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
-  if not pw.STORAGE[y.dtype] then return fail("dtype %s of Y is not supported", y.dtype) end
-  if y.role ~= "output" then return fail("Y '%s' is not written (virtual)", y.name) end
+  local r, rwhy = rowgen.reduction_group(group, g, "reduction over several axes")
+  if not r then return nil, rwhy end
+  local a, mode, x, y = r.anchor, r.mode, r.x, r.y
   if not shape.is_row_major(y.dims, y.strides) then return fail("Y is not row-major") end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]

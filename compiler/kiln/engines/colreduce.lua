@@ -6,7 +6,6 @@
 -- through shared memory, and the CTA writes one partial row to the workspace. Kernel 2 adds
 -- the G partial rows per column in a fixed order (rowgen.finalize). A full reduction views
 -- the input as [numel / W, W] (W up to 4 vectors) and folds the W columns at the end.
-local lower = require "kiln.lower"
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
@@ -24,25 +23,14 @@ E.TILE_THREADS = 256
 E.TILE_PER_SM = 8
 E.TILE_MIN_ROWS = 16
 
-local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
+local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 
 local function analyze(group, g)
-  local a = group.anchor
-  if not a or a.op ~= "reduction" then
-    return fail("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
-  end
-  local why_not = lower.workspace_reason(group, g)
-  if why_not then return fail("%s", why_not) end
-  if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return fail("no epilogue after a column reduction") end
-  local ok, why = pw.supported(group.prologue or {}, g)
-  if not ok then return nil, why end
-  local mode = REDUCE[a.attrs.mode]
-  if not mode then return fail("reduction mode %s is not supported", a.attrs.mode) end
-  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
-  if not pw.STORAGE[y.dtype] then return fail("dtype %s of Y is not supported", y.dtype) end
-  if y.role ~= "output" then return fail("Y '%s' is not written (virtual)", y.name) end
+  local r, rwhy = rowgen.reduction_group(group, g, "column reduction")
+  if not r then return nil, rwhy end
+  local a, mode, x, y = r.anchor, r.mode, r.x, r.y
   -- reduced axes: a leading block; kept axes: the rest
   local n, last_reduced, first_kept = #x.dims, nil, nil
   for i = 1, n do

@@ -12,6 +12,7 @@ local errors = require "kiln.errors"
 local sms = require "kiln.engines.sms"
 local ptxmodule = require "kiln.ptxmodule"
 local partials_ptx = require "kiln.engines.partials_ptx"
+local lower = require "kiln.lower"
 
 local M = {}
 
@@ -280,6 +281,27 @@ M.REDUCE = {
   max          = { init = "__int_as_float(0xff800000)", upd = "%a = kiln_fmax_nan(%a, %v);", comb = "max" },
   amax         = { init = "0.0f", upd = "%a = kiln_fmax_nan(%a, fabsf(%v));", comb = "max" },
 }
+
+-- The checks every reduction engine makes of its group (a reduction anchor, no workspace
+-- crossing, a supported prologue and mode, Y written in a storage dtype): the anchor, its
+-- mode (M.REDUCE), x and y, or nil and why. `kind` names the reduction in the epilogue's refusal.
+function M.reduction_group(group, g, kind)
+  local a = group.anchor
+  if not a or a.op ~= "reduction" then
+    return nil, string.format("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
+  end
+  local why_not = lower.workspace_reason(group, g)
+  if why_not then return nil, why_not end
+  if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return nil, "no epilogue after a " .. kind end
+  local ok, why = pw.supported(group.prologue or {}, g)
+  if not ok then return nil, why end
+  local mode = M.REDUCE[a.attrs.mode]
+  if not mode then return nil, string.format("reduction mode %s is not supported", a.attrs.mode) end
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  if not pw.STORAGE[y.dtype] then return nil, string.format("dtype %s of Y is not supported", y.dtype) end
+  if y.role ~= "output" then return nil, string.format("Y '%s' is not written (virtual)", y.name) end
+  return { anchor = a, mode = mode, x = x, y = y }
+end
 
 local function each(fmt_)
   return function(a, b)
