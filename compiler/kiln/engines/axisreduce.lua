@@ -74,16 +74,6 @@ local function analyze(group, g)
   if not r then return nil, rwhy end
   local a, mode, x, y = r.anchor, r.mode, r.x, r.y
   if not shape.is_row_major(y.dims, y.strides) then return fail("Y is not row-major") end
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if t.role ~= "constant" and t.role ~= "scalar" then
-      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
-      local b = shape.broadcast(t.dims, x.dims)
-      if not b or not pw.dims_equal(b, x.dims) then
-        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(x.dims))
-      end
-    end
-  end
   local runs = runs_of(x, y)
   local shape_of = {}
   for i, r in ipairs(runs) do shape_of[i] = r.reduced and "R" or "K" end

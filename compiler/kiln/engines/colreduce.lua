@@ -49,11 +49,6 @@ local function analyze(group, g)
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
-      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
-      local b = shape.broadcast(t.dims, x.dims)
-      if not b or not pw.dims_equal(b, x.dims) then
-        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(x.dims))
-      end
       local how = rowgen.classify(t, x.dims, nsuffix)
       info.access[uid] = how
       if how == "full" or how == "col" then vec_tensors[#vec_tensors + 1] = t end

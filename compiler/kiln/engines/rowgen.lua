@@ -283,7 +283,8 @@ M.REDUCE = {
 }
 
 -- The checks every reduction engine makes of its group (a reduction anchor, no workspace
--- crossing, a supported prologue and mode, Y written in a storage dtype): the anchor, its
+-- crossing, a supported prologue and mode, Y written in a storage dtype, every input stored in
+-- one and broadcasting to the reduced tensor): the anchor, its
 -- mode (M.REDUCE), x and y, or nil and why. `kind` names the reduction in the epilogue's refusal.
 function M.reduction_group(group, g, kind)
   local a = group.anchor
@@ -300,6 +301,16 @@ function M.reduction_group(group, g, kind)
   local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
   if not pw.STORAGE[y.dtype] then return nil, string.format("dtype %s of Y is not supported", y.dtype) end
   if y.role ~= "output" then return nil, string.format("Y '%s' is not written (virtual)", y.name) end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not pw.STORAGE[t.dtype] then return nil, string.format("dtype %s of '%s' is not supported", t.dtype, t.name) end
+      local b = shape.broadcast(t.dims, x.dims)
+      if not b or not pw.dims_equal(b, x.dims) then
+        return nil, string.format("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(x.dims))
+      end
+    end
+  end
   return { anchor = a, mode = mode, x = x, y = y }
 end
 
