@@ -30,6 +30,15 @@ graphs[#graphs + 1] = k.graph "middle_axis" {
              mx = g:reduction(x + bias, { mode = "max", dims = { "B", 1, "H" }, dtype = "fp32" }) }
   end,
 }
+-- outputs that do not fill a CTA's 256 (200 a row: tiles straddle rows), 300 rows over a cluster
+graphs[#graphs + 1] = k.graph "middle_ragged" {
+  dims = { B = k.dynamic, S = { 300 }, H = { 200 } }, dtype = "fp16",
+  inputs = { x = { "B", "S", "H" } },
+  body = function(g, x)
+    return { n1 = g:reduction(x, { mode = "norm1", dims = { "B", 1, "H" }, dtype = "fp16" }),
+             mn = g:reduction(x, { mode = "min", dims = { "B", 1, "H" }, dtype = "fp32" }) }
+  end,
+}
 graphs[#graphs + 1] = k.graph "leading_axes" {
   dims = { B = k.dynamic, S = { 33 }, H = { 1000 } }, dtype = "fp16",
   inputs = { x = { "B", "S", "H" } },
