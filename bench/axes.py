@@ -26,7 +26,7 @@ from bench.bench import copy_ceiling, graph_ms  # noqa: E402
 CASES = [
     ("chan_fp32_64", "N", (64, 256), lambda n: (n, 64, 3136), torch.float32, lambda x: x.sum((0, 2), dtype=torch.float32)),
     ("chan_bf16_256", "N", (64, 256), lambda n: (n, 256, 784), torch.bfloat16, lambda x: x.sum((0, 2), dtype=torch.float32)),
-    ("mid_bf16", "B", (16, 64), lambda n: (n, 512, 1024), torch.bfloat16, lambda x: x.sum(1, dtype=torch.float32)),
+    ("mid_bf16", "B", (16, 64, 256), lambda n: (n, 512, 1024), torch.bfloat16, lambda x: x.sum(1, dtype=torch.float32)),
 ]
 
 

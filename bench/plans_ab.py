@@ -8,7 +8,7 @@ e.g. a build with a setting against one without. Usage:
     python3 bench/plans_ab.py --packs A.kpack B.kpack --rows 4096,16384 [--graph NAME,...]
                               [--rounds 5]
 
---rows gives the dynamic dim T (every other dim of a plan is specialized). Bandwidth counts each
+--rows gives the dynamic dims (T, or any other; every other dim of a plan is specialized). Bandwidth counts each
 input and output tensor once.
 """
 import argparse
@@ -29,7 +29,11 @@ from bench.bench import graph_ms  # noqa: E402
 
 def arguments(plan, T):
     """The plan's keyword arguments at T rows, and the bytes its tensors hold."""
-    dims = dict(plan.specialized, T=T)
+    dims = dict(plan.specialized)
+    for t in plan.tensors:  # every dynamic dim (T, or B, N, ...) at T
+        for d in t.dims:
+            if isinstance(d, str) and d not in dims:
+                dims[d] = T
     args, nbytes = {}, 0
     for t in plan.tensors:
         if t.role == "scalar":

@@ -17,10 +17,3 @@ __device__ __forceinline__ void kiln_fence_mbar_init() { asm volatile("fence.mba
 __device__ __forceinline__ void kiln_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
-// A float in CTA `peer`'s shared memory at this CTA's shared-memory offset `at`.
-__device__ __forceinline__ float kiln_ld_cluster_f32(kiln_u32 at, kiln_u32 peer) {
-  float v;
-  asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %1, %2; ld.shared::cluster.f32 %0, [ra]; }"
-               : "=f"(v) : "r"(at), "r"(peer) : "memory");
-  return v;
-}

@@ -2,10 +2,10 @@
 -- colreduce.lua (a leading block, or everything) takes, deterministically, with a fused
 -- pointwise prologue. The input's axes (size-1 axes dropped) merge into runs of kept and of
 -- reduced axes; two shapes are built:
---   strided  [Ko, R, Ki]: a middle block ([B, S, H] -> [B, 1, H]). A CTA takes 32 x V adjacent
---            outputs (lane l the V from l * V: 16-byte loads), its 8 warps every 8th row (on
---            sm_90+ with many rows a cluster's CTAs split them: 8 x CL warps), 4 rows in flight
---            a warp; the warps' and then the cluster's values combine in a fixed order.
+--   strided  [Ko, R, Ki]: a middle block ([B, S, H] -> [B, 1, H]). A CTA's 256 threads split
+--            the rows RS ways (up to 32, as the row count allows) and take 256 / RS lanes of V
+--            adjacent outputs each (16-byte loads, adjacent lanes adjacent outputs), 4 rows in
+--            flight a thread; each thread's and then the splits' values combine in a fixed order.
 --   inner    [Ro, K, Ri] with K compile-time: a leading and a trailing block (per-channel
 --            statistics, [N, C, H, W] -> [1, C, 1, 1]). CTA (s, k) folds the contiguous Ri
 --            values of rows s, s + G, ... of channel k as one run of vectors (G slices from the
@@ -23,7 +23,7 @@ local E = { id = "axisreduce", version = 1 }
 E.BLOCK = 256        -- strided: threads a CTA; inner: the most threads a CTA
 E.UNROLL = 4         -- strided: accumulators (values in flight) a thread
 E.SLICES_PER_SM = 8  -- inner: CTAs per SM the slices of all channels aim at (full occupancy)
-E.MAX_CLUSTER = 8    -- strided: the most CTAs (a portable cluster) a tile's rows split over
+E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 -- the word type a V-element load moves, by its bytes
@@ -90,6 +90,11 @@ local function analyze(group, g)
     local Ki_c
     info.Ki, info.Ki_f, Ki_c = extent(x.dims, ki)
     info.V = vector_width(group, g, x, Ki_c)
+    -- the rows split over the CTA's threads as many ways as keep E.UNROLL rows in flight twice
+    -- over (rows not compile-time: 8 ways), the rest of the threads along the outputs
+    info.RS = 1
+    local R_c = info.R_c or 8 * 2 * E.UNROLL
+    while info.RS < E.MAX_SPLIT and R_c >= 2 * 2 * info.RS * E.UNROLL do info.RS = info.RS * 2 end
   elseif form == "RKR" or form == "KR" then
     local ro, k, ri = table.unpack(form == "KR" and { nil, runs[1], runs[2] } or runs)
     info.form = "inner"
@@ -108,28 +113,15 @@ local function analyze(group, g)
     return fail("the reduced axes of %s form %s (kept K, reduced R): at most a leading and a trailing block, or one block inside",
       shape.format(x.dims), form)
   end
-  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d", E.version, a.attrs.mode, info.form, info.block or E.BLOCK, info.V or 1)
+  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d%s", E.version, a.attrs.mode, info.form, info.block or E.BLOCK, info.V or 1,
+    info.RS and string.format("s%d", info.RS) or "")
   return info
-end
-
--- The CTAs a middle block's rows split over (a cluster, sm_90+ in every SM of the pack): enough
--- that each warp still has E.UNROLL rows in flight, at most E.MAX_CLUSTER; 1 where the rows are
--- few, not compile-time, or under KILN_ROW_CLUSTER=0.
-local function cluster_of(info, target)
-  if math.min(target.sm, target.pack_sm or target.sm) < 90 or not rowgen.cluster_setting() or not info.R_c then return 1 end
-  local CL = 1
-  while CL < E.MAX_CLUSTER and info.R_c >= 2 * CL * (E.BLOCK // 32) * E.UNROLL do CL = CL * 2 end
-  return CL
 end
 
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN)" end
   local info, why = analyze(group, g)
   if not info then return nil, why end
-  if info.form == "strided" then
-    info.CL = cluster_of(info, target)
-    info.id = info.id .. (info.CL > 1 and string.format("c%d", info.CL) or "")
-  end
   return { { id = info.id, knobs = { form = info.form }, rank = 1, info = info } }
 end
 
@@ -182,78 +174,55 @@ end
 local function build_strided(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
   local y = info.anchor.outputs.Y
-  local B, V, U, W, CL = E.BLOCK, info.V, E.UNROLL, E.BLOCK // 32, info.CL
-  local S = W * CL  -- warps a tile's rows split over
-  local TW = 32 * V
+  local B, V, U, RS = E.BLOCK, info.V, E.UNROLL, info.RS
+  local LO = B // RS    -- lanes along the outputs
+  local TW = LO * V     -- outputs a CTA
   local K = rowgen.kernel(g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
   local comb = COMBINE[mode.comb]
-  -- lane l of a CTA the V outputs from o (adjacent lanes adjacent outputs), warp w of the tile's
-  -- S (the cluster's CTA c: its warps c * W ...) rows w, w + S, ...
+  -- thread t: the V outputs from o (lane t % LO: adjacent lanes adjacent outputs), the rows
+  -- s, s + RS, ... (s = t / LO)
   K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
-  K:add("  const int w = %s(threadIdx.x >> 5), lane = threadIdx.x & 31;", CL > 1 and string.format("(int)blockIdx.y * %d + ", W) or "")
+  K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
   K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
   K:add("  float acc_[%d][%d];", U, V)
   K:add("#pragma unroll\n  for (int u = 0; u < %d; u++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[u][j] = %s;", U, V, mode.init)
   K:add("  if (o < n_out) {")
   K:add("    const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
-  K:add("    kiln_i64 r = w;")
-  K:add("    for (; r + %d < R; r += %d) {", (U - 1) * S, U * S)
+  K:add("    kiln_i64 r = s;")
+  K:add("    for (; r + %d < R; r += %d) {", (U - 1) * RS, U * RS)
   K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", U)
-  K:add("        const kiln_i64 e = base + (r + u * %d) * Ki;", S)
+  K:add("        const kiln_i64 e = base + (r + u * %d) * Ki;", RS)
   element(K, group, g, info, "e", "acc_[u][j]", "        ", V)
   K:add("      }")
   K:add("    }")
-  K:add("    for (; r < R; r += %d) {", S)
+  K:add("    for (; r < R; r += %d) {", RS)
   K:add("      const kiln_i64 e = base + r * Ki;")
   element(K, group, g, info, "e", "acc_[0][j]", "      ", V)
   K:add("    }")
   K:add("  }")
-  K:add("  // the warps' values in a fixed order: each warp's accumulators, then warp by warp%s",
-    CL > 1 and ", then the cluster's CTAs in rank order (each CTA a share of the tile's outputs)" or "")
-  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", W, TW)
+  K:add("  // in a fixed order: each thread's accumulators, then the row splits in turn")
+  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", RS, TW)
   K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) {", V)
   K:add("    float a = acc_[0][j];")
   K:add("#pragma unroll\n    for (int u = 1; u < %d; u++) { const float b = acc_[u][j]; %s }", U, comb({ "a" }, { "b" }))
-  K:add("    red_[threadIdx.x >> 5][lane * %d + j] = a;", V)
+  K:add("    red_[s][lane * %d + j] = a;", V)
   K:add("  }")
   K:add("  __syncthreads();")
   local st = pw.storage(K.src, g.by_uid[y].dtype)
   local fin = mode.fin and subst(mode.fin, { a = "a", n = "(float)R" }) or "a"
-  local store = string.format("%s[q] = %s;", K:ptr(y, true), pw.fmt(st.store, fin))
-  if CL == 1 then
-    K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", TW, B)
-    K:add("    const kiln_i64 q = (kiln_i64)blockIdx.x * %d + i;", TW)
-    K:add("    if (q >= n_out) break;")
-    K:add("    float a = red_[0][i];")
-    K:add("    for (int s = 1; s < %d; s++) { const float b = red_[s][i]; %s }", W, comb({ "a" }, { "b" }))
-    K:add("    %s", store)
-    K:add("  }")
-  else
-    K.src:need("common/cluster.cuh")
-    -- each CTA's warps folded (thread i the tile's output i), then CTA c the outputs c * TW / CL ...
-    K.shared[#K.shared + 1] = string.format("  __shared__ float cta_[%d];", TW)
-    K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", TW, B)
-    K:add("    float a = red_[0][i];")
-    K:add("    for (int s = 1; s < %d; s++) { const float b = red_[s][i]; %s }", W, comb({ "a" }, { "b" }))
-    K:add("    cta_[i] = a;")
-    K:add("  }")
-    K:add("  kiln_cluster_sync();")
-    K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", TW // CL, B)
-    K:add("    const int t = (int)blockIdx.y * %d + i;", TW // CL)
-    K:add("    const kiln_i64 q = (kiln_i64)blockIdx.x * %d + t;", TW)
-    K:add("    const kiln_u32 at = (kiln_u32)__cvta_generic_to_shared(&cta_[t]);")
-    K:add("    float a = kiln_ld_cluster_f32(at, 0);")
-    K:add("#pragma unroll\n    for (int c = 1; c < %d; c++) { const float b = kiln_ld_cluster_f32(at, c); %s }", CL, comb({ "a" }, { "b" }))
-    K:add("    if (q < n_out) %s", store)
-    K:add("  }")
-    K:add("  kiln_cluster_sync();  // the peers' shared memory stays until every CTA has read it")
-  end
+  K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", TW, B)
+  K:add("    const kiln_i64 q = (kiln_i64)blockIdx.x * %d + i;", TW)
+  K:add("    if (q >= n_out) break;")
+  K:add("    float a = red_[0][i];")
+  K:add("    for (int k = 1; k < %d; k++) { const float b = red_[k][i]; %s }", RS, comb({ "a" }, { "b" }))
+  K:add("    %s[q] = %s;", K:ptr(y, true), pw.fmt(st.store, fin))
+  K:add("  }")
   local params = K:finish_params()
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
-    what = string.format("%s over the middle axes of %s: %d outputs a CTA%s, %d a lane, %d warps taking every %dth row, %d rows in flight",
-      info.anchor.attrs.mode, shape.format(info.E), TW, CL > 1 and string.format(" (a cluster of %d)", CL) or "", V, S, S, U),
+    what = string.format("%s over the middle axes of %s: %d outputs a CTA, %d a thread, the rows split %d ways, %d rows in flight a thread",
+      info.anchor.attrs.mode, shape.format(info.E), TW, V, RS, U),
     block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local factors = {}
@@ -261,8 +230,8 @@ local function build_strided(plan, group, g, symbol)
   for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
   return {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
-    block = { B, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, CL, 1 },
-    smem = 0, cluster = { 1, CL, 1 }, params = K.mparams, align = K.align,
+    block = { B, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, 1, 1 },
+    smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
 end
 
