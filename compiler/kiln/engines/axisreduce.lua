@@ -20,8 +20,8 @@ local dtypes = require "kiln.dtypes"
 
 local E = { id = "axisreduce", version = 1 }
 
-E.BLOCK = 256        -- strided: threads a CTA; inner: the most threads a CTA
-E.UNROLL = 4         -- strided: accumulators (values in flight) a thread
+E.BLOCK = 256        -- threads a CTA
+E.UNROLL = 4         -- accumulators (loads in flight) a thread
 E.SLICES_PER_SM = 8  -- inner: CTAs per SM the slices of all channels aim at (full occupancy)
 E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
 
@@ -73,13 +73,13 @@ local function vector_width(group, g, x, n)
 end
 
 local function analyze(group, g)
-  local r, rwhy = rowgen.reduction_group(group, g, "reduction over several axes")
-  if not r then return nil, rwhy end
-  local a, mode, x, y = r.anchor, r.mode, r.x, r.y
+  local red, why = rowgen.reduction_group(group, g, "reduction over several axes")
+  if not red then return nil, why end
+  local a, mode, x, y = red.anchor, red.mode, red.x, red.y
   if not shape.is_row_major(y.dims, y.strides) then return fail("Y is not row-major") end
   local runs = runs_of(x, y)
   local shape_of = {}
-  for i, r in ipairs(runs) do shape_of[i] = r.reduced and "R" or "K" end
+  for i, run in ipairs(runs) do shape_of[i] = run.reduced and "R" or "K" end
   local form = table.concat(shape_of)
   local info = { anchor = a, mode = mode, E = x.dims }
   if form == "RK" or form == "KRK" then
@@ -104,7 +104,7 @@ local function analyze(group, g)
     if K > 65535 then return fail("%d channels: more than a grid's y extent", K) end
     info.K = K
     local Ri, _, Ri_c = extent(x.dims, ri)
-    info.Ri, info.block = Ri, E.BLOCK
+    info.Ri = Ri
     info.V = vector_width(group, g, x, Ri_c)
     info.cap = sms.cap(E.SLICES_PER_SM, K)
   elseif not form:find("R") then
@@ -113,7 +113,7 @@ local function analyze(group, g)
     return fail("the reduced axes of %s form %s (kept K, reduced R): at most a leading and a trailing block, or one block inside",
       shape.format(x.dims), form)
   end
-  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d%s", E.version, a.attrs.mode, info.form, info.block or E.BLOCK, info.V or 1,
+  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d%s", E.version, a.attrs.mode, info.form, E.BLOCK, info.V,
     info.RS and string.format("s%d", info.RS) or "")
   return info
 end
@@ -237,7 +237,7 @@ end
 
 local function build_inner(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
-  local B, V, U = info.block, info.V, E.UNROLL
+  local B, V, U = E.BLOCK, info.V, E.UNROLL
   local K = rowgen.kernel(g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
