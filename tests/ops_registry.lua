@@ -33,6 +33,7 @@ local function new_ctx(where, opts)
     error(setmetatable({ code = code, msg = where .. ": " .. string.format(fmt, ...) }, Err), 0)
   end
   function ctx:same_dim(a, b) return a == b end
+  function ctx:dim(d) return (opts.dims or {})[d] or d end
   function ctx:rank(t) return #t.dims end
   function ctx:broadcast(a, b)
     local n, out = math.max(#a, #b), {}
@@ -623,6 +624,8 @@ expect_ok("reduction: dims {1, 4096} column-reduces", "reduction", { input = T {
   { mode = "max", dims = { 1, 4096 } }, { Y = { { 1, 4096 }, false } })
 expect_ok("reduction: dims may keep a dynamic dim", "reduction", { input = T { "T", 4096 } },
   { mode = "avg", dims = { "T", 1 } }, { Y = { { "T", 1 }, false } })
+expect_ok("reduction: dims may name a specialized dim (H = 4096)", "reduction", { input = T { "T", 4096 } },
+  { mode = "add", dims = { 1, "H" } }, { Y = { { 1, 4096 }, false } }, { dims = { H = 4096 } })
 expect_ok("reduction: global amax", "reduction", { input = T { "B", 16, 128 } }, { mode = "amax", axes = { 0, 1, 2 } },
   { Y = { { 1, 1, 1 }, false } })
 expect_err("reduction: dims {T, 2048} on [T, 4096]", "reduction", { input = T { "T", 4096 } },
