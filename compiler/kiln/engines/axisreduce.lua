@@ -28,7 +28,6 @@ E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest o
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 -- the word type a V-element load moves, by its bytes
 local WORD = { [2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16] = "uint4" }
-local cdim = pw.cdim
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 
@@ -46,15 +45,9 @@ local function runs_of(x, y)
   return runs
 end
 
--- The product of x's axes in run r (nil: none) as a C expression, its launch factors, and its
--- value when compile-time.
+-- The product of x's axes in run r (nil: none): rowgen.extent's expression, factors, value.
 local function extent(dims, r)
-  if not r then return "1LL", { 1 }, 1 end
-  local names, const = shape.product(dims, r.from, r.to)
-  local factors = {}
-  for _, n in ipairs(names) do factors[#factors + 1] = n end
-  if const ~= 1 or #factors == 0 then factors[#factors + 1] = const end
-  return cdim(shape.product_value(names, const)), factors, #names == 0 and const or nil
+  return rowgen.extent(dims, r and r.from or 1, r and r.to or 0)
 end
 
 -- Elements a thread loads at once: up to 16 bytes of every tensor read whole (the input's

@@ -30,13 +30,20 @@ function M.suffix(dims, n)
   return H
 end
 
--- The number of rows as a C expression and as a launch factor list ({"T", 4}).
-function M.rows(dims, nsuffix)
-  local names, const = shape.product(dims, 1, #dims - nsuffix)
+-- The product of dims[from..to] (none: 1) as a C expression, as a launch factor list
+-- ({"T", 4}), and as a number when compile-time.
+function M.extent(dims, from, to)
+  local names, const = shape.product(dims, from, to)
   local factors = {}
   for _, n in ipairs(names) do factors[#factors + 1] = n end
   if const ~= 1 or #factors == 0 then factors[#factors + 1] = const end
-  return cdim(shape.product_value(names, const)), factors
+  return cdim(shape.product_value(names, const)), factors, #names == 0 and const or nil
+end
+
+-- The number of rows as a C expression and as a launch factor list.
+function M.rows(dims, nsuffix)
+  local expr, factors = M.extent(dims, 1, #dims - nsuffix)
+  return expr, factors
 end
 
 -- How tensor t is read per element of the row space E (last nsuffix axes form the row):
