@@ -22,6 +22,8 @@ M.ANCHORS = {
   matmul = { ins = { "A", "B" }, outs = { "C" }, no_prologue = true },
   rmsnorm = { ins = { "input" }, outs = { "Y" } },
   layernorm = { ins = { "input" }, outs = { "Y" } },
+  instancenorm = { ins = { "input" }, outs = { "Y" } },
+  adalayernorm = { ins = { "input" }, outs = { "Y" } },
   rmsnorm_backward = { ins = { "grad", "input" }, outs = { "DX" } },
   layernorm_backward = { ins = { "grad", "input" }, outs = { "DX" } },
   softmax = { ins = { "P" }, outs = { "S" } },
@@ -39,7 +41,7 @@ local function all_ones(dims)
 end
 
 -- Anchors whose epilogue may hold per-row reductions (rowred) and per-row ops (rowpw).
-M.ROWRED = { rmsnorm = true, layernorm = true }
+M.ROWRED = { rmsnorm = true, layernorm = true, instancenorm = true, adalayernorm = true }
 
 -- Whether dims are one value per row of the element space `space`: the same rank, a trailing
 -- block of ones (the last axis among them), the leading axes equal.

@@ -29,12 +29,16 @@ local ptx = require "kiln.ptx"
 local E = { id = "row", version = 1 }
 
 local KIND = {
-  rmsnorm = "norm", layernorm = "norm",
+  rmsnorm = "norm", layernorm = "norm", instancenorm = "norm", adalayernorm = "norm",
   rmsnorm_backward = "norm_bwd", layernorm_backward = "norm_bwd",
   softmax = "softmax", log_softmax = "softmax",
   softmax_backward = "softmax_bwd", log_softmax_backward = "softmax_bwd",
   reduction = "reduce",
 }
+
+-- The op whose kernel a norm runs: instance norm and adaptive layer norm are layer norms over
+-- their own normalized axes whose scale and bias are read per channel or per sample.
+local AS_OP = { instancenorm = "layernorm", adalayernorm = "layernorm" }
 
 local LOG2E = "1.4426950408889634f"
 local NEG_INF = "__int_as_float(0xff800000)"
@@ -79,7 +83,7 @@ E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- log_softmax_backward 1.02-1.05x at 4096 rows, 0.995-1.002x at 16384 and 32768; softmax_backward
 -- 1.05x at 4096 x 2048, 1.000-1.004x elsewhere.
 function E.ptxas_level(info, group)
-  local op, L = info.anchor.op, info.L
+  local op, L = info.op, info.L
   local pro, epi = #(group.prologue or {}), #(group.epilogue or {})
   if info.strategy ~= "regs" or #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil end
   if (op == "layernorm" or info.kind == "softmax_bwd") and not L.CL and pro + epi == 0 then return 1 end
@@ -119,11 +123,13 @@ local function row_n_setting()
   return true, tonumber(v)
 end
 
--- The trailing block of axes a norm normalizes (scale extent not 1), or nil.
-local function norm_suffix(x, scale)
+-- The trailing block of axes a norm normalizes, or nil: instancenorm's spatial axes (past the
+-- channel), else those where scale's extent is not 1 (adalayernorm's past its sample axis).
+local function norm_suffix(op, x, scale)
   local n, pad = #x.dims, #x.dims - #scale.dims
+  if op == "instancenorm" then return n > 2 and n - 2 or nil end
   local first
-  for i = 1, n do
+  for i = op == "adalayernorm" and 2 or 1, n do
     local d = scale.dims[i - pad] or 1
     if d ~= 1 then first = first or i elseif first then return nil end
   end
@@ -151,8 +157,8 @@ end
 -- measured 0.89x and 0.93x the re-read row at 16384 x 65536 (H200, 2026-12-01); exchanging one
 -- pair a CTA (its mean and squared deviations, its max and sum of exps) instead of meeting the
 -- cluster twice measured slower still (0.95x the two meetings).
-local function cluster_pays(a, kind, rowred)
-  if kind == "norm" then return a.op == "rmsnorm" and #rowred == 0 end
+local function cluster_pays(op, kind, rowred)
+  if kind == "norm" then return op == "rmsnorm" and #rowred == 0 end
   return kind == "softmax_bwd"
 end
 
@@ -187,7 +193,7 @@ local function analyze(group, g, cluster)
     return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, group.nodes[1].op)
   end
   local spec = lower.ANCHORS[a.op]
-  local info = { kind = kind, anchor = a }
+  local info = { kind = kind, anchor = a, op = AS_OP[a.op] or a.op }
   local why_not = lower.workspace_reason(group, g)
   if why_not then return fail("%s", why_not) end
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
@@ -204,7 +210,7 @@ local function analyze(group, g, cluster)
   local Edims = x.dims
   local nsuffix
   if kind == "norm" or kind == "norm_bwd" then
-    nsuffix = norm_suffix(x, g.by_uid[a.inputs.scale])
+    nsuffix = norm_suffix(a.op, x, g.by_uid[a.inputs.scale])
     if not nsuffix then return fail("the normalized axes of %s are not its trailing axes", shape.format(x.dims)) end
   elseif kind == "reduce" then
     local y = g.by_uid[a.outputs.Y]
@@ -260,10 +266,12 @@ local function analyze(group, g, cluster)
       end
       local how = rowgen.classify(t, Edims, nsuffix)
       info.access[uid] = how
-      if how == "full" or how == "col" then vec_tensors[#vec_tensors + 1] = t end
+      if how == "full" or how == "col" or (how == "gather" and rowgen.col_block(t, info)) then
+        vec_tensors[#vec_tensors + 1] = t
+      end
     end
   end
-  if kind == "norm" or kind == "norm_bwd" then
+  if (kind == "norm" or kind == "norm_bwd") and not AS_OP[a.op] then
     for _, p in ipairs({ "scale", "bias" }) do
       local uid = a.inputs[p]
       if uid and info.access[uid] ~= "col" then
@@ -311,13 +319,13 @@ local function analyze(group, g, cluster)
         hold = hold + V * dtypes.size(g.by_uid[uid].dtype)
       end
     end
-    if a.op == "softmax" then hold = hold + 4 * V end
+    if info.op == "softmax" then hold = hold + 4 * V end
   end
   info.held = held
   local max_n = E.MAX_N
   if kind == "norm_bwd" or #prologue + #epilogue + #amax + #rowred > 0 then max_n = E.MAX_N_FUSED end
   local target = hold > 0 and math.max(1, math.min(max_n, 128 // hold)) or max_n
-  local lean = E.FULL_OCCUPANCY_OPS[a.op] and #prologue + #epilogue + #amax + #rowred == 0
+  local lean = E.FULL_OCCUPANCY_OPS[info.op] and #prologue + #epilogue + #amax + #rowred == 0
   if lean then target = math.min(target, E.FULL_OCCUPANCY_N) end
   local _, want_n = row_n_setting()
   if want_n and kind ~= "norm_bwd" then target = want_n end
@@ -344,8 +352,8 @@ local function analyze(group, g, cluster)
   end
   if info.strategy == "regs" and L.block >= 1024 and narrow and #prologue + #epilogue + #amax + #rowred == 0
      and not (lean and L.N <= E.FULL_OCCUPANCY_N) then
-    if a.op == "rmsnorm" and bf16 then info.full_occupancy = 2048 // L.block
-    elseif E.ONE_CTA_REREAD[a.op] then info.strategy = "reread" end
+    if info.op == "rmsnorm" and bf16 then info.full_occupancy = 2048 // L.block
+    elseif E.ONE_CTA_REREAD[info.op] then info.strategy = "reread" end
   end
   -- a row too wide to hold: 2, 4 or 8 CTAs of a cluster each hold an equal part in registers
   -- and meet in distributed shared memory for the reduction, so the row is read once, not
@@ -355,7 +363,7 @@ local function analyze(group, g, cluster)
   -- at most 256 threads where 8 CTAs allow it; `cluster` a number: that size at least, for any
   -- kind (for measuring).
   local forced = type(cluster) == "number"
-  if info.strategy == "reread" and cluster and (forced or cluster_pays(a, kind, rowred)) then
+  if info.strategy == "reread" and cluster and (forced or cluster_pays(info.op, kind, rowred)) then
     local Lc = cluster_layout(H, V, target, forced and cluster or 2, forced, function(Lc)
       return Lc.N * hold <= math.min(160, ((65536 // Lc.block) - 40) * 4)
     end)
@@ -366,7 +374,7 @@ local function analyze(group, g, cluster)
   -- this row's reduction waits on the cluster, instead of the row re-read from L2; in the
   -- shapes rowfwd_staged_ptx.DEFAULT gives each op and dtype (measured there).
   local stage_mode = (kind == "norm" or kind == "softmax")
-    and rowfwd_staged_ptx.mode(a.op, g.by_uid[a.inputs.input or a.inputs.P].dtype)
+    and rowfwd_staged_ptx.mode(info.op, g.by_uid[a.inputs.input or a.inputs.P].dtype)
   if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off
      and (not stage_mode.widths or stage_mode.widths[H]) then
     local Lc, st = cluster_layout(H, V, target, 2, false, function(Lc)
@@ -433,7 +441,7 @@ local function analyze(group, g, cluster)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   if lean and info.strategy == "regs" and L.N <= E.FULL_OCCUPANCY_N then info.full_occupancy = 2048 // L.block end
-  if a.op == "rmsnorm" and L.CL and info.strategy == "regs" and not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
+  if info.op == "rmsnorm" and L.CL and info.strategy == "regs" and not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
     info.full_occupancy = 2048 // L.block
   end
   -- KILN_ROW_MINB=N (for measuring): a one-wave kernel's CTAs per SM held to at least N, which
@@ -973,7 +981,7 @@ function E.build(plan, group, g, target, symbol)
       end })
   end
   if kind == "norm" then
-    local is_ln = a.op == "layernorm"
+    local is_ln = info.op == "layernorm"
     local eps = a.inputs.epsilon and base[a.inputs.epsilon] or render.float_literal(a.attrs.epsilon)
     K:add("  float a0 = 0.0f;")
     input_pass({ extra = function(lines)

@@ -75,7 +75,7 @@ end
 function M.emit(K, info, group, g, target, amax_out)
   local a, L = info.anchor, info.L
   local H, V = L.H, L.V
-  local is_ln = a.op == "layernorm"
+  local is_ln = info.op == "layernorm"
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
   local read_later = pw.read_set(group.nodes)
   local made = rowgen.made(group)

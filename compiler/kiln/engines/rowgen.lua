@@ -353,6 +353,41 @@ end
 -- Whether tensor t holds one value per row of analyze's info, row-major (a row index is its offset).
 function M.per_row(t, info) return pw.dims_equal(t.dims, info.stats_dims) and shape.is_row_major(t.dims, t.strides) end
 
+-- Where tensor t's values for a row start, broadcast over some of info's row axes (a scale
+-- per channel or per sample): terms { div, mod, stride } whose sum of
+-- ((row / div) % mod) * stride is the offset in elements (no mod: the outermost axis); nil when
+-- a divisor is not compile-time. t's own row-major suffix (`col`) is then read as a column tensor.
+function M.row_offset(t, info)
+  local E, ns = info.E, info.nsuffix
+  local R, pad = #E, #E - #t.dims
+  local terms, div = {}, 1
+  for k = R - ns, 1, -1 do
+    local d = t.dims[k - pad]
+    if d ~= nil and d ~= 1 then
+      local outer = true
+      for j = 1, k - 1 do if E[j] ~= 1 then outer = false end end
+      if not div or (not outer and type(E[k]) ~= "number") then return nil end
+      terms[#terms + 1] = { div = div, mod = not outer and E[k] or nil, stride = t.strides[k - pad] }
+    end
+    div = div and type(E[k]) == "number" and div * E[k] or nil
+  end
+  return terms
+end
+
+-- Whether t's trailing axes are the row's, row-major: then its row is read by vectors like a
+-- column tensor's, from M.row_offset's start.
+function M.col_block(t, info)
+  local E, ns = info.E, info.nsuffix
+  local pad = #E - #t.dims
+  local sub_d, sub_s = {}, {}
+  for k = #E - ns + 1, #E do
+    local d = t.dims[k - pad]
+    if d == nil or not pw.dims_equal({ d }, { E[k] }) then return false end
+    sub_d[#sub_d + 1], sub_s[#sub_s + 1] = d, t.strides[k - pad]
+  end
+  return shape.is_row_major(sub_d, sub_s)
+end
+
 -- The tensors a group's nodes compute (a tensor another kernel wrote is a memory source).
 function M.made(group)
   local made = {}

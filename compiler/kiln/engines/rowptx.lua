@@ -19,6 +19,18 @@ function M.one_value(t)
   return true
 end
 
+-- base + z * (rowgen.row_offset's element offset of the row in b64 `row`): 32-bit coordinates
+-- (a row index is below 2^31), divided by compile-time divisors.
+function M.at_row_offset(P, row, terms, z, base)
+  local r32 = P:def("b32", "cvt.u32.u64 %s, %s;", row)
+  for _, tm in ipairs(terms) do
+    local c = tm.div == 1 and r32 or P:def("b32", "div.u32 %s, %s, %d;", r32, tm.div)
+    if tm.mod then c = P:def("b32", "rem.u32 %s, %s, %d;", c, tm.mod) end
+    base = P:def("b64", "mad.wide.u32 %s, %s, %d, %s;", c, tm.stride * z, base)
+  end
+  return base
+end
+
 -- Vectors a trip of a re-read row: the most that divide the thread's N and are at most
 -- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4.
 function M.trip(info)
@@ -50,8 +62,10 @@ function M.declines(info, group, g)
       local how = info.access[uid]
       if not M.IN[t.dtype] then return t.name .. " is " .. t.dtype end
       if how == "row" then
-        if not rowgen.per_row(t, info) and not M.one_value(t) then return t.name .. " is not one value per row, row-major" end
-      elseif how ~= "full" and how ~= "col" then
+        if not rowgen.per_row(t, info) and not M.one_value(t) and not rowgen.row_offset(t, info) then
+          return t.name .. " is not one value per row at a compile-time place"
+        end
+      elseif how == "gather" and not (rowgen.col_block(t, info) and rowgen.row_offset(t, info)) then
         return t.name .. " is gathered"
       elseif (L.V * dtypes.size(t.dtype)) % 4 ~= 0 then
         return "vectors narrower than a word"
@@ -129,7 +143,9 @@ function M.new(K, info, g, inputs, made, at)
     elseif t.role == "scalar" then
       base[uid] = P:input("f", K:scalar(uid))
     elseif info.access[uid] == "row" then
-      local addr = M.one_value(t) and gptr(uid) or def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, dtypes.size(t.dtype), gptr(uid))
+      local addr = M.one_value(t) and gptr(uid)
+        or rowgen.per_row(t, info) and def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, dtypes.size(t.dtype), gptr(uid))
+        or M.at_row_offset(P, row, rowgen.row_offset(t, info), dtypes.size(t.dtype), gptr(uid))
       if t.dtype == "fp32" then base[uid] = def("b32", "ld.global.nc.f32 %s, [%s];", addr)
       else
         local h = def("b16", "ld.global.nc.b16 %s, [%s];", addr)
@@ -148,7 +164,8 @@ function M.new(K, info, g, inputs, made, at)
     local writable = t.role == "output"
     K:need_align(uid, math.min(16, V * z))
     local b = def("b64", "mad.wide.u32 %s, %s, %d, %s;", col or lane, V * z, gptr(uid, writable))
-    if writable or info.access[uid] == "full" then b = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, H * z, b) end
+    if writable or info.access[uid] == "full" then b = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, H * z, b)
+    elseif info.access[uid] == "gather" then b = M.at_row_offset(P, row, rowgen.row_offset(t, info), z, b) end
     vbase[uid] = b
     return b
   end

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""kiln's instance norm and adaptive layer norm (the row engine's layer norm with scale and bias
+per channel or per sample) side by side with torch eager and torch.compile
+(tests/specs/bench/norm_axes.lua), graph replays, medians of several rounds. Usage:
+    kiln build tests/specs/bench/norm_axes.lua --sm 90a -o norm_axes.kpack
+    python3 bench/norm_axes.py --pack norm_axes.kpack [--rounds 5] [--out DIR]
+Bandwidth counts x read once and y written once; the copy ceiling is bench.py's.
+"""
+import argparse
+import csv
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import kiln  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from bench.bench import copy_ceiling, graph_ms  # noqa: E402
+
+
+def instance_norm(x, g, b):
+    return F.instance_norm(x, weight=g.reshape(-1), bias=b.reshape(-1), eps=1e-5)
+
+
+def ada_layer_norm(x, g, b):
+    return F.layer_norm(x, (x.shape[-1],), eps=1e-6) * g + b
+
+
+# graph, values of its dynamic dim, x's shape and the parameters' from it, torch's op
+CASES = [
+    ("inorm_64x3136", (64, 256), lambda n: ((n, 64, 3136), (1, 64, 1)), instance_norm),
+    ("inorm_320x4096", (8, 32), lambda n: ((n, 320, 4096), (1, 320, 1)), instance_norm),
+    ("adaln_256x1152", (32, 256), lambda n: ((n, 256, 1152), (n, 1, 1152)), ada_layer_norm),
+    ("adaln_4096x3072", (1, 4), lambda n: ((n, 4096, 3072), (n, 1, 3072)), ada_layer_norm),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pack", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    pack = kiln.Pack(args.pack)
+    ceiling = copy_ceiling()
+    print("copy ceiling %.2f TB/s" % ceiling)
+    rows = []
+    for name, values, shapes_of, ref in CASES:
+        plan = next(p for p in pack.plans() if p.graph == name)
+        compiled = torch.compile(ref)
+        for n in values:
+            xs, ps = shapes_of(n)
+            x = torch.randn(xs, device="cuda", dtype=torch.bfloat16)
+            g = (1 + 0.5 * torch.randn(ps, device="cuda")).to(torch.bfloat16)
+            b = torch.randn(ps, device="cuda", dtype=torch.bfloat16)
+            want = ref(x.double(), g.double(), b.double())
+            y = torch.full(xs, float("nan"), device="cuda", dtype=torch.bfloat16)
+            plan(x=x, g=g, b=b, y=y)
+            err = (y.double() - want).abs().max().item()
+            assert err < 0.05 * want.abs().max().item(), "%s at %d: max error %g" % (name, n, err)
+            compiled(x, g, b)
+            tk, te, tc = [], [], []
+            for _ in range(args.rounds):
+                tk.append(graph_ms(lambda: plan(x=x, g=g, b=b, y=y)))
+                te.append(graph_ms(lambda: ref(x, g, b)))
+                tc.append(graph_ms(lambda: compiled(x, g, b)))
+            mk, me, mc = statistics.median(tk), statistics.median(te), statistics.median(tc)
+            nbytes = 2 * x.numel() * x.element_size()
+            tbs = nbytes / mk / 1e9
+            rows.append({"case": name, "shape": "x".join(map(str, xs)), "kiln_ms": "%.4f" % mk,
+                         "kiln_TBs": "%.2f" % tbs, "pct_copy": "%.0f" % (100 * tbs / ceiling),
+                         "x_eager": "%.2f" % (me / mk), "x_compile": "%.2f" % (mc / mk)})
+            print("%-16s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
+                name, rows[-1]["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
+    if args.out:
+        with open(os.path.join(args.out, "norm_axes.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
