@@ -9,7 +9,7 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        specs/add_rmsnorm_silu_gate.lua
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
-       tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua)
+       tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 130 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 135 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -51,6 +51,20 @@ for f in "${fused[@]}"; do
   run_kiln explain "$spec"
   expect_out "group 0 \($*\): plan (row|colreduce):" "$spec: $* fuse into one kernel"
 done
+
+# instance norm and adaptive layer norm: layer norms over their own axes, scale and bias per channel
+# (one value a row, at row % C) or per sample (a row of columns at (row / S) * D), body in PTX
+run_kiln source tests/specs/mem/norm_axes.lua --sm 90a
+ok "instance norm and adaptive layer norm run as row kernels with their body in PTX, but under a dynamic sequence length" \
+  test "$(grep -c '^// kiln row engine: \(instancenorm\|adalayernorm\);.*body in PTX\.$' "$OUTF")" = 5
+ok "a dynamic sequence length: the per-sample scale gathered in the CUDA form" \
+  bash -c "grep -q '^// kiln row engine: adalayernorm; 32 threads per row of 1024, 4 rows per CTA, 4 vectors of 8 per thread, row held in registers\.$' '$OUTF'"
+ok "per channel: the row's channel is row % C" grep -q 'rem.u32 %%kr[0-9]*, %%kr[0-9]*, 8;' "$OUTF"
+ok "per sample: the row's sample is row / S, a row of D columns on" \
+  bash -c "grep -A1 'div.u32 %%kr[0-9]*, %%kr[0-9]*, 5;' '$OUTF' | grep -q 'mad.wide.u32 %%kd[0-9]*, %%kr[0-9]*, 4096,'"
+run_kiln explain tests/specs/mem/norm_axes.lua --sm 90a
+ok "statistics per (sample, channel) over the spatial axes: instancenorm of [T, 3, 7, 143] rows of 1001" \
+  grep -q 'group 0 (instancenorm): plan row:v1:instancenorm:p256n4v1r1:regs' "$OUTF"
 
 # reductions over other axes (axisreduce.lua): a middle block by lanes over adjacent outputs, a leading and
 # a trailing block (per channel) a CTA per channel and slice, then the finalize; more blocks declined

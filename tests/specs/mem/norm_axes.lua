@@ -1,7 +1,8 @@
 -- Norms whose scale and bias are not one row of columns, run as layer norms by the row engine:
 -- instance norm (statistics per sample and channel over the spatial axes, scale and bias per
 -- channel) and adaptive layer norm (scale and bias per sample, [B, 1, D]), in every dtype, at
--- odd sizes, training and inference, with a fused epilogue and a row too wide to hold.
+-- odd sizes, training and inference, with a fused epilogue, a dynamic sequence length (the
+-- sample's row offset not compile-time: the CUDA form's gather) and a row too wide to hold.
 local k = require "kiln"
 return {
   k.graph "instancenorm_bf16" {
@@ -33,6 +34,13 @@ return {
                r = { "T", "S", "D" } },
     body = function(G, x, g, b, r)
       return { y = G:add(G:adalayernorm(x, g, b, { epsilon = 1e-5 }), r) }
+    end,
+  },
+  k.graph "adaln_dynamic_seq" {
+    dims = { B = 3, T = k.dynamic, D = 1024 }, dtype = "bf16",
+    inputs = { x = { "B", "T", "D" }, g = { "B", 1, "D" }, b = { "B", 1, "D" } },
+    body = function(G, x, g, b)
+      return { y = G:adalayernorm(x, g, b, { epsilon = 1e-6 }) }
     end,
   },
   k.graph "adaln_wide_bf16" {
