@@ -22,7 +22,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 135 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 136 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -65,6 +65,8 @@ ok "per sample: the row's sample is row / S, a row of D columns on" \
 run_kiln explain tests/specs/mem/norm_axes.lua --sm 90a
 ok "statistics per (sample, channel) over the spatial axes: instancenorm of [T, 3, 7, 143] rows of 1001" \
   grep -q 'group 0 (instancenorm): plan row:v1:instancenorm:p256n4v1r1:regs' "$OUTF"
+ok "batch norm in inference is elementwise: one pointwise kernel with its ReLU" \
+  grep -q 'group 0 (batchnorm_inference relu): plan pointwise:' "$OUTF"
 
 # reductions over other axes (axisreduce.lua): a middle block by lanes over adjacent outputs, a leading and
 # a trailing block (per channel) a CTA per channel and slice, then the finalize; more blocks declined

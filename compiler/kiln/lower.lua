@@ -329,6 +329,10 @@ local function ordered(g, groups)
   return out
 end
 
+-- The family a node's kernel group takes: an `elementwise` op of another family (batch norm
+-- in inference) fuses as a pointwise op.
+function M.family(def) return def.elementwise and "pointwise" or def.family end
+
 function M.lower(g)
   local groups, group_of_tensor = {}, {}
   for _, node in ipairs(g.nodes) do
@@ -337,11 +341,12 @@ function M.lower(g)
       latest = math.max(latest, group_of_tensor[uid] or 0)
     end
     local grp
-    if node.def.family == "pointwise" and latest > 0 and groups[latest].family == "pointwise" then
+    local family = M.family(node.def)
+    if family == "pointwise" and latest > 0 and groups[latest].family == "pointwise" then
       grp = groups[latest]
     else
-      grp = { index = #groups + 1, family = node.def.family, nodes = {} }
-      if node.def.family ~= "pointwise" then grp.anchor = node end
+      grp = { index = #groups + 1, family = family, nodes = {} }
+      if family ~= "pointwise" then grp.anchor = node end
       groups[#groups + 1] = grp
     end
     grp.nodes[#grp.nodes + 1] = node

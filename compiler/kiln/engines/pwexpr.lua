@@ -161,7 +161,7 @@ function M.substitute(def, expr, args, attrs)
     if type(v) == "boolean" then v = v and 1 or 0 end
     return render.float_literal(tonumber(v) or 0)
   end)
-  local names = { "a", "b", "c" }
+  local names = { "a", "b", "c", "d", "e" }
   for i, p in ipairs(def.input_ports) do
     local v = args[p.name] or "0.0f"
     expr = expr:gsub("%f[%w_]" .. names[i] .. "%f[^%w_]", "(" .. v .. ")")

@@ -240,6 +240,8 @@ return {
     inputs = { "input", "mean", "inv_variance", "scale", "bias" },
     outputs = { "Y" },
     aliases = {}, attrs = {},
+    -- an elementwise op over broadcast per-channel operands: kernels fuse it as a pointwise op
+    elementwise = true, cexpr = "(a - b) * c * d + e",
     infer = function(ctx, ins)
       local x = ins.input
       util.dtype_in(ctx, "input", x, FLOATS)

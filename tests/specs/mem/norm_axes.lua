@@ -2,7 +2,8 @@
 -- instance norm (statistics per sample and channel over the spatial axes, scale and bias per
 -- channel) and adaptive layer norm (scale and bias per sample, [B, 1, D]), in every dtype, at
 -- odd sizes, training and inference, with a fused epilogue, a dynamic sequence length (the
--- sample's row offset not compile-time: the CUDA form's gather) and a row too wide to hold.
+-- sample's row offset not compile-time: the CUDA form's gather) and a row too wide to hold; and
+-- batch norm in inference, an elementwise op fused with its ReLU by the pointwise engine.
 local k = require "kiln"
 return {
   k.graph "instancenorm_bf16" {
@@ -41,6 +42,14 @@ return {
     inputs = { x = { "B", "T", "D" }, g = { "B", 1, "D" }, b = { "B", 1, "D" } },
     body = function(G, x, g, b)
       return { y = G:adalayernorm(x, g, b, { epsilon = 1e-6 }) }
+    end,
+  },
+  k.graph "batchnorm_inference_relu" {
+    dims = { T = k.dynamic, C = 64, H = 14, W = 14 }, dtype = "bf16",
+    inputs = { x = { "T", "C", "H", "W" }, mean = { 1, "C", 1, 1, dtype = "fp32" },
+               inv_var = { 1, "C", 1, 1, dtype = "fp32" }, g = { 1, "C", 1, 1 }, b = { 1, "C", 1, 1 } },
+    body = function(G, x, mean, inv_var, g, b)
+      return { y = G:relu(G:batchnorm_inference(x, mean, inv_var, g, b)) }
     end,
   },
   k.graph "adaln_wide_bf16" {
