@@ -26,8 +26,13 @@ E.SLICES_PER_SM = 8  -- inner: CTAs per SM the slices of all channels aim at (fu
 E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
--- the word type a V-element load moves, by its bytes
-local WORD = { [2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16] = "uint4" }
+
+-- The V elements from flat input index `index` folded into accumulator `acc` (rowgen.elements).
+local function element(K, group, g, info, index, acc, indent, V)
+  rowgen.elements(K, group, g, info.E, index, indent, V, function(lines, value, inner)
+    lines[#lines + 1] = inner .. subst(info.mode.upd, { a = acc, v = value[info.anchor.inputs.input] })
+  end)
+end
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 
@@ -116,52 +121,6 @@ function E.propose(group, g, target)
   local info, why = analyze(group, g)
   if not info then return nil, why end
   return { { id = info.id, knobs = { form = info.form }, rank = 1, info = info } }
-end
-
--- The body of the V elements from flat input index `index` folded into accumulator `acc`: the
--- row-major tensors of the input's shape as one V-wide load, anything else gathered per
--- element, the prologue, the update (lines into K).
-local function element(K, group, g, info, index, acc, indent, V)
-  local value, whole, gathered = {}, {}, {}
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if t.role == "constant" or t.role == "scalar" then
-      value[uid] = K:scalar(uid)
-    elseif pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides) then
-      whole[#whole + 1] = uid
-    else
-      gathered[#gathered + 1] = uid
-    end
-  end
-  K:add("%s{", indent)
-  local inner = indent .. "  "
-  for _, uid in ipairs(whole) do
-    local st = pw.storage(K.src, g.by_uid[uid].dtype)
-    local bytes = V * dtypes.size(g.by_uid[uid].dtype)
-    K:need_align(uid, bytes)
-    K:add("%salignas(16) %s r%d_[%d];", inner, st.ctype, uid, V)
-    K:add("%s*reinterpret_cast<%s *>(r%d_) = *reinterpret_cast<const %s *>(%s + %s);", inner, WORD[bytes], uid,
-      WORD[bytes], K:ptr(uid), index)
-  end
-  K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", inner, V)
-  local lines, at = {}, string.format("(%s + j)", index)
-  for _, uid in ipairs(whole) do
-    lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid, pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).load,
-      string.format("r%d_[j]", uid)))
-    value[uid] = "v" .. uid
-  end
-  for _, uid in ipairs(gathered) do
-    local t = g.by_uid[uid]
-    lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid,
-      pw.fmt(pw.storage(K.src, t.dtype).load, string.format("%s[%s]", K:ptr(uid), pw.offset_expr(t, info.E, at))))
-    value[uid] = "v" .. uid
-  end
-  pw.emit_nodes(group.prologue or {}, value, lines, { g = g, src = K.src, space = info.E, index = at, indent = inner .. "  ",
-                                                      read_later = pw.read_set(group.nodes) })
-  lines[#lines + 1] = inner .. "  " .. subst(info.mode.upd, { a = acc, v = value[info.anchor.inputs.input] })
-  for _, l in ipairs(lines) do K:add("%s", l) end
-  K:add("%s}", inner)
-  K:add("%s}", indent)
 end
 
 local function build_strided(plan, group, g, symbol)

@@ -11,6 +11,7 @@ M.list = {
   (require "kiln.engines.colreduce"),  -- reductions over the leading axes or over everything
   (require "kiln.engines.gemm"),       -- matmul with a fused epilogue (wgmma on sm_90a, mma.sync elsewhere)
   (require "kiln.engines.axisreduce"), -- reductions over a middle block of axes, or a leading and a trailing one
+  (require "kiln.engines.axissoftmax"), -- softmax, log_softmax and their backwards over a non-last axis
 }
 
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.

@@ -388,6 +388,57 @@ function M.col_block(t, info)
   return shape.is_row_major(sub_d, sub_s)
 end
 
+-- the word type a load of V elements moves, by its bytes
+local WORD = { [2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16] = "uint4" }
+M.WORD = WORD
+
+-- The V elements from flat index `index` of `space` (lines into K, a block at `indent`): the
+-- group's row-major tensors of that shape as one V-wide load, anything else gathered per
+-- element, the prologue, then `tail(lines, value, indent)` per element j (value[uid]: the
+-- element's values; the group's anchor input among them).
+function M.elements(K, group, g, space, index, indent, V, tail)
+  local value, whole, gathered = {}, {}, {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" or t.role == "scalar" then
+      value[uid] = K:scalar(uid)
+    elseif pw.dims_equal(t.dims, space) and shape.is_row_major(t.dims, t.strides) then
+      whole[#whole + 1] = uid
+    else
+      gathered[#gathered + 1] = uid
+    end
+  end
+  K:add("%s{", indent)
+  local inner = indent .. "  "
+  for _, uid in ipairs(whole) do
+    local st = pw.storage(K.src, g.by_uid[uid].dtype)
+    local bytes = V * dtypes.size(g.by_uid[uid].dtype)
+    K:need_align(uid, bytes)
+    K:add("%salignas(16) %s r%d_[%d];", inner, st.ctype, uid, V)
+    K:add("%s*reinterpret_cast<%s *>(r%d_) = *reinterpret_cast<const %s *>(%s + %s);", inner, WORD[bytes], uid,
+      WORD[bytes], K:ptr(uid), index)
+  end
+  K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", inner, V)
+  local lines, at = {}, string.format("(%s + j)", index)
+  for _, uid in ipairs(whole) do
+    lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid, pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).load,
+      string.format("r%d_[j]", uid)))
+    value[uid] = "v" .. uid
+  end
+  for _, uid in ipairs(gathered) do
+    local t = g.by_uid[uid]
+    lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid,
+      pw.fmt(pw.storage(K.src, t.dtype).load, string.format("%s[%s]", K:ptr(uid), pw.offset_expr(t, space, at))))
+    value[uid] = "v" .. uid
+  end
+  pw.emit_nodes(group.prologue or {}, value, lines, { g = g, src = K.src, space = space, index = at, indent = inner .. "  ",
+                                                      read_later = pw.read_set(group.nodes) })
+  tail(lines, value, inner .. "  ")
+  for _, l in ipairs(lines) do K:add("%s", l) end
+  K:add("%s}", inner)
+  K:add("%s}", indent)
+end
+
 -- The tensors a group's nodes compute (a tensor another kernel wrote is a memory source).
 function M.made(group)
   local made = {}

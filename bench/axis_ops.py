@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""kiln's instance norm and adaptive layer norm (the row engine's layer norm with scale and bias
-per channel or per sample) side by side with torch eager and torch.compile
-(tests/specs/bench/norm_axes.lua), graph replays, medians of several rounds. Usage:
-    kiln build tests/specs/bench/norm_axes.lua --sm 90a -o norm_axes.kpack
-    python3 bench/norm_axes.py --pack norm_axes.kpack [--rounds 5] [--out DIR]
+"""kiln's ops over other axes side by side with torch eager and torch.compile: softmax over a
+non-last axis (engines/axissoftmax.lua), instance norm and adaptive layer norm (the row engine's
+layer norm with scale and bias per channel or per sample); tests/specs/bench/axis_ops.lua, graph
+replays, medians of several rounds. Usage:
+    kiln build tests/specs/bench/axis_ops.lua --sm 90a -o axis_ops.kpack
+    python3 bench/axis_ops.py --pack axis_ops.kpack [--rounds 5] [--out DIR]
 Bandwidth counts x read once and y written once; the copy ceiling is bench.py's.
 """
 import argparse
@@ -24,6 +25,10 @@ import torch.nn.functional as F  # noqa: E402
 from bench.bench import copy_ceiling, graph_ms  # noqa: E402
 
 
+def softmax1(x):
+    return torch.softmax(x, dim=1)
+
+
 def instance_norm(x, g, b):
     return F.instance_norm(x, weight=g.reshape(-1), bias=b.reshape(-1), eps=1e-5)
 
@@ -32,8 +37,10 @@ def ada_layer_norm(x, g, b):
     return F.layer_norm(x, (x.shape[-1],), eps=1e-6) * g + b
 
 
-# graph, values of its dynamic dim, x's shape and the parameters' from it, torch's op
+# graph, values of its dynamic dim, x's shape and the parameters' (None: none) from it, torch's op
 CASES = [
+    ("softmax_21x65536", (4, 16), lambda n: ((n, 21, 65536), None), softmax1),
+    ("softmax_512x1024", (16, 64), lambda n: ((n, 512, 1024), None), softmax1),
     ("inorm_64x3136", (64, 256), lambda n: ((n, 64, 3136), (1, 64, 1)), instance_norm),
     ("inorm_320x4096", (8, 32), lambda n: ((n, 320, 4096), (1, 320, 1)), instance_norm),
     ("adaln_256x1152", (32, 256), lambda n: ((n, 256, 1152), (n, 1, 1152)), ada_layer_norm),
@@ -57,19 +64,22 @@ def main():
         for n in values:
             xs, ps = shapes_of(n)
             x = torch.randn(xs, device="cuda", dtype=torch.bfloat16)
-            g = (1 + 0.5 * torch.randn(ps, device="cuda")).to(torch.bfloat16)
-            b = torch.randn(ps, device="cuda", dtype=torch.bfloat16)
-            want = ref(x.double(), g.double(), b.double())
+            params = {}
+            if ps:
+                params["g"] = (1 + 0.5 * torch.randn(ps, device="cuda")).to(torch.bfloat16)
+                params["b"] = torch.randn(ps, device="cuda", dtype=torch.bfloat16)
+            want = ref(x.double(), *[p.double() for p in params.values()])
             y = torch.full(xs, float("nan"), device="cuda", dtype=torch.bfloat16)
-            plan(x=x, g=g, b=b, y=y)
+            plan(x=x, y=y, **params)
             err = (y.double() - want).abs().max().item()
             assert err < 0.05 * want.abs().max().item(), "%s at %d: max error %g" % (name, n, err)
-            compiled(x, g, b)
+            ps_ = list(params.values())
+            compiled(x, *ps_)
             tk, te, tc = [], [], []
             for _ in range(args.rounds):
-                tk.append(graph_ms(lambda: plan(x=x, g=g, b=b, y=y)))
-                te.append(graph_ms(lambda: ref(x, g, b)))
-                tc.append(graph_ms(lambda: compiled(x, g, b)))
+                tk.append(graph_ms(lambda: plan(x=x, y=y, **params)))
+                te.append(graph_ms(lambda: ref(x, *ps_)))
+                tc.append(graph_ms(lambda: compiled(x, *ps_)))
             mk, me, mc = statistics.median(tk), statistics.median(te), statistics.median(tc)
             nbytes = 2 * x.numel() * x.element_size()
             tbs = nbytes / mk / 1e9
@@ -79,7 +89,7 @@ def main():
             print("%-16s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
                 name, rows[-1]["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
     if args.out:
-        with open(os.path.join(args.out, "norm_axes.csv"), "w", newline="") as f:
+        with open(os.path.join(args.out, "axis_ops.csv"), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)

@@ -1,0 +1,352 @@
+-- kiln.engines.axissoftmax: softmax, log_softmax and their backwards over an axis that is not
+-- the last (row.lua takes the last): [Ko, R, Ki] with the softmax axis R, softmax(x, dim = 1)
+-- of an NCHW tensor or of [B, S, H] over S. A CTA's 256 threads split the R rows RS ways and
+-- take 256 / RS lanes of V adjacent columns each (16-byte loads); a column's statistics (max,
+-- then sum of exps; the backward's sum of dy * y or of dy) combine over the splits in a fixed
+-- order through shared memory, so every thread of a column holds the same bits. Where the
+-- CTA's R x TW values fit in shared memory they are staged there by the first pass (x read
+-- once); else the first pass keeps a running max and sum of exps (4 rows a step, the sum
+-- rescaled once a step) and the output pass reads x again (from L2). A pointwise prologue and
+-- epilogue fuse; a sink logit is declined.
+local shape = require "kiln.shape"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local lower = require "kiln.lower"
+local dtypes = require "kiln.dtypes"
+
+local E = { id = "axissoftmax", version = 1 }
+
+E.BLOCK = 256          -- threads a CTA
+E.MAX_SPLIT = 32       -- the most ways a CTA splits the rows (at least 8 lanes of columns)
+E.STAGE_BYTES = 40960  -- static shared memory for the staged values (fp32), with the 8 KB of partials under 48 KB
+E.STEP = 4             -- rows a step of the running max and sum (one rescale a step)
+
+local LOG2E = "1.4426950408889634f"
+local NEG_INF = "__int_as_float(0xff800000)"
+
+local KIND = { softmax = "fwd", log_softmax = "fwd", softmax_backward = "bwd", log_softmax_backward = "bwd" }
+
+local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
+
+-- V: up to 16 bytes of every tensor of the element space read or written whole, dividing Ki.
+local function vector_width(tensors, Ki)
+  if not Ki then return 1 end
+  local V = 8
+  for _, t in ipairs(tensors) do V = math.min(V, 16 // dtypes.size(t.dtype)) end
+  while Ki % V ~= 0 do V = V // 2 end
+  return V
+end
+
+local function analyze(group, g)
+  local a = group.anchor
+  local kind = a and KIND[a.op]
+  if not kind then return fail("group is a %s op (%s), not a softmax", group.family, group.nodes[1].op) end
+  local spec = lower.ANCHORS[a.op]
+  local x = g.by_uid[a.inputs[spec.ins[1]]]
+  local n = #x.dims
+  local axis = a.attrs.axis or -1
+  if axis < 0 then axis = axis + n end
+  if axis == n - 1 then return fail("%s over the last axis (the row engine's)", a.op) end
+  local why_not = lower.workspace_reason(group, g)
+  if why_not then return fail("%s", why_not) end
+  if a.inputs.SINK then return fail("a sink logit over a non-last axis") end
+  if #(group.amax or {}) + #(group.rowred or {}) > 0 then return fail("amax or per-row reductions in the epilogue") end
+  local ok, why = pw.supported(group.prologue or {}, g)
+  if ok then ok, why = pw.supported(group.epilogue or {}, g) end
+  if not ok then return nil, why end
+  local E_ = x.dims
+  for _, p in ipairs(spec.ins) do
+    local t = g.by_uid[a.inputs[p]]
+    if not pw.dims_equal(t.dims, E_) then return fail("%s %s and %s differ in shape", p, shape.format(t.dims), shape.format(E_)) end
+  end
+  local info = { anchor = a, kind = kind, op = a.op, E = E_, axis = axis + 1 }
+  info.Ko, info.Ko_f = rowgen.extent(E_, 1, axis)
+  local R_c, Ki_c
+  info.R, _, R_c = rowgen.extent(E_, axis + 1, axis + 1)
+  info.Ki, info.Ki_f, Ki_c = rowgen.extent(E_, axis + 2, n)
+  -- what is read or written per element, whole: V from their dtypes
+  local whole = {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
+      local b = shape.broadcast(t.dims, E_)
+      if not b or not pw.dims_equal(b, E_) then
+        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(E_))
+      end
+      if pw.dims_equal(t.dims, E_) and shape.is_row_major(t.dims, t.strides) then whole[#whole + 1] = t end
+    end
+  end
+  info.elem, info.stats = {}, {}
+  local stat_ports = {}
+  for _, p in ipairs({ "Stats", "Max", "Sum_exp" }) do if a.outputs[p] then stat_ports[a.outputs[p]] = p end end
+  local stats_dims = {}
+  for i, d in ipairs(E_) do stats_dims[i] = i == axis + 1 and 1 or d end
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    if not pw.STORAGE[t.dtype] then return fail("dtype %s of output '%s' is not supported", t.dtype, t.name) end
+    if not shape.is_row_major(t.dims, t.strides) then return fail("output '%s' is not row-major", t.name) end
+    if stat_ports[uid] then
+      info.stats[#info.stats + 1] = uid
+    elseif pw.dims_equal(t.dims, E_) then
+      info.elem[#info.elem + 1] = uid
+      whole[#whole + 1] = t
+    else
+      return fail("output '%s' %s is neither per element nor one per column", t.name, shape.format(t.dims))
+    end
+  end
+  -- V divides Ki's compile-time part (all of it when Ki is static)
+  local kc = Ki_c
+  if not kc then
+    kc = 1
+    for _, f in ipairs(info.Ki_f) do if type(f) == "number" then kc = kc * f end end
+  end
+  info.V = vector_width(whole, kc)
+  -- staged: the anchor's inputs (fp32) of the CTA's rows and columns in shared memory, at the
+  -- fewest splits whose columns fit; else as many splits as keep E.STEP rows in flight twice
+  local nin = #spec.ins
+  -- staging holds the anchor's inputs only: an epilogue reading anything else from memory or
+  -- from the prologue reads x again
+  local stageable = true
+  local made_after = { [a.outputs[spec.outs[1]]] = true }
+  for _, node in ipairs(group.epilogue or {}) do
+    for _, uid in pairs(node.inputs) do
+      local t = g.by_uid[uid]
+      local is_in = false
+      for _, p in ipairs(spec.ins) do if a.inputs[p] == uid then is_in = true end end
+      if not (made_after[uid] or is_in or t.role == "constant" or t.role == "scalar") then stageable = false end
+    end
+    for _, uid in pairs(node.outputs) do made_after[uid] = true end
+  end
+  if R_c and stageable then
+    local RS = 1
+    while RS <= E.MAX_SPLIT do
+      if R_c * (E.BLOCK // RS) * info.V * 4 * nin <= E.STAGE_BYTES then info.RS, info.staged = RS, true; break end
+      RS = RS * 2
+    end
+  end
+  if not info.staged then
+    local RS, R8 = 1, R_c or 8 * 2 * E.STEP
+    while RS < E.MAX_SPLIT and R8 >= 2 * 2 * RS * E.STEP do RS = RS * 2 end
+    info.RS = RS
+  end
+  info.id = string.format("axissoftmax:v%d:%s:b%dv%ds%d%s", E.version, a.op, E.BLOCK, info.V, info.RS,
+    info.staged and ":staged" or ":reread")
+  return info
+end
+
+function E.propose(group, g, target)
+  if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN)" end
+  local info, why = analyze(group, g)
+  if not info then return nil, why end
+  return { { id = info.id, knobs = { staged = info.staged }, rank = 1, info = info } }
+end
+
+function E.build(plan, group, g, target, symbol)
+  local info = plan.info
+  local a, V, RS, B = info.anchor, info.V, info.RS, E.BLOCK
+  local LO = B // RS   -- lanes along the columns
+  local TW = LO * V    -- columns a CTA
+  local spec = lower.ANCHORS[a.op]
+  local ins = {}
+  for i, p in ipairs(spec.ins) do ins[i] = a.inputs[p] end
+  local K = rowgen.kernel(g, symbol)
+  K.src:need("common/nanmax.cuh")
+  K.src:need("common/exp2.cuh")
+  K:note_dyn(info.E)
+  local staged = info.staged
+  K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
+  K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
+  K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
+  K:add("  const bool live_ = o < n_out;")
+  K:add("  const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
+  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", RS, TW)
+  if staged then
+    for i in ipairs(ins) do
+      K.shared[#K.shared + 1] = string.format("  __shared__ float sl%d_[%s][%d];", i - 1, info.R, TW)
+    end
+  end
+  -- the column statistics over the splits, in split order (acc: an array of V; comb(a, b))
+  local function combine(acc, comb)
+    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) red_[s][j * %d + lane] = %s[j];", V, LO, acc)
+    K:add("  __syncthreads();")
+    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) {", V)
+    K:add("    float a = red_[0][j * %d + lane];", LO)
+    K:add("#pragma unroll 1\n    for (int k = 1; k < %d; k++) { const float b = red_[k][j * %d + lane]; a = %s; }", RS, LO, comb("a", "b"))
+    K:add("    %s[j] = a;", acc)
+    K:add("  }")
+    K:add("  __syncthreads();")
+  end
+  local function add(x, y) return string.format("%s + %s", x, y) end
+  local function max(x, y) return string.format("kiln_fmax_nan(%s, %s)", x, y) end
+  -- a pass over the thread's rows: body(lines, vals, inner) per element j with vals[i] the
+  -- anchor's input i; `first`: loads (and the prologue), staging the values; later passes of a
+  -- staged CTA read shared memory
+  local function pass(first, body)
+    K:add("  if (live_) {")
+    K:add("    for (kiln_i64 r = s; r < R; r += %d) {", RS)
+    K:add("      const kiln_i64 e = base + r * Ki;")
+    if first or not staged then
+      rowgen.elements(K, group, g, info.E, "e", "      ", V, function(lines, value, inner)
+        local vals = {}
+        for i, uid in ipairs(ins) do
+          vals[i] = value[uid]
+          if staged then lines[#lines + 1] = string.format("%ssl%d_[r][j * %d + lane] = %s;", inner, i - 1, LO, vals[i]) end
+        end
+        body(lines, vals, inner, value)
+      end)
+    else
+      K:add("#pragma unroll\n      for (int j = 0; j < %d; j++) {", V)
+      local lines, vals = {}, {}
+      for i in ipairs(ins) do
+        lines[#lines + 1] = string.format("        const float x%d_ = sl%d_[r][j * %d + lane];", i - 1, i - 1, LO)
+        vals[i] = string.format("x%d_", i - 1)
+      end
+      body(lines, vals, "        ", {})
+      for _, l in ipairs(lines) do K:add("%s", l) end
+      K:add("      }")
+    end
+    K:add("    }")
+    K:add("  }")
+  end
+  local read_later = pw.read_set(group.nodes)
+  local out_uid = a.outputs[spec.outs[1]]
+
+  if info.kind == "fwd" then
+    local is_log = a.op == "log_softmax"
+    K:add("  float m_[%d], z_[%d];", V, V)
+    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) { m_[j] = %s; z_[j] = 0.0f; }", V, NEG_INF)
+    if staged then
+      -- pass 1: the max, the values staged; pass 2: the sum of exps from shared memory
+      pass(true, function(lines, vals, inner) lines[#lines + 1] = string.format("%sm_[j] = kiln_fmax_nan(m_[j], %s);", inner, vals[1]) end)
+      combine("m_", max)
+      K:add("  float mb_[%d];", V)
+      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) mb_[j] = m_[j] == %s ? 0.0f : m_[j];  // a -inf column has no terms", V, NEG_INF)
+      pass(false, function(lines, vals, inner)
+        lines[#lines + 1] = string.format("%sz_[j] += kiln_exp2((%s - mb_[j]) * %s);", inner, vals[1], LOG2E)
+      end)
+    else
+      -- one pass: each column's running max and sum of exps, rescaled once a row
+      pass(true, function(lines, vals, inner)
+        lines[#lines + 1] = string.format("%s{ const float mn_ = kiln_fmax_nan(m_[j], %s), mb = mn_ == %s ? 0.0f : mn_;", inner, vals[1], NEG_INF)
+        lines[#lines + 1] = string.format("%s  z_[j] = (m_[j] == mn_ ? z_[j] : z_[j] * kiln_exp2((m_[j] - mn_) * %s)) + kiln_exp2((%s - mb) * %s);",
+          inner, LOG2E, vals[1], LOG2E)
+        lines[#lines + 1] = string.format("%s  m_[j] = mn_; }", inner)
+      end)
+      -- the splits' pairs: the max first, then each split's sum rescaled to it, in split order
+      K:add("  float tm_[%d];", V)
+      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) tm_[j] = m_[j];", V)
+      combine("m_", max)
+      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) z_[j] = tm_[j] == m_[j] ? z_[j] : z_[j] * kiln_exp2((tm_[j] - m_[j]) * %s);", V, LOG2E)
+      K:add("  float mb_[%d];", V)
+      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) mb_[j] = m_[j] == %s ? 0.0f : m_[j];", V, NEG_INF)
+    end
+    combine("z_", add)
+    if is_log then
+      K:add("  float lz_[%d];", V)
+      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) lz_[j] = logf(z_[j]);", V)
+    else
+      K:add("  float iz_[%d];", V)
+      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) iz_[j] = m_[j] == %s ? 0.0f : __frcp_rn(z_[j]);", V, NEG_INF)
+    end
+    info.value_of = function(vals)
+      if is_log then return string.format("m_[j] == %s ? %s : (%s - m_[j]) - lz_[j]", NEG_INF, NEG_INF, vals[1]) end
+      return string.format("kiln_exp2((%s - mb_[j]) * %s) * iz_[j]", vals[1], LOG2E)
+    end
+    local o = a.outputs
+    info.stat_expr = {}
+    if o.Stats then
+      info.stat_expr[o.Stats] = a.attrs.stats_use_log2 and string.format("(m_[j] + logf(z_[j])) * %s", LOG2E) or "m_[j] + logf(z_[j])"
+    end
+    if o.Max then info.stat_expr[o.Max] = "m_[j]" end
+    if o.Sum_exp then info.stat_expr[o.Sum_exp] = "z_[j]" end
+  else
+    local is_log = a.op == "log_softmax_backward"
+    K:add("  float c_[%d];", V)
+    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) c_[j] = 0.0f;", V)
+    pass(true, function(lines, vals, inner)
+      if is_log then lines[#lines + 1] = string.format("%sc_[j] += %s;", inner, vals[1])
+      else lines[#lines + 1] = string.format("%sc_[j] = fmaf(%s, %s, c_[j]);", inner, vals[1], vals[2]) end
+    end)
+    combine("c_", add)
+    info.value_of = function(vals)
+      if is_log then return string.format("%s - kiln_exp2(%s * %s) * c_[j]", vals[1], vals[2], LOG2E) end
+      return string.format("%s * (%s - c_[j])", vals[2], vals[1])
+    end
+    info.stat_expr = {}
+  end
+
+  -- the output pass: y, the epilogue, vector stores of each element output
+  K:add("  if (live_) {")
+  K:add("    for (kiln_i64 r = s; r < R; r += %d) {", RS)
+  K:add("      const kiln_i64 e = base + r * Ki;")
+  for _, uid in ipairs(info.elem) do
+    K:add("      alignas(16) %s w%d_[%d];", pw.storage(K.src, g.by_uid[uid].dtype).ctype, uid, V)
+  end
+  local function out_body(lines, vals, inner, value)
+    lines[#lines + 1] = string.format("%sconst float v%d = %s;", inner, out_uid, info.value_of(vals))
+    value[out_uid] = "v" .. out_uid
+    pw.emit_nodes(group.epilogue or {}, value, lines, { g = g, src = K.src, space = info.E, index = "(e + j)",
+                                                         indent = inner, read_later = read_later })
+    for _, uid in ipairs(info.elem) do
+      lines[#lines + 1] = string.format("%sw%d_[j] = %s;", inner, uid, pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).store, value[uid]))
+    end
+  end
+  if staged then
+    K:add("#pragma unroll\n      for (int j = 0; j < %d; j++) {", V)
+    local lines, vals, value = {}, {}, {}
+    for _, uid in ipairs(group.inputs) do
+      local t = g.by_uid[uid]
+      if t.role == "constant" or t.role == "scalar" then value[uid] = K:scalar(uid) end
+    end
+    for i, uid in ipairs(ins) do
+      lines[#lines + 1] = string.format("        const float x%d_ = sl%d_[r][j * %d + lane];", i - 1, i - 1, LO)
+      vals[i] = string.format("x%d_", i - 1)
+      value[uid] = vals[i]
+    end
+    out_body(lines, vals, "        ", value)
+    for _, l in ipairs(lines) do K:add("%s", l) end
+    K:add("      }")
+  else
+    rowgen.elements(K, group, g, info.E, "e", "      ", V, function(lines, value, inner)
+      local vals = {}
+      for i, uid in ipairs(ins) do vals[i] = value[uid] end
+      out_body(lines, vals, inner, value)
+    end)
+  end
+  for _, uid in ipairs(info.elem) do
+    local bytes = V * dtypes.size(g.by_uid[uid].dtype)
+    K:need_align(uid, bytes)
+    K:add("      *reinterpret_cast<%s *>(%s + e) = *reinterpret_cast<const %s *>(w%d_);", rowgen.WORD[bytes],
+      K:ptr(uid, true), rowgen.WORD[bytes], uid)
+  end
+  K:add("    }")
+  K:add("  }")
+  -- statistics, one per column: the first split's threads
+  if #info.stats > 0 then
+    K:add("  if (live_ && s == 0) {")
+    K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) {", V)
+    for _, uid in ipairs(info.stats) do
+      K:add("      %s[o + j] = %s;", K:ptr(uid, true), pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).store, info.stat_expr[uid]))
+    end
+    K:add("    }")
+    K:add("  }")
+  end
+  local params = K:finish_params()
+  K.src:add(rowgen.render_fill("axissoftmax.cuh", {
+    what = string.format("%s over axis %d of %s: %d columns a CTA, %d a thread, the rows split %d ways, %s",
+      a.op, info.axis - 1, shape.format(info.E), TW, V, RS,
+      staged and "the values staged in shared memory" or "x read again from L2 for the output"),
+    block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+  }))
+  local factors = {}
+  for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
+  for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
+  return {
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
+    block = { B, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, 1, 1 },
+    smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+  }
+end
+
+return E
