@@ -9,7 +9,8 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        specs/add_rmsnorm_silu_gate.lua
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
-       tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua)
+       tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
+       tests/specs/mem/softmax_axes.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -22,11 +23,11 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 136 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 141 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
-  if grep -q "NO ENGINE" "$OUTF" || ! grep -Eq "^ +(row|colreduce|axisreduce) +accepted" "$OUTF"; then
+  if grep -q "NO ENGINE" "$OUTF" || ! grep -Eq "^ +(row|colreduce|axisreduce|axissoftmax) +accepted" "$OUTF"; then
     fail "explain $s: the reduction engines take every group"; sed 's/^/#   /' "$OUTF" | head -20
   else
     pass "explain $s: the reduction engines take every group"
@@ -67,6 +68,24 @@ ok "statistics per (sample, channel) over the spatial axes: instancenorm of [T, 
   grep -q 'group 0 (instancenorm): plan row:v1:instancenorm:p256n4v1r1:regs' "$OUTF"
 ok "batch norm in inference is elementwise: one pointwise kernel with its ReLU" \
   grep -q 'group 0 (batchnorm_inference relu): plan pointwise:' "$OUTF"
+
+# softmax over a non-last axis (axissoftmax.lua): staged in shared memory where the CTA's rows fit,
+# else read again; the row engine declines it by name
+run_kiln explain tests/specs/mem/softmax_axes.lua --sm 90a
+ok "softmax over channels staged in shared memory (21 rows of 256 fp32 columns, 16 of 128 by 4 splits)" \
+  bash -c "grep -q 'plan axissoftmax:v1:log_softmax:b256v1s1:staged$' '$OUTF' && grep -q 'plan axissoftmax:v1:softmax:b256v8s4:staged$' '$OUTF'"
+ok "300 rows over the middle axis: split 32 ways, read again; an epilogue reading memory reads again too" \
+  bash -c "test \$(grep -c 'plan axissoftmax:v1:[a-z_]*:b256v8s32:reread$' '$OUTF') = 2 && grep -q '(mul add softmax mul identity): plan axissoftmax:v1:softmax:b256v4s2:reread$' '$OUTF'"
+ok "the row engine declines a softmax over axis 1" grep -q 'row        declined: softmax over axis 1, not the last axis' "$OUTF"
+ok "axis 0 of [37, T, 40]: vectors of 8 from the columns' compile-time factor" grep -q 'plan axissoftmax:v1:softmax:b256v8s8:staged$' "$OUTF"
+cat > "$TMP/sink_axis.lua" <<EOF
+local k = require "kiln"
+return k.graph "sink_axis" { dims = { T = k.dynamic, S = { 16 }, H = { 64 } }, dtype = "bf16",
+  inputs = { x = { "T", "S", "H" }, s = { "T", 1, "H", dtype = "fp32" } },
+  body = function(g, x, s) return { y = g:softmax(x, s, { axis = 1 }) } end }
+EOF
+run_kiln explain "$TMP/sink_axis.lua" --sm 90a
+expect_out "axissoftmax declined: a sink logit over a non-last axis" "a sink logit over a non-last axis is declined by name"
 
 # reductions over other axes (axisreduce.lua): a middle block by lanes over adjacent outputs, a leading and
 # a trailing block (per channel) a CTA per channel and slice, then the finalize; more blocks declined
