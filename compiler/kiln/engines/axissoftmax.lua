@@ -5,7 +5,7 @@
 -- then sum of exps; the backward's sum of dy * y or of dy) combine over the splits in a fixed
 -- order through shared memory, so every thread of a column holds the same bits. Where the
 -- CTA's R x TW values fit in shared memory they are staged there by the first pass (x read
--- once); else the first pass keeps a running max and sum of exps (4 rows a step, the sum
+-- once, 4 rows in flight; the later passes a row at a time); else the first pass keeps a running max and sum of exps (4 rows a step, the sum
 -- rescaled once a step) and the output pass reads x again (from L2). A pointwise prologue and
 -- epilogue fuse; a sink logit is declined.
 local shape = require "kiln.shape"
@@ -18,7 +18,7 @@ local E = { id = "axissoftmax", version = 1 }
 
 E.BLOCK = 256          -- threads a CTA
 E.MAX_SPLIT = 32       -- the most ways a CTA splits the rows (at least 8 lanes of columns)
-E.STAGE_BYTES = 40960  -- static shared memory for the staged values (fp32), with the 8 KB of partials under 48 KB
+E.STAGE_BYTES = 73728  -- shared memory for a CTA's staged values: 3 CTAs an SM
 E.STEP = 4             -- rows a step of the running max and sum (one rescale a step)
 
 local LOG2E = "1.4426950408889634f"
@@ -102,26 +102,37 @@ local function analyze(group, g)
     for _, f in ipairs(info.Ki_f) do if type(f) == "number" then kc = kc * f end end
   end
   info.V = vector_width(whole, kc)
-  -- staged: the anchor's inputs (fp32) of the CTA's rows and columns in shared memory, at the
-  -- fewest splits whose columns fit; else as many splits as keep E.STEP rows in flight twice
-  local nin = #spec.ins
+  -- staged: the anchor's inputs of the CTA's rows and columns kept in shared memory by the
+  -- first pass, as loaded (a graph tensor read whole) or as fp32 values (the prologue's), at
+  -- the fewest splits whose columns fit E.STAGE_BYTES; else as many splits as keep E.STEP
+  -- rows in flight twice over, and x read again
+  local stageable = R_c ~= nil
+  local made_after = { [a.outputs[spec.outs[1]]] = true }
+  local is_in = {}
+  for _, p in ipairs(spec.ins) do is_in[a.inputs[p]] = true end
   -- staging holds the anchor's inputs only: an epilogue reading anything else from memory or
   -- from the prologue reads x again
-  local stageable = true
-  local made_after = { [a.outputs[spec.outs[1]]] = true }
   for _, node in ipairs(group.epilogue or {}) do
     for _, uid in pairs(node.inputs) do
       local t = g.by_uid[uid]
-      local is_in = false
-      for _, p in ipairs(spec.ins) do if a.inputs[p] == uid then is_in = true end end
-      if not (made_after[uid] or is_in or t.role == "constant" or t.role == "scalar") then stageable = false end
+      if not (made_after[uid] or is_in[uid] or t.role == "constant" or t.role == "scalar") then stageable = false end
     end
     for _, uid in pairs(node.outputs) do made_after[uid] = true end
   end
-  if R_c and stageable then
+  local made = rowgen.made(group)
+  info.stage = {}
+  local per_col = 0
+  for i, p in ipairs(spec.ins) do
+    local t = g.by_uid[a.inputs[p]]
+    local raw = not made[t.uid] and pw.dims_equal(t.dims, E_) and shape.is_row_major(t.dims, t.strides)
+    info.stage[i] = { fp32 = not raw, size = raw and dtypes.size(t.dtype) or 4 }
+    per_col = per_col + info.stage[i].size
+  end
+  if stageable then
     local RS = 1
     while RS <= E.MAX_SPLIT do
-      if R_c * (E.BLOCK // RS) * info.V * 4 * nin <= E.STAGE_BYTES then info.RS, info.staged = RS, true; break end
+      local bytes = R_c * (E.BLOCK // RS) * info.V * per_col
+      if bytes <= E.STAGE_BYTES then info.RS, info.staged, info.R_c, info.smem = RS, true, R_c, bytes; break end
       RS = RS * 2
     end
   end
@@ -130,6 +141,9 @@ local function analyze(group, g)
     while RS < E.MAX_SPLIT and R8 >= 2 * 2 * RS * E.STEP do RS = RS * 2 end
     info.RS = RS
   end
+  -- dynamic shared memory above 48 KB takes the runtime's opt-in: never land just below it
+  local static = info.RS * (E.BLOCK // info.RS) * info.V * 4  -- the partials, red_
+  if info.smem and info.smem + static + 1024 > 48 * 1024 and info.smem <= 48 * 1024 then info.smem = 48 * 1024 + 256 end
   info.id = string.format("axissoftmax:v%d:%s:b%dv%ds%d%s", E.version, a.op, E.BLOCK, info.V, info.RS,
     info.staged and ":staged" or ":reread")
   return info
@@ -144,7 +158,7 @@ end
 
 function E.build(plan, group, g, target, symbol)
   local info = plan.info
-  local a, V, RS, B = info.anchor, info.V, info.RS, E.BLOCK
+  local a, V, RS, B, U = info.anchor, info.V, info.RS, E.BLOCK, E.STEP
   local LO = B // RS   -- lanes along the columns
   local TW = LO * V    -- columns a CTA
   local spec = lower.ANCHORS[a.op]
@@ -155,17 +169,25 @@ function E.build(plan, group, g, target, symbol)
   K.src:need("common/exp2.cuh")
   K:note_dyn(info.E)
   local staged = info.staged
+  local read_later = pw.read_set(group.nodes)
+  local out_uid = a.outputs[spec.outs[1]]
   K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
   K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
   K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
   K:add("  const bool live_ = o < n_out;")
   K:add("  const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
   K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", RS, TW)
+  -- staged: input i's vector of row r at sl<i>_ + (r * LO + lane) * its bytes, as loaded
+  -- (its dtype) or, when the prologue computes it, as fp32 values
   if staged then
-    for i in ipairs(ins) do
-      K.shared[#K.shared + 1] = string.format("  __shared__ float sl%d_[%s][%d];", i - 1, info.R, TW)
+    K.shared[#K.shared + 1] = "  extern __shared__ __align__(16) kiln_u8 dsm_[];"
+    local off = 0
+    for i, st in ipairs(info.stage) do
+      K:add("  kiln_u8 *const sl%d_ = dsm_ + %d;", i - 1, off)
+      off = off + info.R_c * TW * st.size
     end
   end
+  local function slot(i) return string.format("sl%d_ + ((int)r * %d + lane) * %d", i - 1, LO, V * info.stage[i].size) end
   -- the column statistics over the splits, in split order (acc: an array of V; comb(a, b))
   local function combine(acc, comb)
     K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) red_[s][j * %d + lane] = %s[j];", V, LO, acc)
@@ -179,55 +201,96 @@ function E.build(plan, group, g, target, symbol)
   end
   local function add(x, y) return string.format("%s + %s", x, y) end
   local function max(x, y) return string.format("kiln_fmax_nan(%s, %s)", x, y) end
-  -- a pass over the thread's rows: body(lines, vals, inner) per element j with vals[i] the
-  -- anchor's input i; `first`: loads (and the prologue), staging the values; later passes of a
-  -- staged CTA read shared memory
-  local function pass(first, body)
+  -- the thread's rows r = s, s + RS, ... in steps of n: `row(indent)` emits the body of row r,
+  -- then `after(indent)` (if given) its end
+  local function rows(n, row, after)
     K:add("  if (live_) {")
-    K:add("    for (kiln_i64 r = s; r < R; r += %d) {", RS)
-    K:add("      const kiln_i64 e = base + r * Ki;")
-    if first or not staged then
-      rowgen.elements(K, group, g, info.E, "e", "      ", V, function(lines, value, inner)
-        local vals = {}
-        for i, uid in ipairs(ins) do
-          vals[i] = value[uid]
-          if staged then lines[#lines + 1] = string.format("%ssl%d_[r][j * %d + lane] = %s;", inner, i - 1, LO, vals[i]) end
-        end
-        body(lines, vals, inner, value)
-      end)
-    else
-      K:add("#pragma unroll\n      for (int j = 0; j < %d; j++) {", V)
-      local lines, vals = {}, {}
-      for i in ipairs(ins) do
-        lines[#lines + 1] = string.format("        const float x%d_ = sl%d_[r][j * %d + lane];", i - 1, i - 1, LO)
-        vals[i] = string.format("x%d_", i - 1)
-      end
-      body(lines, vals, "        ", {})
-      for _, l in ipairs(lines) do K:add("%s", l) end
-      K:add("      }")
-    end
+    K:add("    for (kiln_i64 r0 = s; r0 < R; r0 += %d) {", n * RS)
+    K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", n)
+    K:add("        const kiln_i64 r = r0 + u * %d;", RS)
+    K:add("        if (r < R) {")
+    K:add("          const kiln_i64 e = base + r * Ki;")
+    row("          ")
+    if after then after("          ") end
+    K:add("        }")
+    K:add("      }")
     K:add("    }")
     K:add("  }")
   end
-  local read_later = pw.read_set(group.nodes)
-  local out_uid = a.outputs[spec.outs[1]]
+  -- a pass reading memory: body(lines, vals, indent, value) per element j (vals[i]: anchor
+  -- input i); staged, the loads are kept in shared memory
+  local function load_pass(body, after)
+    rows(U, function(indent)
+      rowgen.elements(K, group, g, info.E, "e", indent, V, function(lines, value, inner)
+        local vals = {}
+        for i, uid in ipairs(ins) do
+          vals[i] = value[uid]
+          if staged and info.stage[i].fp32 then
+            lines[#lines + 1] = string.format("%sreinterpret_cast<float *>(%s)[j] = %s;", inner, slot(i), vals[i])
+          end
+        end
+        body(lines, vals, inner, value)
+      end, staged and function(inner, words)
+        for i, uid in ipairs(ins) do
+          local st = info.stage[i]
+          if not st.fp32 then
+            local w = rowgen.WORD[V * st.size]
+            K:add("%s*reinterpret_cast<%s *>(%s) = *reinterpret_cast<const %s *>(%s);", inner, w, slot(i), w, words[uid])
+          end
+        end
+      end or nil)
+    end, after)
+  end
+  -- a pass over the staged values: body as load_pass's (value: constants and the anchor inputs)
+  local function staged_pass(body, after)
+    rows(1, function(indent)
+      for i, uid in ipairs(ins) do
+        local st = info.stage[i]
+        if not st.fp32 then
+          local w = rowgen.WORD[V * st.size]
+          K:add("%salignas(16) %s s%d_[%d];", indent, pw.storage(K.src, g.by_uid[uid].dtype).ctype, i - 1, V)
+          K:add("%s*reinterpret_cast<%s *>(s%d_) = *reinterpret_cast<const %s *>(%s);", indent, w, i - 1, w, slot(i))
+        end
+      end
+      K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", indent, V)
+      local inner = indent .. "  "
+      local lines, vals, value = {}, {}, {}
+      for _, uid in ipairs(group.inputs) do
+        local t = g.by_uid[uid]
+        if t.role == "constant" or t.role == "scalar" then value[uid] = K:scalar(uid) end
+      end
+      for i, uid in ipairs(ins) do
+        local st = info.stage[i]
+        local v = st.fp32 and string.format("reinterpret_cast<const float *>(%s)[j]", slot(i))
+          or pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).load, string.format("s%d_[j]", i - 1))
+        lines[#lines + 1] = string.format("%sconst float x%d_ = %s;", inner, i - 1, v)
+        vals[i] = string.format("x%d_", i - 1)
+        value[uid] = vals[i]
+      end
+      body(lines, vals, inner, value)
+      for _, l in ipairs(lines) do K:add("%s", l) end
+      K:add("%s}", indent)
+    end, after)
+  end
 
+  local value_of
+  local stat_expr = {}
   if info.kind == "fwd" then
     local is_log = a.op == "log_softmax"
     K:add("  float m_[%d], z_[%d];", V, V)
     K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) { m_[j] = %s; z_[j] = 0.0f; }", V, NEG_INF)
     if staged then
       -- pass 1: the max, the values staged; pass 2: the sum of exps from shared memory
-      pass(true, function(lines, vals, inner) lines[#lines + 1] = string.format("%sm_[j] = kiln_fmax_nan(m_[j], %s);", inner, vals[1]) end)
+      load_pass(function(lines, vals, inner) lines[#lines + 1] = string.format("%sm_[j] = kiln_fmax_nan(m_[j], %s);", inner, vals[1]) end)
       combine("m_", max)
       K:add("  float mb_[%d];", V)
       K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) mb_[j] = m_[j] == %s ? 0.0f : m_[j];  // a -inf column has no terms", V, NEG_INF)
-      pass(false, function(lines, vals, inner)
+      staged_pass(function(lines, vals, inner)
         lines[#lines + 1] = string.format("%sz_[j] += kiln_exp2((%s - mb_[j]) * %s);", inner, vals[1], LOG2E)
       end)
     else
       -- one pass: each column's running max and sum of exps, rescaled once a row
-      pass(true, function(lines, vals, inner)
+      load_pass(function(lines, vals, inner)
         lines[#lines + 1] = string.format("%s{ const float mn_ = kiln_fmax_nan(m_[j], %s), mb = mn_ == %s ? 0.0f : mn_;", inner, vals[1], NEG_INF)
         lines[#lines + 1] = string.format("%s  z_[j] = (m_[j] == mn_ ? z_[j] : z_[j] * kiln_exp2((m_[j] - mn_) * %s)) + kiln_exp2((%s - mb) * %s);",
           inner, LOG2E, vals[1], LOG2E)
@@ -249,94 +312,71 @@ function E.build(plan, group, g, target, symbol)
       K:add("  float iz_[%d];", V)
       K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) iz_[j] = m_[j] == %s ? 0.0f : __frcp_rn(z_[j]);", V, NEG_INF)
     end
-    info.value_of = function(vals)
+    value_of = function(vals)
       if is_log then return string.format("m_[j] == %s ? %s : (%s - m_[j]) - lz_[j]", NEG_INF, NEG_INF, vals[1]) end
       return string.format("kiln_exp2((%s - mb_[j]) * %s) * iz_[j]", vals[1], LOG2E)
     end
     local o = a.outputs
-    info.stat_expr = {}
     if o.Stats then
-      info.stat_expr[o.Stats] = a.attrs.stats_use_log2 and string.format("(m_[j] + logf(z_[j])) * %s", LOG2E) or "m_[j] + logf(z_[j])"
+      stat_expr[o.Stats] = a.attrs.stats_use_log2 and string.format("(m_[j] + logf(z_[j])) * %s", LOG2E) or "m_[j] + logf(z_[j])"
     end
-    if o.Max then info.stat_expr[o.Max] = "m_[j]" end
-    if o.Sum_exp then info.stat_expr[o.Sum_exp] = "z_[j]" end
+    if o.Max then stat_expr[o.Max] = "m_[j]" end
+    if o.Sum_exp then stat_expr[o.Sum_exp] = "z_[j]" end
   else
     local is_log = a.op == "log_softmax_backward"
     K:add("  float c_[%d];", V)
     K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) c_[j] = 0.0f;", V)
-    pass(true, function(lines, vals, inner)
+    load_pass(function(lines, vals, inner)
       if is_log then lines[#lines + 1] = string.format("%sc_[j] += %s;", inner, vals[1])
       else lines[#lines + 1] = string.format("%sc_[j] = fmaf(%s, %s, c_[j]);", inner, vals[1], vals[2]) end
     end)
     combine("c_", add)
-    info.value_of = function(vals)
+    value_of = function(vals)
       if is_log then return string.format("%s - kiln_exp2(%s * %s) * c_[j]", vals[1], vals[2], LOG2E) end
       return string.format("%s * (%s - c_[j])", vals[2], vals[1])
     end
-    info.stat_expr = {}
   end
 
-  -- the output pass: y, the epilogue, vector stores of each element output
-  K:add("  if (live_) {")
-  K:add("    for (kiln_i64 r = s; r < R; r += %d) {", RS)
-  K:add("      const kiln_i64 e = base + r * Ki;")
+  -- the output pass: y, the epilogue, a vector store of each element output a row
+  local out_pass = staged and staged_pass or load_pass
+  local stores = {}
   for _, uid in ipairs(info.elem) do
-    K:add("      alignas(16) %s w%d_[%d];", pw.storage(K.src, g.by_uid[uid].dtype).ctype, uid, V)
+    local st = pw.storage(K.src, g.by_uid[uid].dtype)
+    local bytes = V * dtypes.size(g.by_uid[uid].dtype)
+    K:need_align(uid, bytes)
+    stores[#stores + 1] = { uid = uid, st = st, word = rowgen.WORD[bytes] }
   end
-  local function out_body(lines, vals, inner, value)
-    lines[#lines + 1] = string.format("%sconst float v%d = %s;", inner, out_uid, info.value_of(vals))
+  -- the output words are declared once, before the pass
+  for _, o in ipairs(stores) do K:add("  alignas(16) %s w%d_[%d];", o.st.ctype, o.uid, V) end
+  out_pass(function(lines, vals, inner, value)
+    lines[#lines + 1] = string.format("%sconst float v%d = %s;", inner, out_uid, value_of(vals))
     value[out_uid] = "v" .. out_uid
     pw.emit_nodes(group.epilogue or {}, value, lines, { g = g, src = K.src, space = info.E, index = "(e + j)",
                                                          indent = inner, read_later = read_later })
-    for _, uid in ipairs(info.elem) do
-      lines[#lines + 1] = string.format("%sw%d_[j] = %s;", inner, uid, pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).store, value[uid]))
+    for _, o in ipairs(stores) do
+      lines[#lines + 1] = string.format("%sw%d_[j] = %s;", inner, o.uid, pw.fmt(o.st.store, value[o.uid]))
     end
-  end
-  if staged then
-    K:add("#pragma unroll\n      for (int j = 0; j < %d; j++) {", V)
-    local lines, vals, value = {}, {}, {}
-    for _, uid in ipairs(group.inputs) do
-      local t = g.by_uid[uid]
-      if t.role == "constant" or t.role == "scalar" then value[uid] = K:scalar(uid) end
+  end, function(indent)
+    for _, o in ipairs(stores) do
+      K:add("%s*reinterpret_cast<%s *>(%s + e) = *reinterpret_cast<const %s *>(w%d_);", indent, o.word,
+        K:ptr(o.uid, true), o.word, o.uid)
     end
-    for i, uid in ipairs(ins) do
-      lines[#lines + 1] = string.format("        const float x%d_ = sl%d_[r][j * %d + lane];", i - 1, i - 1, LO)
-      vals[i] = string.format("x%d_", i - 1)
-      value[uid] = vals[i]
-    end
-    out_body(lines, vals, "        ", value)
-    for _, l in ipairs(lines) do K:add("%s", l) end
-    K:add("      }")
-  else
-    rowgen.elements(K, group, g, info.E, "e", "      ", V, function(lines, value, inner)
-      local vals = {}
-      for i, uid in ipairs(ins) do vals[i] = value[uid] end
-      out_body(lines, vals, inner, value)
-    end)
-  end
-  for _, uid in ipairs(info.elem) do
-    local bytes = V * dtypes.size(g.by_uid[uid].dtype)
-    K:need_align(uid, bytes)
-    K:add("      *reinterpret_cast<%s *>(%s + e) = *reinterpret_cast<const %s *>(w%d_);", rowgen.WORD[bytes],
-      K:ptr(uid, true), rowgen.WORD[bytes], uid)
-  end
-  K:add("    }")
-  K:add("  }")
+  end)
   -- statistics, one per column: the first split's threads
   if #info.stats > 0 then
     K:add("  if (live_ && s == 0) {")
     K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) {", V)
     for _, uid in ipairs(info.stats) do
-      K:add("      %s[o + j] = %s;", K:ptr(uid, true), pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).store, info.stat_expr[uid]))
+      K:add("      %s[o + j] = %s;", K:ptr(uid, true), pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).store, stat_expr[uid]))
     end
     K:add("    }")
     K:add("  }")
   end
   local params = K:finish_params()
   K.src:add(rowgen.render_fill("axissoftmax.cuh", {
-    what = string.format("%s over axis %d of %s: %d columns a CTA, %d a thread, the rows split %d ways, %s",
-      a.op, info.axis - 1, shape.format(info.E), TW, V, RS,
-      staged and "the values staged in shared memory" or "x read again from L2 for the output"),
+    what = string.format("%s over axis %d of %s: %d columns a CTA, %d a thread, the rows split %d ways, %d rows a step, %s",
+      a.op, info.axis - 1, shape.format(info.E), TW, V, RS, U,
+      staged and "the CTA's values staged in shared memory" or "x read again from L2 for the output"),
     block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local factors = {}
@@ -345,7 +385,7 @@ function E.build(plan, group, g, target, symbol)
   return {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
     block = { B, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, 1, 1 },
-    smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+    smem = info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
 end
 

@@ -395,8 +395,9 @@ M.WORD = WORD
 -- The V elements from flat index `index` of `space` (lines into K, a block at `indent`): the
 -- group's row-major tensors of that shape as one V-wide load, anything else gathered per
 -- element, the prologue, then `tail(lines, value, indent)` per element j (value[uid]: the
--- element's values; the group's anchor input among them).
-function M.elements(K, group, g, space, index, indent, V, tail)
+-- element's values; the group's anchor input among them). `loaded(indent, words)`, if given,
+-- runs after the loads: words[uid] names the V loaded elements of a whole tensor (an array).
+function M.elements(K, group, g, space, index, indent, V, tail, loaded)
   local value, whole, gathered = {}, {}, {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
@@ -417,6 +418,11 @@ function M.elements(K, group, g, space, index, indent, V, tail)
     K:add("%salignas(16) %s r%d_[%d];", inner, st.ctype, uid, V)
     K:add("%s*reinterpret_cast<%s *>(r%d_) = *reinterpret_cast<const %s *>(%s + %s);", inner, WORD[bytes], uid,
       WORD[bytes], K:ptr(uid), index)
+  end
+  if loaded then
+    local words = {}
+    for _, uid in ipairs(whole) do words[uid] = string.format("r%d_", uid) end
+    loaded(inner, words)
   end
   K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", inner, V)
   local lines, at = {}, string.format("(%s + j)", index)
