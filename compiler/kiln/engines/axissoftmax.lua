@@ -12,6 +12,7 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local lower = require "kiln.lower"
+local settings = require "kiln.settings"
 local dtypes = require "kiln.dtypes"
 
 local E = { id = "axissoftmax", version = 1 }
@@ -69,11 +70,8 @@ local function analyze(group, g)
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
-      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
-      local b = shape.broadcast(t.dims, E_)
-      if not b or not pw.dims_equal(b, E_) then
-        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(E_))
-      end
+      local bad = rowgen.source_declines(t, E_)
+      if bad then return nil, bad end
       if pw.dims_equal(t.dims, E_) and shape.is_row_major(t.dims, t.strides) then whole[#whole + 1] = t end
     end
   end
@@ -128,18 +126,27 @@ local function analyze(group, g)
     info.stage[i] = { fp32 = not raw, size = raw and dtypes.size(t.dtype) or 4 }
     per_col = per_col + info.stage[i].size
   end
+  -- for measuring, at build time: KILN_AXIS_STAGE=off reads x again; KILN_AXIS_SPLIT=N splits
+  -- the rows N ways
+  local stage_set, bad = settings.choice("KILN_AXIS_STAGE", { "off" })
+  if not stage_set then return nil, bad end
+  local split_set, bad2 = settings.choice("KILN_AXIS_SPLIT", { "1", "2", "4", "8", "16", "32" })
+  if not split_set then return nil, bad2 end
+  split_set = tonumber(split_set)
+  if stage_set == "off" then stageable = false end
   if stageable then
-    local RS = 1
+    local RS = split_set or 1
     while RS <= E.MAX_SPLIT do
       local bytes = R_c * (E.BLOCK // RS) * info.V * per_col
       if bytes <= E.STAGE_BYTES then info.RS, info.staged, info.R_c, info.smem = RS, true, R_c, bytes; break end
+      if split_set then break end
       RS = RS * 2
     end
   end
   if not info.staged then
     local RS, R8 = 1, R_c or 8 * 2 * E.STEP
     while RS < E.MAX_SPLIT and R8 >= 2 * 2 * RS * E.STEP do RS = RS * 2 end
-    info.RS = RS
+    info.RS = split_set or RS
   end
   -- dynamic shared memory above 48 KB takes the runtime's opt-in: never land just below it
   local static = info.RS * (E.BLOCK // info.RS) * info.V * 4  -- the partials, red_

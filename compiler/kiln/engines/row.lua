@@ -259,11 +259,8 @@ local function analyze(group, g, cluster)
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
-      if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
-      local b = shape.broadcast(t.dims, Edims)
-      if not b or not pw.dims_equal(b, Edims) then
-        return fail("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(Edims))
-      end
+      local bad = rowgen.source_declines(t, Edims)
+      if bad then return nil, bad end
       local how = rowgen.classify(t, Edims, nsuffix)
       info.access[uid] = how
       if how == "full" or how == "col" or (how == "gather" and rowgen.col_block(t, info)) then

@@ -311,11 +311,8 @@ function M.reduction_group(group, g, kind)
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
-      if not pw.STORAGE[t.dtype] then return nil, string.format("dtype %s of '%s' is not supported", t.dtype, t.name) end
-      local b = shape.broadcast(t.dims, x.dims)
-      if not b or not pw.dims_equal(b, x.dims) then
-        return nil, string.format("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(x.dims))
-      end
+      local bad = M.source_declines(t, x.dims)
+      if bad then return nil, bad end
     end
   end
   return { anchor = a, mode = mode, x = x, y = y }
@@ -386,6 +383,17 @@ function M.col_block(t, info)
     sub_d[#sub_d + 1], sub_s[#sub_s + 1] = d, t.strides[k - pad]
   end
   return shape.is_row_major(sub_d, sub_s)
+end
+
+-- Why memory source t cannot be read per element of `space` (nil when it can): a dtype without
+-- storage, or dims that do not broadcast to the space.
+function M.source_declines(t, space)
+  if not pw.STORAGE[t.dtype] then return string.format("dtype %s of '%s' is not supported", t.dtype, t.name) end
+  local b = shape.broadcast(t.dims, space)
+  if not b or not pw.dims_equal(b, space) then
+    return string.format("input '%s' %s does not broadcast to %s", t.name, shape.format(t.dims), shape.format(space))
+  end
+  return nil
 end
 
 -- the word type a load of V elements moves, by its bytes
