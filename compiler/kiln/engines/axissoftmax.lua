@@ -199,10 +199,11 @@ function E.build(plan, group, g, target, symbol)
   local function combine(acc, comb)
     K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) red_[s][j * %d + lane] = %s[j];", V, LO, acc)
     K:add("  __syncthreads();")
-    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) {", V)
-    K:add("    float a = red_[0][j * %d + lane];", LO)
-    K:add("#pragma unroll 1\n    for (int k = 1; k < %d; k++) { const float b = red_[k][j * %d + lane]; a = %s; }", RS, LO, comb("a", "b"))
-    K:add("    %s[j] = a;", acc)
+    -- the splits outermost: V independent chains a step, the loads issued ahead
+    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) %s[j] = red_[0][j * %d + lane];", V, acc, LO)
+    K:add("#pragma unroll 4\n  for (int k = 1; k < %d; k++) {", RS)
+    K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) { const float a = %s[j], b = red_[k][j * %d + lane]; %s[j] = %s; }",
+      V, acc, LO, acc, comb("a", "b"))
     K:add("  }")
     K:add("  __syncthreads();")
   end
