@@ -4,10 +4,11 @@
 -- take 256 / RS lanes of V adjacent columns each (16-byte loads); a column's statistics (max,
 -- then sum of exps; the backward's sum of dy * y or of dy) combine over the splits in a fixed
 -- order through shared memory, so every thread of a column holds the same bits. Where the
--- CTA's R x TW values fit in shared memory they are staged there by the first pass (x read
--- once, 4 rows in flight; the later passes a row at a time); else the first pass keeps a running max and sum of exps (4 rows a step, the sum
--- rescaled once a step) and the output pass reads x again (from L2). A pointwise prologue and
--- epilogue fuse; a sink logit is declined.
+-- CTA's R x TW values fit in shared memory they are staged there, as loaded, by the first pass
+-- (x read once, 4 rows in flight; the later passes a row at a time); else the first pass keeps
+-- each column's running max and sum of exps (the sum rescaled when the max moves) and the
+-- output pass reads x again (from L2). A pointwise prologue and epilogue fuse; a sink logit is
+-- declined.
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
@@ -20,7 +21,7 @@ local E = { id = "axissoftmax", version = 1 }
 E.BLOCK = 256          -- threads a CTA
 E.MAX_SPLIT = 32       -- the most ways a CTA splits the rows (at least 8 lanes of columns)
 E.STAGE_BYTES = 73728  -- shared memory for a CTA's staged values: 3 CTAs an SM
-E.STEP = 4             -- rows a step of the running max and sum (one rescale a step)
+E.STEP = 4             -- rows a thread loads a step (loads in flight)
 
 local LOG2E = "1.4426950408889634f"
 local NEG_INF = "__int_as_float(0xff800000)"
