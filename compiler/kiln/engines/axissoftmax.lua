@@ -388,14 +388,7 @@ function E.build(plan, group, g, target, symbol)
       staged and "the CTA's values staged in shared memory" or "x read again from L2 for the output"),
     block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
-  local factors = {}
-  for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
-  for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
-  return {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
-    block = { B, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, 1, 1 },
-    smem = info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
-  }
+  return rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, info.smem or 0)
 end
 
 return E

@@ -396,6 +396,19 @@ function M.source_declines(t, space)
   return nil
 end
 
+-- The kernel table of a kernel over [Ko, R, Ki] whose CTAs of `block` threads take TW adjacent
+-- of the Ko * Ki columns each (Ko_f, Ki_f: the extents' launch factors).
+function M.columns_kernel(K, plan, engine_id, symbol, Ko_f, Ki_f, TW, block, smem)
+  local factors = {}
+  for _, f in ipairs(Ko_f) do factors[#factors + 1] = f end
+  for _, f in ipairs(Ki_f) do factors[#factors + 1] = f end
+  return {
+    symbol = symbol, engine = engine_id, plan_id = plan.id, source = K.src:text(), options = M.OPTIONS,
+    block = { block, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, 1, 1 },
+    smem = smem, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
+  }
+end
+
 -- the word type a load of V elements moves, by its bytes
 local WORD = { [2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16] = "uint4" }
 M.WORD = WORD
