@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 141 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 142 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -68,6 +68,15 @@ ok "statistics per (sample, channel) over the spatial axes: instancenorm of [T, 
   grep -q 'group 0 (instancenorm): plan row:v1:instancenorm:p256n4v1r1:regs' "$OUTF"
 ok "batch norm in inference is elementwise: one pointwise kernel with its ReLU" \
   grep -q 'group 0 (batchnorm_inference relu): plan pointwise:' "$OUTF"
+
+cat > "$TMP/norm_missing.lua" <<EOF
+local k = require "kiln"
+return k.graph "norm_missing" { dims = { N = k.dynamic, C = { 8 }, HW = { 64 } }, dtype = "bf16",
+  inputs = { x = { "N", "C", "HW" }, g = { 1, "C", 1 }, b = { 1, "C", 1 } },
+  body = function(G, x, g, b) return { y = G:instancenorm_backward(x, x, g, { name = "inb" }) } end }
+EOF
+run_kiln explain "$TMP/norm_missing.lua" --sm 90a
+expect_out "row +declined: instancenorm_backward has no kernel yet" "a norm without a kernel is named as such (not 'not a norm')"
 
 # softmax over a non-last axis (axissoftmax.lua): staged in shared memory where the CTA's rows fit,
 # else read again; the row engine declines it by name

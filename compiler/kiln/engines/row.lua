@@ -189,6 +189,9 @@ end
 local function analyze(group, g, cluster)
   local a = group.anchor
   local kind = a and KIND[a.op]
+  if not kind and a and a.def.family == "norm" then
+    return fail("%s has no kernel yet (the row engine takes rmsnorm, layernorm, instancenorm, adalayernorm and the rmsnorm and layernorm backwards)", a.op)
+  end
   if not kind then
     return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, group.nodes[1].op)
   end
