@@ -16,7 +16,6 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
-local dtypes = require "kiln.dtypes"
 
 local E = { id = "axisreduce", version = 1 }
 
@@ -58,16 +57,12 @@ end
 -- Elements a thread loads at once: up to 16 bytes of every tensor read whole (the input's
 -- shape, row-major), a divisor of the contiguous run n (1 where n is not compile-time).
 local function vector_width(group, g, x, n)
-  if not n then return 1 end
-  local V = 8
+  local whole = {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if pw.dims_equal(t.dims, x.dims) and shape.is_row_major(t.dims, t.strides) then
-      V = math.min(V, 16 // dtypes.size(t.dtype))
-    end
+    if pw.dims_equal(t.dims, x.dims) and shape.is_row_major(t.dims, t.strides) then whole[#whole + 1] = t end
   end
-  while n % V ~= 0 do V = V // 2 end
-  return V
+  return rowgen.load_width(whole, n)
 end
 
 local function analyze(group, g)

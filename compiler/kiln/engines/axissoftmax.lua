@@ -30,15 +30,6 @@ local KIND = { softmax = "fwd", log_softmax = "fwd", softmax_backward = "bwd", l
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 
--- V: up to 16 bytes of every tensor of the element space read or written whole, dividing Ki.
-local function vector_width(tensors, Ki)
-  if not Ki then return 1 end
-  local V = 8
-  for _, t in ipairs(tensors) do V = math.min(V, 16 // dtypes.size(t.dtype)) end
-  while Ki % V ~= 0 do V = V // 2 end
-  return V
-end
-
 local function analyze(group, g)
   local a = group.anchor
   local kind = a and KIND[a.op]
@@ -100,7 +91,7 @@ local function analyze(group, g)
     kc = 1
     for _, f in ipairs(info.Ki_f) do if type(f) == "number" then kc = kc * f end end
   end
-  info.V = vector_width(whole, kc)
+  info.V = rowgen.load_width(whole, kc)  -- every tensor read or written whole: one 16-byte word at most
   -- staged: the anchor's inputs of the CTA's rows and columns kept in shared memory by the
   -- first pass, as loaded (a graph tensor read whole) or as fp32 values (the prologue's), at
   -- the fewest splits whose columns fit E.STAGE_BYTES; else as many splits as keep E.STEP
@@ -149,9 +140,7 @@ local function analyze(group, g)
     while RS < E.MAX_SPLIT and R8 >= 2 * 2 * RS * E.STEP do RS = RS * 2 end
     info.RS = split_set or RS
   end
-  -- dynamic shared memory above 48 KB takes the runtime's opt-in: never land just below it
-  local static = info.RS * (E.BLOCK // info.RS) * info.V * 4  -- the partials, red_
-  if info.smem and info.smem + static + 1024 > 48 * 1024 and info.smem <= 48 * 1024 then info.smem = 48 * 1024 + 256 end
+  if info.smem then info.smem = rowgen.dynamic_smem(info.smem, E.BLOCK * info.V * 4) end  -- beside red_
   info.id = string.format("axissoftmax:v%d:%s:b%dv%ds%d%s", E.version, a.op, E.BLOCK, info.V, info.RS,
     info.staged and ":staged" or ":reread")
   return info

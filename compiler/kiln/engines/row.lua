@@ -429,9 +429,7 @@ local function analyze(group, g, cluster)
           smem // 1024, E.SMEM_MAX // 1024, why)
       end
     end
-    -- dynamic plus static shared memory above 48 KB needs the opt-in the runtime sets only
-    -- for dynamic sizes above 48 KB: never land just below it
-    if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
+    smem = rowgen.dynamic_smem(smem)
     info.smem = smem
     -- CTAs per SM: the grid is sized for them and __launch_bounds__ holds the compiler to it
     local per_sm = math.min(2048 // L.block, 65536 // (L.block * 64))

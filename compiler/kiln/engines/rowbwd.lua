@@ -86,7 +86,7 @@ function M.plan(info, group, g, L, SMEM_MAX, MIN_ROWS, mode)
   if S < 2 then return nil, "two stages do not fit in shared memory" end
   local smem = S * stage
   if L.RPC > 1 then smem = math.max(smem, L.RPC * #info.colsum * L.H * 4) end
-  if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
+  smem = rowgen.dynamic_smem(smem)
   local per_sm = math.min(mode.C, 2048 // L.block, math.max(1, (227 * 1024) // smem))
   -- words per thread: scale and sums (fp32), xh (fp32) and dy (its storage) held between passes
   local held = L.N * L.V * (2 + #info.colsum) + (L.N * L.V * dtypes.size(dy.dtype) + 3) // 4

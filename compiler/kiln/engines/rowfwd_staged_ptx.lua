@@ -124,8 +124,7 @@ function M.plan(info, g, L, SMEM_MAX)
   local S = math.min(mode.S, SMEM_MAX // stage)
   if S < 2 then return nil, "two stages do not fit in shared memory" end
   local smem = S * stage
-  -- dynamic shared memory above 48 KB takes the runtime's opt-in: never land just below it
-  if smem + 1024 > 48 * 1024 and smem <= 48 * 1024 then smem = 48 * 1024 + 256 end
+  smem = rowgen.dynamic_smem(smem)
   -- CTAs per SM: at most the mode's, at least 64 registers a thread, and what shared memory holds
   local per_sm = math.max(1, math.min(mode.C, 65536 // (L.block * 64), (227 * 1024) // smem))
   -- a cluster a row, several waves of them as the staged backward (row.lua counts clusters)

@@ -99,6 +99,23 @@ function M.vector_width(H, tensors)
   return V
 end
 
+-- Elements a thread loads at once when every tensor's load is at most 16 bytes (one word): the
+-- widest dtype's 16 bytes, at most 8, a divisor of n (1 where n is not compile-time).
+function M.load_width(tensors, n)
+  if not n then return 1 end
+  local V = 8
+  for _, t in ipairs(tensors) do V = math.min(V, 16 // dtypes.size(t.dtype)) end
+  while n % V ~= 0 do V = V // 2 end
+  return V
+end
+
+-- Dynamic shared memory of `bytes` beside `static` bytes: past 48 KB in all it takes the
+-- runtime's opt-in, so it never lands just below it (where the launch would fail without it).
+function M.dynamic_smem(bytes, static)
+  if bytes + (static or 0) + 1024 > 48 * 1024 and bytes <= 48 * 1024 then return 48 * 1024 + 256 end
+  return bytes
+end
+
 -- A kernel under construction: parameters (with the manifest's view of them), alignment
 -- needs, dynamic dims used, the helper snippets, and the body lines.
 function M.kernel(g, symbol)
