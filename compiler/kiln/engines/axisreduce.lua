@@ -85,9 +85,7 @@ local function analyze(group, g)
     info.V = vector_width(group, g, x, Ki_c)
     -- the rows split over the CTA's threads as many ways as keep E.UNROLL rows in flight twice
     -- over (rows not compile-time: 8 ways), the rest of the threads along the outputs
-    info.RS = 1
-    local R_c = info.R_c or 8 * 2 * E.UNROLL
-    while info.RS < E.MAX_SPLIT and R_c >= 2 * 2 * info.RS * E.UNROLL do info.RS = info.RS * 2 end
+    info.RS = rowgen.row_splits(info.R_c, E.UNROLL, E.MAX_SPLIT)
   elseif form == "RKR" or form == "KR" then
     local ro, k, ri = table.unpack(form == "KR" and { nil, runs[1], runs[2] } or runs)
     info.form = "inner"

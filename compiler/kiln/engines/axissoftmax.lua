@@ -136,9 +136,7 @@ local function analyze(group, g)
     end
   end
   if not info.staged then
-    local RS, R8 = 1, R_c or 8 * 2 * E.STEP
-    while RS < E.MAX_SPLIT and R8 >= 2 * 2 * RS * E.STEP do RS = RS * 2 end
-    info.RS = split_set or RS
+    info.RS = split_set or rowgen.row_splits(R_c, E.STEP, E.MAX_SPLIT)
   end
   if info.smem then info.smem = rowgen.dynamic_smem(info.smem, E.BLOCK * info.V * 4) end  -- beside red_
   info.id = string.format("axissoftmax:v%d:%s:b%dv%ds%d%s", E.version, a.op, E.BLOCK, info.V, info.RS,

@@ -109,6 +109,14 @@ function M.load_width(tensors, n)
   return V
 end
 
+-- Ways a CTA splits R rows (nil: not compile-time, taken as 8 ways' worth) that keep `step`
+-- rows in flight a thread twice over, at most `most`.
+function M.row_splits(R, step, most)
+  local RS, n = 1, R or 8 * 2 * step
+  while RS < most and n >= 2 * 2 * RS * step do RS = RS * 2 end
+  return RS
+end
+
 -- Dynamic shared memory of `bytes` beside `static` bytes: past 48 KB in all it takes the
 -- runtime's opt-in, so it never lands just below it (where the launch would fail without it).
 function M.dynamic_smem(bytes, static)
