@@ -165,7 +165,8 @@ static void plan_comment(FILE *f, kiln_plan *plan, const plan_sig *sig) {
   for (int i = 0; i < info.ntensors; i++) {
     kiln_tensor_info t;
     kiln_plan_tensor(plan, i, &t);
-    if (t.role == KILN_ROLE_VIRTUAL || t.role == KILN_ROLE_CONSTANT) continue;
+    if (t.role == KILN_ROLE_VIRTUAL || t.role == KILN_ROLE_CONSTANT || t.role == KILN_ROLE_SCRATCH)
+      continue;
     fputs(" *   ", f);
     c_comment(f, t.name);
     if (t.role == KILN_ROLE_SCALAR) {
@@ -390,7 +391,7 @@ int kiln_emit_c(const char *dir, const char *name, const void *bytes, size_t siz
     for (int i = 0; i < info.ntensors; i++) {
       kiln_tensor_info t;
       kiln_plan_tensor(plan, i, &t);
-      if (t.role != KILN_ROLE_VIRTUAL && t.role != KILN_ROLE_CONSTANT)
+      if (t.role != KILN_ROLE_VIRTUAL && t.role != KILN_ROLE_CONSTANT && t.role != KILN_ROLE_SCRATCH)
         unique_name(&sigs[p].args, t.name);
     }
     for (int d = 0; d < info.ndims; d++) {

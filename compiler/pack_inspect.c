@@ -96,7 +96,7 @@ int kiln_pack_inspect(const char *path, FILE *out, kiln_err *e) {
     }
     fputs(info.nspecialized ? "\n" : " none\n", out);
     if (info.workspace)
-      fprintf(out, "  workspace: %s bytes, rounded up to a multiple of 256\n", info.workspace);
+      fprintf(out, "  workspace: %s (bytes; each part rounded up to a multiple of 256)\n", info.workspace);
     else
       fputs("  workspace: none\n", out);
     fprintf(out, "  tensors (%d):\n", info.ntensors);

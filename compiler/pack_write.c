@@ -414,11 +414,11 @@ static int tensor_index(manifest *m, json_int_t uid) {
   return -1;
 }
 
-static const char *const role_names[] = {"input", "output", "virtual", "constant", "scalar"};
+static const char *const role_names[] = {"input", "output", "virtual", "constant", "scalar", "scratch"};
 
 static int role_of(json_t *t) {
   const char *r = json_string_value(json_object_get(t, "role"));
-  for (int i = 0; r && i < 5; i++)
+  for (int i = 0; r && i < (int)(sizeof role_names / sizeof role_names[0]); i++)
     if (strcmp(r, role_names[i]) == 0) return i;
   return -1;
 }
@@ -527,6 +527,22 @@ static int dim3(manifest *m, json_t *k, const char *key, int64_t max, uint32_t o
   return 0;
 }
 
+/* Appends the scratch tensors the workspace holds after the rule's bytes to its text
+ * (" + scratch y, h"; "scratch y" alone when the rule is 0). */
+static void scratch_text(manifest *m, char *text, size_t n) {
+  size_t len = strlen(text);
+  int first = 1;
+  for (int i = 0; i < m->ntensors && len < n; i++) {
+    json_t *t = json_array_get(m->tensors, (size_t)i);
+    if (role_of(t) != KILN_ROLE_SCRATCH) continue;
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (first && strcmp(text, "0") == 0) len = 0;
+    len += (size_t)snprintf(text + len, n - len, "%s%s", first ? (len ? " + scratch " : "scratch ") : ", ",
+                            name ? name : "?");
+    first = 0;
+  }
+}
+
 /* A grid axis or the workspace rule (label "grid[0]", "workspace"): an integer or
  * {"mul": [factors], "div": D, "max": M, "add": A, "sm_mul": S, "sm_div": Q}; writes (str
  * text, i64 div, max, add, sm_mul, sm_div, product). When literal is given, it gets the
@@ -599,6 +615,7 @@ static int write_rule(manifest *m, buf *b, json_t *g, const char *label, const c
   } else {
     return fail(m, "E_PACK", "%s: %s must be an integer or {mul, div, max}", what, label);
   }
+  if (strcmp(label, "workspace") == 0) scratch_text(m, text, sizeof text);
   if (literal) {
     *literal = -1;
     if (p.ndyn == 0) {
@@ -627,7 +644,7 @@ static int write_tmap(manifest *m, buf *b, json_t *pa, int index, const char *wh
   if (t < 0) return fail(m, "E_PACK", "%s: param %d: no tensor with that uid", what, index);
   json_t *tj = json_array_get(m->tensors, (size_t)t);
   int role = role_of(tj);
-  if (role != KILN_ROLE_INPUT && role != KILN_ROLE_OUTPUT)
+  if (role != KILN_ROLE_INPUT && role != KILN_ROLE_OUTPUT && role != KILN_ROLE_SCRATCH)
     return fail(m, "E_PACK", "%s: param %d: tensor map of a %s tensor", what, index,
                 role_names[role]);
   size_t ndim = json_array_size(json_object_get(tj, "dims"));
@@ -702,7 +719,7 @@ static int write_param(manifest *m, buf *b, json_t *pa, int index, const char *w
   json_t *tj = json_array_get(m->tensors, (size_t)t);
   int role = role_of(tj);
   if (tensor) {
-    if (role != KILN_ROLE_INPUT && role != KILN_ROLE_OUTPUT)
+    if (role != KILN_ROLE_INPUT && role != KILN_ROLE_OUTPUT && role != KILN_ROLE_SCRATCH)
       return fail(m, "E_PACK",
                   "%s: param %d: tensor uid %" JSON_INTEGER_FORMAT
                   " is %s, not in "
@@ -891,6 +908,9 @@ static int add_plan_json(manifest *m, json_t *root, const char *const *archs, in
   for (int d = 0; d < m->ndyn; d++) put_u32(b, intern(w, m->dyn[d]));
   json_t *ws = json_object_get(root, "workspace");
   m->has_workspace = ws && !json_is_null(ws);
+  for (int i = 0; i < m->ntensors && !m->has_workspace; i++)
+    if (role_of(json_array_get(m->tensors, (size_t)i)) == KILN_ROLE_SCRATCH)
+      return fail(m, "E_PACK", "scratch tensors need a \"workspace\" (0 when the kernels need none)");
   m->workspace_literal = -1;
   if (m->has_workspace) {
     int64_t lit;

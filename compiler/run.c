@@ -277,7 +277,7 @@ int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
     run_tensor *t = &ts[i];
     RT(kiln_plan_tensor(plan, i, &t->info));
     kiln_role role = t->info.role;
-    if (role == KILN_ROLE_VIRTUAL || role == KILN_ROLE_CONSTANT) continue;
+    if (role == KILN_ROLE_VIRTUAL || role == KILN_ROLE_CONSTANT || role == KILN_ROLE_SCRATCH) continue;
     t->numel = 1;
     t->span = 1;
     for (int k = 0; k < t->info.ndim; k++) {

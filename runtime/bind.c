@@ -58,7 +58,8 @@ int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t sms, int64_
   return __builtin_add_overflow(v, g->add, out) ? -1 : 0;
 }
 
-int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms, int64_t *out) {
+int kiln__workspace_rule_bytes(const kiln_plan *plan, const int64_t *dyn, int64_t sms,
+                               int64_t *out) {
   const kiln__grid *g = &plan->workspace;
   int64_t v;
   *out = 0;
@@ -67,6 +68,41 @@ int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms,
   const int64_t a = KILN_PACK_WORKSPACE_ALIGN;
   if (v > INT64_MAX - (a - 1)) return -1;
   *out = (v + a - 1) / a * a;
+  return 0;
+}
+
+/* Bytes a scratch tensor spans for resolved dims: 0 when an extent is 0, else one element past
+ * the last one its strides reach. -1 on int64 overflow. */
+static int scratch_bytes(const kiln__tensor *t, const int64_t *dyn, int64_t *out) {
+  int64_t last = 0, stride;
+  *out = 0;
+  for (int j = 0; j < t->ndim; j++) {
+    const int64_t d = t->dim[j] >= 0 ? t->dim[j] : dyn[-(t->dim[j] + 1)];
+    if (d == 0) return 0;
+    if (kiln__product_eval(&t->stride[j], dyn, &stride) != 0 ||
+        __builtin_mul_overflow(d - 1, stride, &stride) || __builtin_add_overflow(last, stride, &last))
+      return -1;
+  }
+  return __builtin_add_overflow(last, 1, &last) ||
+                 __builtin_mul_overflow(last, (int64_t)kiln_dtype_size(t->dtype), out)
+             ? -1
+             : 0;
+}
+
+int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms,
+                         int64_t *scratch_off, int64_t *out) {
+  int64_t at;
+  if (kiln__workspace_rule_bytes(plan, dyn, sms, &at) != 0) return -1;
+  const int64_t a = KILN_PACK_WORKSPACE_ALIGN;
+  for (int i = 0; i < plan->ntensors; i++) {
+    const kiln__tensor *t = &plan->tensors[i];
+    int64_t bytes;
+    if (t->scratch < 0) continue;
+    if (scratch_bytes(t, dyn, &bytes) != 0 || bytes > INT64_MAX - (a - 1)) return -1;
+    if (scratch_off) scratch_off[t->scratch] = at;
+    if (__builtin_add_overflow(at, (bytes + a - 1) / a * a, &at)) return -1;
+  }
+  *out = at;
   return 0;
 }
 
@@ -257,7 +293,9 @@ static kiln_status resolve_dims(kiln_plan *plan, const kiln_bind *b, int strict,
   for (int i = 0; i < plan->ntensors; i++) {
     const kiln__tensor *t = &plan->tensors[i];
     const bound *bt = &b->t[i];
-    if (t->role == KILN_ROLE_VIRTUAL || t->role == KILN_ROLE_CONSTANT) continue;
+    if (t->role == KILN_ROLE_VIRTUAL || t->role == KILN_ROLE_CONSTANT ||
+        t->role == KILN_ROLE_SCRATCH)
+      continue;
     if (bt->state == UNBOUND) {
       if (!strict) continue;
       return kiln__fail(RT(plan), KILN_ERR_UNBOUND, "%s tensor '%s' (uid %" PRId64 ") is not bound",
@@ -334,9 +372,21 @@ kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *byte
     kiln_status st = resolve_dims(plan, b, 0, dyn, known);
     if (st != KILN_OK) return st;
   }
-  for (int i = 0; i < p->nfactor; i++) {
-    if (p->factor[i] >= 0) continue;
-    int d = (int)-(p->factor[i] + 1);
+  /* every dynamic dim of the rule and of the scratch tensors' dims and strides */
+  int used[KILN_PACK_MAX_DYN] = {0};
+  for (int i = 0; i < p->nfactor; i++)
+    if (p->factor[i] < 0) used[-(p->factor[i] + 1)] = 1;
+  for (int i = 0; i < plan->ntensors; i++) {
+    const kiln__tensor *t = &plan->tensors[i];
+    if (t->scratch < 0) continue;
+    for (int j = 0; j < t->ndim; j++) {
+      if (t->dim[j] < 0) used[-(t->dim[j] + 1)] = 1;
+      for (int f = 0; f < t->stride[j].nfactor; f++)
+        if (t->stride[j].factor[f] < 0) used[-(t->stride[j].factor[f] + 1)] = 1;
+    }
+  }
+  for (int d = 0; d < plan->ndyn; d++) {
+    if (!used[d]) continue;
     if (!b)
       return kiln__fail(RT(plan), KILN_ERR_INVALID_ARG,
                         "workspace size %s depends on dim %s: pass a binding", plan->workspace.text,
@@ -353,7 +403,7 @@ kiln_status kiln_plan_workspace_size(kiln_plan *plan, kiln_bind *b, size_t *byte
     kiln_status st = kiln__context_sms(RT(plan), &sms, &have_ctx);
     if (st != KILN_OK) return st;
   }
-  if (kiln__workspace_eval(plan, b ? dyn : NULL, sms, &v) != 0 || (uint64_t)v > SIZE_MAX)
+  if (kiln__workspace_eval(plan, b ? dyn : NULL, sms, NULL, &v) != 0 || (uint64_t)v > SIZE_MAX)
     return workspace_overflow(plan);
   *bytes = (size_t)v;
   return KILN_OK;
@@ -372,7 +422,7 @@ kiln_status kiln__check_workspace(kiln_plan *plan, const int64_t *dyn, int64_t s
                                   kiln_devptr ptr, size_t bytes) {
   int64_t need;
   if (!plan->workspace.text) return KILN_OK;
-  if (kiln__workspace_eval(plan, dyn, sms, &need) != 0) return workspace_overflow(plan);
+  if (kiln__workspace_eval(plan, dyn, sms, NULL, &need) != 0) return workspace_overflow(plan);
   if (need == 0) return KILN_OK;
   if (!bound)
     return kiln__fail(RT(plan), KILN_ERR_UNBOUND,

@@ -62,6 +62,7 @@ typedef struct kiln__tensor {
   const char *name;
   kiln_dtype dtype;
   kiln_role role;
+  int scratch; /* KILN_ROLE_SCRATCH: its place among the plan's scratch tensors, else -1 */
   int ndim;
   uint32_t align;
   double value;
@@ -94,6 +95,7 @@ struct kiln_plan {
   kiln__grid workspace; /* bytes before rounding; text NULL when the plan needs none */
   int ntensors;
   kiln__tensor *tensors;
+  int nscratch; /* tensors of role KILN_ROLE_SCRATCH (at most KILN_PACK_MAX_SCRATCH) */
   int nkernels;
   kiln__kernel *kernels;
   pthread_mutex_t load_lock;       /* serializes module loading */
@@ -136,11 +138,17 @@ KILN__INTERNAL int kiln__product_eval(const kiln__product *p, const int64_t *dyn
  * sm_mul > 0) + add, for a device of sms SMs (1..KILN_PACK_MAX_SMS); -1 on int64 overflow. */
 KILN__INTERNAL int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int64_t sms,
                                    int64_t *out);
-/* Workspace bytes for resolved dims (dyn may be NULL when the rule has no dynamic factor) on
- * a device of sms SMs: the rule's value rounded up to KILN_PACK_WORKSPACE_ALIGN; 0 when the
- * plan needs none. -1 on int64 overflow. */
+/* The kernels' part of the workspace for resolved dims (dyn may be NULL when the rule has no
+ * dynamic factor) on a device of sms SMs: the rule's value rounded up to
+ * KILN_PACK_WORKSPACE_ALIGN; 0 when the plan needs none. -1 on int64 overflow. */
+KILN__INTERNAL int kiln__workspace_rule_bytes(const kiln_plan *plan, const int64_t *dyn,
+                                              int64_t sms, int64_t *out);
+/* The whole workspace: the kernels' part, then each scratch tensor at the next multiple of
+ * KILN_PACK_WORKSPACE_ALIGN (offsets into scratch_off when not NULL, plan->nscratch entries);
+ * total bytes into *out. dyn may be NULL only when no rule or scratch tensor uses a dynamic
+ * dim. -1 on int64 overflow. */
 KILN__INTERNAL int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms,
-                                        int64_t *out);
+                                        int64_t *scratch_off, int64_t *out);
 /* Grid of every kernel for resolved dims on a device of sms SMs; checks driver limits and
  * cluster divisibility. */
 KILN__INTERNAL kiln_status kiln__plan_grids(kiln_plan *plan, const int64_t *dyn, int64_t sms,

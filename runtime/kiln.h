@@ -83,7 +83,9 @@ typedef enum kiln_role {
   KILN_ROLE_OUTPUT = 1,   /* bound by the caller, written */
   KILN_ROLE_VIRTUAL = 2,  /* never in memory; not bound */
   KILN_ROLE_CONSTANT = 3, /* compiled in; not bound */
-  KILN_ROLE_SCALAR = 4    /* runtime scalar: kiln_bind_scalar */
+  KILN_ROLE_SCALAR = 4,   /* runtime scalar: kiln_bind_scalar */
+  KILN_ROLE_SCRATCH = 5   /* a virtual tensor one kernel writes and a later one reads: held in
+                             the plan's workspace, not bound */
 } kiln_role;
 
 typedef struct kiln_rt kiln_rt;     /* runtime: driver, error detail, open packs */
@@ -161,8 +163,9 @@ typedef struct kiln_plan_info {
   int nkernels;
   int ndims;        /* dynamic dims (runtime arguments) */
   int nspecialized; /* dims fixed by the instance key */
-  /* Workspace rule in bytes before rounding up to 256, e.g. "ceil(T*4096/2)"; NULL when the
-   * plan needs no workspace. */
+  /* Workspace rule in bytes before rounding up to 256, e.g. "ceil(T*4096/2)", and the scratch
+   * tensors it holds after that ("... + scratch y [T, 1024] bf16"); NULL when the plan needs no
+   * workspace. */
   const char *workspace;
 } kiln_plan_info;
 
@@ -230,10 +233,12 @@ kiln_status kiln_bind_dim(kiln_bind *b, const char *name, int64_t value);
 
 /* Workspace: scratch device memory some plans need (kiln_plan_info.workspace != NULL),
  * provided by the caller for each launch; kernels do not assume it is zeroed, and launches
- * of the plan that may overlap (other streams, threads) need separate workspaces.
+ * of the plan that may overlap (other streams, threads) need separate workspaces. It holds
+ * the kernels' own partial results and the plan's scratch tensors (KILN_ROLE_SCRATCH: a
+ * virtual tensor one kernel writes and a later one reads), each at a 256-byte boundary.
  * kiln_plan_workspace_size gives the bytes the plan needs for the dynamic dims of b: those
  * bound with kiln_bind_dim or implied by the tensors bound so far (only the dims the rule
- * uses must be known, else KILN_ERR_UNBOUND; disagreeing ones give KILN_ERR_SHAPE). The
+ * and the scratch tensors use must be known, else KILN_ERR_UNBOUND; disagreeing ones give KILN_ERR_SHAPE). The
  * size is a multiple of 256, and 0 when the plan needs no workspace (b may then be NULL, as
  * it may when the rule uses no dynamic dim). Persistent kernels size their grids, and the
  * workspace, by the SM count of the context they run in (a green context's own SMs, else
@@ -260,7 +265,8 @@ kiln_status kiln_bind_check(kiln_plan *plan, kiln_bind *b);
  * it can be captured into a CUDA graph. */
 kiln_status kiln_launch(kiln_plan *plan, kiln_bind *b, struct CUstream_st *stream);
 /* Positional launch without a kiln_bind (used by `kiln build --emit-c` wrappers):
- * ptrs[i] for the i-th tensor in plan order (ignored unless input/output), scalars[i] for
+ * ptrs[i] for the i-th tensor in plan order (ignored unless input/output: scratch tensors
+ * live in the workspace), scalars[i] for
  * scalar tensors (may be NULL if there are none), dims[d] for the d-th dynamic dim (may be
  * NULL if there are none), workspace: the workspace base (0 when the plan needs none; it
  * must hold kiln_plan_workspace_size bytes for these dims). Shapes and the workspace size

@@ -300,6 +300,9 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
   unsigned grids[KILN_PACK_MAX_KERNELS][3];
   kiln_status st = kiln__plan_grids(plan, dyn, s->sms, grids);
   if (st != KILN_OK) return st;
+  int64_t scratch_off[KILN_PACK_MAX_SCRATCH], ws_total;
+  if (kiln__workspace_eval(plan, dyn, s->sms, scratch_off, &ws_total) != 0)
+    return kiln__fail(RT(plan), KILN_ERR_SHAPE, "workspace size %s overflows", plan->workspace.text);
   uint64_t values[KILN_PACK_MAX_PARAMS];
   void *args[KILN_PACK_MAX_PARAMS];
   CUtensorMap maps[KILN_PACK_MAX_TMAPS]; /* 64-byte aligned by its type */
@@ -313,8 +316,15 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       float f;
       double d;
       values[p] = 0;
-      switch (kn->params[p].kind) {
-      case KILN__PARAM_TENSOR: values[p] = ptrs[arg]; break;
+      /* a tensor's pointer; a scratch tensor lives in the workspace */
+      const int kind = kn->params[p].kind;
+      const int is_tensor = kind == KILN__PARAM_TENSOR || kind == KILN__PARAM_TMAP;
+      const int scratch = is_tensor ? plan->tensors[arg].scratch : -1;
+      const kiln_devptr ptr = !is_tensor     ? 0
+                              : scratch >= 0 ? workspace + (uint64_t)scratch_off[scratch]
+                                             : ptrs[arg];
+      switch (kind) {
+      case KILN__PARAM_TENSOR: values[p] = ptr; break;
       case KILN__PARAM_DIM: values[p] = (uint64_t)dyn[arg]; break;
       case KILN__PARAM_I64: values[p] = (uint64_t)arg; break;
       case KILN__PARAM_WORKSPACE: values[p] = workspace + (uint64_t)arg; break;
@@ -322,7 +332,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
       case KILN__PARAM_TMAP: /* code for SMs before 9.0 takes the map but never reads it */
         memset(&maps[nmaps], 0, sizeof maps[nmaps]);
         st = s->major[k] < 9 ? KILN_OK
-                             : encode_tmap(plan, kn, &kn->params[p], ptrs[arg], dyn, &maps[nmaps]);
+                             : encode_tmap(plan, kn, &kn->params[p], ptr, dyn, &maps[nmaps]);
         if (st != KILN_OK) return st;
         args[p] = &maps[nmaps++];
         continue;

@@ -25,7 +25,10 @@
  *           workspace: (str text or NOSTR when the plan needs none, i64 div, i64 max, i64 add,
  *                       i64 sm_mul, i64 sm_div, u8 nfactor, nfactor x i64 ref)  same rule
  *                       as a grid axis, in bytes, rounded up to KILN_PACK_WORKSPACE_ALIGN;
- *                       NOSTR: div 1, max 0, add 0, sm_mul 0, sm_div 1, none
+ *                       NOSTR: div 1, max 0, add 0, sm_mul 0, sm_div 1, none. The
+ *                       workspace holds the rule's bytes, then each scratch tensor (role
+ *                       scratch, in plan order) at the next multiple of the alignment,
+ *                       sized by its dims and strides; a plan with scratch tensors has a rule
  *           u32 ntensor, ntensor x tensor, u32 nkernel, nkernel x kernel
  *   tensor: i64 uid, str name, u8 dtype (enum kiln_dtype), u8 role (enum kiln_role),
  *           u8 ndim, u8 zero, u32 align, f64 value,
@@ -88,6 +91,7 @@
 #define KILN_PACK_MAX_IMAGES 64 /* per kernel */
 #define KILN_PACK_MAX_TMAPS 8   /* tensor-map params per kernel */
 #define KILN_PACK_MAX_TMAP_RANK 5
+#define KILN_PACK_MAX_SCRATCH 64 /* scratch tensors per plan */
 /* SM counts the rules see are clamped to this: code sized by it holds on any device. */
 #define KILN_PACK_MAX_SMS 256
 

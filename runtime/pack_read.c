@@ -358,7 +358,7 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
    * one SM: the smallest). */
   int64_t ws_size = -1;
   if (plan->workspace.text && product_is_literal(&plan->workspace.prod) &&
-      kiln__workspace_eval(plan, NULL, 1, &ws_size) != 0)
+      kiln__workspace_rule_bytes(plan, NULL, 1, &ws_size) != 0)
     ws_size = -1;
   CHECK(rd_count(r, &k->nparams, 9, KILN_PACK_MAX_PARAMS, "kernel params"));
   if (!(k->params = alloc_n(r, (size_t)k->nparams, sizeof *k->params))) return nomem(r);
@@ -374,7 +374,8 @@ static kiln_status rd_kernel(reader *r, kiln_plan *plan, kiln__kernel *k) {
     case KILN__PARAM_TMAP:
       ok = pa->arg >= 0 && pa->arg < plan->ntensors &&
            (plan->tensors[pa->arg].role == KILN_ROLE_INPUT ||
-            plan->tensors[pa->arg].role == KILN_ROLE_OUTPUT);
+            plan->tensors[pa->arg].role == KILN_ROLE_OUTPUT ||
+            plan->tensors[pa->arg].role == KILN_ROLE_SCRATCH);
       if (ok && pa->kind == KILN__PARAM_TMAP) {
         if (++ntmaps > KILN_PACK_MAX_TMAPS)
           return BAD(r, "kernel '%s': more than %d tensor-map params", k->symbol,
@@ -464,7 +465,7 @@ static kiln_status rd_plan(reader *r, int index, kiln_plan *plan) {
   } else {
     int64_t v;
     if (product_is_literal(&plan->workspace.prod) &&
-        kiln__workspace_eval(plan, NULL, KILN_PACK_MAX_SMS, &v) != 0)
+        kiln__workspace_rule_bytes(plan, NULL, KILN_PACK_MAX_SMS, &v) != 0)
       return BAD(r, "workspace rule %s overflows", plan->workspace.text);
   }
   CHECK(rd_count(r, &plan->ntensors, 28, KILN_PACK_MAX_TENSORS, "tensors"));
@@ -476,6 +477,14 @@ static kiln_status rd_plan(reader *r, int index, kiln_plan *plan) {
           strcmp(plan->tensors[j].name, plan->tensors[i].name) == 0)
         return BAD(r, "tensors %d and %d share a uid or a name ('%s')", j, i,
                    plan->tensors[i].name);
+    kiln__tensor *t = &plan->tensors[i];
+    t->scratch = -1;
+    if (t->role != KILN_ROLE_SCRATCH) continue;
+    if (!plan->workspace.text)
+      return BAD(r, "scratch tensor '%s', but the plan has no workspace", t->name);
+    if (plan->nscratch == KILN_PACK_MAX_SCRATCH)
+      return BAD(r, "more than %d scratch tensors", KILN_PACK_MAX_SCRATCH);
+    t->scratch = plan->nscratch++;
   }
   CHECK(rd_count(r, &plan->nkernels, 60, KILN_PACK_MAX_KERNELS, "kernels"));
   if (!(plan->kernels = alloc_n(r, (size_t)plan->nkernels, sizeof *plan->kernels))) return nomem(r);

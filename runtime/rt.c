@@ -83,7 +83,8 @@ kiln_dtype kiln_dtype_from_name(const char *name) {
 }
 
 const char *kiln_role_name(kiln_role role) {
-  static const char *const names[] = {"input", "output", "virtual", "constant", "scalar"};
+  static const char *const names[] = {"input", "output", "virtual", "constant", "scalar",
+                                      "scratch"};
   return (unsigned)role < sizeof names / sizeof names[0] ? names[role] : NULL;
 }
 

@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 142 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 147 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -457,7 +457,8 @@ ok "KILN_ROW_HINT=last reads them evict_last at any size" \
 run_kiln explain tests/specs/mem/forward.lua --sm 90a
 expect_out "group 1 \(rmsnorm\): plan row:" "rmsnorm_after_kernel's norm is its own kernel group"
 
-# a virtual tensor read by two anchors cannot fuse: typed error, and the reason is named
+# a virtual tensor read by two anchors: the pointwise kernel writes it to the workspace (a
+# scratch tensor) and both row kernels read it from there
 cat > "$TMP/nofuse.lua" <<'EOF'
 local k = require "kiln"
 return k.graph "nofuse" {
@@ -469,9 +470,21 @@ return k.graph "nofuse" {
   end,
 }
 EOF
-run_kiln build "$TMP/nofuse.lua" --sm 90a
-expect_err "E_NO_ENGINE" "an unfusable prologue is E_NO_ENGINE"
-expect_err "virtual tensor .* (made by|consumed by) another kernel group" "the decline names the virtual tensor"
+run_kiln build "$TMP/nofuse.lua" --sm 90a -o "$TMP/nofuse.kpack"
+expect_rc 0 "a virtual tensor read by two anchors builds (three kernels)"
+run_kiln pack inspect "$TMP/nofuse.kpack"
+expect_out "add_1.OUT_0 +fp32 +scratch +\[T, 1024\]" "the crossing tensor is a scratch tensor of the plan"
+expect_out "workspace: scratch add_1.OUT_0 " "the workspace holds it"
+# every crossing the engines meet: norm -> GEMM (TMA from the workspace), GEMM -> softmax,
+# pointwise -> two row kernels, row -> column reduction, per-row reduction -> pointwise,
+# per-channel statistics -> pointwise (batch norm in training from primitives)
+run_kiln explain tests/specs/mem/scratch.lua
+ok "explain tests/specs/mem/scratch.lua: every group has an engine" bash -c "! grep -q 'NO ENGINE' '$OUTF'"
+run_kiln build tests/specs/mem/scratch.lua --sm 80 --sm 90a --sm 100a -o "$TMP/scratch.kpack"
+expect_rc 0 "build tests/specs/mem/scratch.lua for sm_80 sm_90a sm_100a"
+run_kiln pack inspect "$TMP/scratch.kpack"
+ok "its plans hold 8 scratch tensors" test "$(grep -cE '^ +uid [0-9]+ +[^ ]+ +[a-z0-9]+ +scratch ' "$OUTF")" = 8
+expect_out "workspace: [0-9]+ \+ scratch identity_[0-9]+.OUT_0 " "a GEMM's own workspace comes first, the scratch after it"
 # cold compile times, one kernel at a time; each kernel's best of two cold builds, so that a
 # burst of load on a shared machine does not decide the result
 for round in 1 2; do

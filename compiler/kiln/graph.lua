@@ -335,7 +335,8 @@ function Graph:to_data()
   local tensors = json_array()
   for _, t in ipairs(self.tensors) do
     tensors[#tensors + 1] = { uid = t.uid, name = t.name, dtype = t.dtype, dims = json_array(shape.copy(t.dims)),
-                              strides = json_array(shape.copy(t.strides)), role = t.role, value = t.value }
+                              strides = json_array(shape.copy(t.strides)),
+                              role = t.role == "scratch" and "virtual" or t.role, value = t.value }
   end
   local nodes = json_array()
   for _, n in ipairs(self.nodes) do

@@ -334,6 +334,8 @@ end
 function M.family(def) return def.elementwise and "pointwise" or def.family end
 
 function M.lower(g)
+  -- a graph routed before (another target) had its crossing tensors made scratch: start over
+  for _, t in ipairs(g.tensors) do if t.role == "scratch" then t.role = "virtual" end end
   local groups, group_of_tensor = {}, {}
   for _, node in ipairs(g.nodes) do
     local latest = 0
@@ -384,32 +386,25 @@ function M.lower(g)
         end
       end
     end
+    -- a virtual tensor another group reads is written to the plan's workspace (scratch)
+    for _, uid in ipairs(spills) do
+      g.by_uid[uid].role = "scratch"
+      outputs[#outputs + 1] = uid
+    end
     table.sort(inputs)
     table.sort(outputs)
-    table.sort(spills)
-    grp.inputs, grp.outputs, grp.spills = inputs, outputs, spills
+    grp.inputs, grp.outputs = inputs, outputs
   end
   return groups
 end
 
+-- Whether a kernel writes t to memory: a graph output, or a scratch tensor a later kernel
+-- group reads from the workspace.
+function M.written(t) return t.role == "output" or t.role == "scratch" end
+
 function M.in_group(grp, node)
   for _, n in ipairs(grp.nodes) do if n == node then return true end end
   return false
-end
-
--- Why a group cannot be built yet when a virtual tensor crosses its boundary (kernel
--- groups do not exchange data through workspace buffers yet); nil when none does.
-function M.workspace_reason(group, g)
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if t.role == "virtual" then
-      return string.format("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
-    end
-  end
-  if #group.spills > 0 then
-    return string.format("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)",
-      g.by_uid[group.spills[1]].name)
-  end
 end
 
 return M

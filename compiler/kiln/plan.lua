@@ -75,14 +75,17 @@ function M.manifest(g, target)
       or { mul = c.json_array({ bytes }), div = 1, max = 0 }
   end
   if workspace then workspace.mul = c.json_array(workspace.mul) end
-  local tensors = c.json_array()
+  local tensors, scratch = c.json_array(), false
   for _, t in ipairs(g.tensors) do
+    scratch = scratch or t.role == "scratch"
     if t.role ~= "virtual" and t.role ~= "constant" then
       tensors[#tensors + 1] = { uid = t.uid, name = t.name, dtype = t.dtype, dims = c.json_array(shape.copy(t.dims)),
                                 strides = c.json_array(shape.copy(t.strides)), role = t.role,
                                 align = align[t.uid] or require("kiln.dtypes").size(t.dtype) }
     end
   end
+  -- scratch tensors lie in the workspace after the kernels' own bytes (the runtime places them)
+  if scratch and not workspace then workspace = 0 end
   return { schema = "kiln.plan", version = 1, graph = g.name, instance = g:instance_key(),
            dynamic = c.json_array(g:dynamic_dims()), tensors = tensors, kernels = kernels,
            workspace = workspace, graph_json = g:to_json() }

@@ -34,7 +34,7 @@ globals().update({name: value for value, name in STATUS_NAMES.items()})
 
 DTYPES = ["invalid", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "fp8_e8m0",
           "int32", "int64", "bool"]
-ROLES = ["input", "output", "virtual", "constant", "scalar"]
+ROLES = ["input", "output", "virtual", "constant", "scalar", "scratch"]
 ROLE_INPUT, ROLE_OUTPUT, ROLE_VIRTUAL, ROLE_CONSTANT, ROLE_SCALAR = range(5)
 
 
@@ -328,7 +328,7 @@ class Plan:
     def __repr__(self):
         inst = " [%s]" % self.instance if self.instance else ""
         return "<kiln.Plan %s%s: %s>" % (self.graph, inst, ", ".join(
-            "%s%s" % (t.name, list(t.dims)) for t in self.tensors if t.role != "virtual"))
+            "%s%s" % (t.name, list(t.dims)) for t in self.tensors if t.role not in ("virtual", "scratch")))
 
     def load(self):
         """Loads the plan's modules into the current CUDA context now (before graph capture)."""

@@ -731,8 +731,8 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
        "grids follow the SM count: 216 CTAs on 108 SMs, 264 on 132, SMS/2 at least 1, few rows "
        "fewer CTAs (%lld %lld %lld %lld %lld)", (long long)g108, (long long)g132, (long long)y108,
        (long long)y1, (long long)small);
-    OK(kiln__workspace_eval(ps, M, 108, &w108) == 0 && w108 == 108 * 2048 &&
-           kiln__workspace_eval(ps, M, KILN_PACK_MAX_SMS, &w256) == 0 &&
+    OK(kiln__workspace_eval(ps, M, 108, NULL, &w108) == 0 && w108 == 108 * 2048 &&
+           kiln__workspace_eval(ps, M, KILN_PACK_MAX_SMS, NULL, &w256) == 0 &&
            w256 == KILN_PACK_MAX_SMS * 2048,
        "the workspace follows it too (%lld, %lld)", (long long)w108, (long long)w256);
     kiln_bind *bs;
@@ -867,8 +867,8 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
   FILE *out = open_memstream(&text, &len);
   int rc = kiln_pack_inspect(path, out, &e);
   fclose(out);
-  OK(rc == 0 && strstr(text, "workspace: ceil(M*100/3) bytes, rounded up to a multiple of 256") &&
-         strstr(text, "workspace: 1000 bytes") && strstr(text, "workspace: none"),
+  OK(rc == 0 && strstr(text, "workspace: ceil(M*100/3) (bytes; each part rounded up to a multiple of 256)") &&
+         strstr(text, "workspace: 1000 (bytes") && strstr(text, "workspace: none"),
      "kiln pack inspect prints the workspace rules");
   if (rc == 0 && getenv("KILN_TEST_VERBOSE")) fputs(text, stdout);
   free(text);
@@ -993,6 +993,104 @@ static void test_tmap(kiln_rt *rt) {
   }
 }
 
+/* Scratch tensors (virtual tensors two kernels exchange): the workspace holds the kernels' own
+ * bytes (8 per M), then s1 (fp32 [M, 3]) and s2 (bf16 [5]), each at a 256-byte boundary. */
+static const char *manifest_scratch =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"scr\", \"dynamic\": [\"M\"],"
+    " \"workspace\": {\"mul\": [\"M\", 8]},"
+    " \"tensors\": ["
+    "  {\"uid\": 1, \"name\": \"x\", \"dtype\": \"fp32\", \"dims\": [\"M\", 3], \"role\": \"input\"},"
+    "  {\"uid\": 2, \"name\": \"s1\", \"dtype\": \"fp32\", \"dims\": [\"M\", 3], \"role\": \"scratch\"},"
+    "  {\"uid\": 3, \"name\": \"s2\", \"dtype\": \"bf16\", \"dims\": [5], \"role\": \"scratch\"},"
+    "  {\"uid\": 4, \"name\": \"y\", \"dtype\": \"fp32\", \"dims\": [\"M\", 3], \"role\": \"output\"}],"
+    " \"kernels\": ["
+    "  {\"symbol\": \"kiln_scr_0\", \"block\": [64], \"grid\": [1], \"params\": [{\"kind\": "
+    "\"tensor\", \"uid\": 1}, {\"kind\": \"tensor\", \"uid\": 2}, {\"kind\": \"tensor\", \"uid\": 3}]},"
+    "  {\"symbol\": \"kiln_scr_1\", \"block\": [64], \"grid\": [1], \"params\": [{\"kind\": "
+    "\"tensor\", \"uid\": 2}, {\"kind\": \"workspace\", \"offset\": 0}, {\"kind\": \"tensor\", "
+    "\"uid\": 4}]}]}";
+
+static void test_scratch(kiln_rt *rt) {
+  kiln_err e = {0};
+  const char *archs[] = {"sm_90a"};
+  unsigned char cub[2][128];
+  kiln_blob im[2] = {fake_cubin(cub[0], 128, "scr 0"), fake_cubin(cub[1], 128, "scr 1")};
+  kiln_pack_writer *w = kiln_pack_writer_new();
+  OK(kiln_pack_writer_add_plan(w, manifest_scratch, archs, 1, im, &e) == 0,
+     "writer takes a plan with scratch tensors (%s)", e.msg);
+  const char *only = "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"only\", \"workspace\": 0,"
+                     " \"tensors\": [{\"uid\": 1, \"name\": \"t\", \"dtype\": \"fp16\", \"dims\": [300],"
+                     " \"role\": \"scratch\"}], \"kernels\": []}";
+  OK(kiln_pack_writer_add_plan(w, only, archs, 0, NULL, &e) == 0,
+     "and one whose workspace is its scratch alone (%s)", e.msg);
+  const char *none = "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"none\","
+                     " \"tensors\": [{\"uid\": 1, \"name\": \"t\", \"dtype\": \"fp16\", \"dims\": [3],"
+                     " \"role\": \"scratch\"}], \"kernels\": []}";
+  OK(kiln_pack_writer_add_plan(w, none, archs, 0, NULL, &e) == -1 && strstr(e.msg, "scratch tensors need"),
+     "scratch tensors without a workspace rule -> E_PACK (%s)", e.msg);
+  void *bytes;
+  size_t size;
+  OK(kiln_pack_writer_to_memory(w, &bytes, &size, &e) == 0, "scratch pack written");
+  kiln_pack_writer_free(w);
+  kiln_pack *pack;
+  kiln_status st = kiln_pack_open_memory(rt, bytes, size, &pack);
+  OK(st == KILN_OK, "scratch pack opens (%s)", kiln_rt_errmsg(rt));
+  if (st != KILN_OK) {
+    free(bytes);
+    return;
+  }
+  kiln_plan *p, *po;
+  kiln_plan_info info, io;
+  kiln_tensor_info ti;
+  kiln_plan_get(pack, "scr", "", &p);
+  kiln_plan_get(pack, "only", "", &po);
+  kiln_plan_info_get(p, &info);
+  kiln_plan_info_get(po, &io);
+  OK(info.workspace && strcmp(info.workspace, "M*8 + scratch s1, s2") == 0 && io.workspace &&
+         strcmp(io.workspace, "scratch t") == 0,
+     "the workspace text names the scratch tensors (%s; %s)", info.workspace, io.workspace);
+  OK(kiln_plan_tensor(p, 1, &ti) == KILN_OK && ti.role == KILN_ROLE_SCRATCH &&
+         strcmp(kiln_role_name(ti.role), "scratch") == 0 && p->nscratch == 2 &&
+         p->tensors[1].scratch == 0 && p->tensors[2].scratch == 1 && p->tensors[0].scratch == -1,
+     "scratch tensors read back in plan order");
+  int64_t off[KILN_PACK_MAX_SCRATCH], total;
+  OK(kiln__workspace_eval(p, (const int64_t[]){100}, 132, off, &total) == 0 && off[0] == 1024 &&
+         off[1] == 2304 && total == 2560,
+     "M = 100: the rule's 800 -> 1024 bytes, s1 1200 -> 1280 at 1024, s2 10 -> 256 at 2304: 2560 "
+     "(%lld %lld %lld)", (long long)off[0], (long long)off[1], (long long)total);
+  OK(kiln__workspace_eval(p, (const int64_t[]){0}, 132, off, &total) == 0 && off[0] == 0 &&
+         off[1] == 0 && total == 256,
+     "M = 0: an empty scratch tensor takes no bytes (%lld %lld %lld)", (long long)off[0],
+     (long long)off[1], (long long)total);
+  size_t n = 0;
+  OK(kiln_plan_workspace_size(po, NULL, &n) == KILN_OK && n == 768,
+     "scratch alone: 600 bytes -> 768 without a binding (%zu)", n);
+  kiln_bind *b;
+  kiln_bind_create(p, &b);
+  st = kiln_bind_tensor(b, "s1", FAKE, 2, (const int64_t[]){4, 3}, NULL, KILN_DTYPE_FP32);
+  OK(st == KILN_ERR_INVALID_ARG && strstr(kiln_rt_errmsg(rt), "scratch"),
+     "binding a scratch tensor -> INVALID_ARG (%s)", kiln_rt_errmsg(rt));
+  st = kiln_plan_workspace_size(p, b, &n);
+  OK(st == KILN_ERR_UNBOUND && strstr(kiln_rt_errmsg(rt), "dynamic dim M"),
+     "its size with M unknown -> UNBOUND (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_tensor(b, "x", FAKE, 2, (const int64_t[]){100, 3}, NULL, KILN_DTYPE_FP32);
+  OK(kiln_plan_workspace_size(p, b, &n) == KILN_OK && n == 2560, "M from x: 2560 bytes (%zu)", n);
+  kiln_bind_tensor(b, "y", FAKE * 2, 2, (const int64_t[]){100, 3}, NULL, KILN_DTYPE_FP32);
+  st = kiln_bind_check(p, b);
+  OK(st == KILN_ERR_UNBOUND && strstr(kiln_rt_errmsg(rt), "2560"),
+     "scratch tensors are not bound, the workspace is: none -> UNBOUND (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_workspace(b, FAKE * 4, 2304);
+  st = kiln_bind_check(p, b);
+  OK(st == KILN_ERR_INVALID_ARG && strstr(kiln_rt_errmsg(rt), "2560"),
+     "a workspace without room for s2 -> INVALID_ARG (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_workspace(b, FAKE * 4, 2560);
+  OK(kiln_bind_check(p, b) == KILN_OK, "x, y and the workspace bound: the binding checks (%s)",
+     kiln_rt_errmsg(rt));
+  kiln_bind_destroy(b);
+  kiln_pack_close(pack);
+  free(bytes);
+}
+
 static void test_emit_c(const void *bytes, size_t size, const char *tmp) {
   kiln_err e = {0};
   char dir[4096], cmd[16384];
@@ -1066,6 +1164,7 @@ int main(void) {
   test_inspect(path, bytes, size, tmp);
   test_emit_c(bytes, size, tmp);
   test_workspace(rt, tmp);
+  test_scratch(rt);
   test_tmap(rt);
 
   OK(strcmp(kiln_errstr(KILN_ERR_PACK), kiln_errstr(KILN_ERR_ALIGN)) != 0 &&

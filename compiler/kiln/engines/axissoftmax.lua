@@ -40,8 +40,6 @@ local function analyze(group, g)
   local axis = a.attrs.axis or -1
   if axis < 0 then axis = axis + n end
   if axis == n - 1 then return fail("%s over the last axis (the row engine's)", a.op) end
-  local why_not = lower.workspace_reason(group, g)
-  if why_not then return fail("%s", why_not) end
   if a.inputs.SINK then return fail("a sink logit over a non-last axis") end
   if #(group.amax or {}) + #(group.rowred or {}) > 0 then return fail("amax or per-row reductions in the epilogue") end
   local ok, why = pw.supported(group.prologue or {}, g)

@@ -24,6 +24,7 @@ local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
 local c = require "kiln.c"
 local settings = require "kiln.settings"
+local lower = require "kiln.lower"
 
 local E = { id = "gemm", version = 1 }
 
@@ -154,16 +155,6 @@ local function analyze(group, g, target)
   end
   for _, p in ipairs({ "M_override", "N_override", "K_override" }) do
     if a.inputs[p] then return fail("%s is not supported (per-batch sizes)", p) end
-  end
-  if #group.spills > 0 then
-    return fail("virtual tensor '%s' is consumed by another kernel group (needs a workspace buffer)",
-      g.by_uid[group.spills[1]].name)
-  end
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if t.role == "virtual" then
-      return fail("input '%s' is a virtual tensor made by another kernel group (needs a workspace buffer)", t.name)
-    end
   end
   local epilogue, amax = group.epilogue or {}, group.amax or {}
   local ok, why = pw.supported(epilogue, g)
@@ -476,7 +467,7 @@ local function epilogue(K, info, group, g, staged, sm90)
   end
   -- the accumulator (C, rounded to its dtype first if it is stored narrower and read again)
   body[#body + 1] = string.format("      float v%d = j ? c1 : c0;", C.uid)
-  if C.dtype ~= "fp32" and C.role == "output" and read_later[C.uid] then
+  if C.dtype ~= "fp32" and lower.written(C) and read_later[C.uid] then
     local st = pw.storage(src, C.dtype)
     body[#body + 1] = string.format("      v%d = %s;", C.uid, fmt(st.load, fmt(st.store, "v" .. C.uid)))
   end

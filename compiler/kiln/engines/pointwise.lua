@@ -21,8 +21,6 @@ function E.propose(group, g, target)
   if group.family ~= "pointwise" then
     return nil, string.format("group is a %s op (%s), not pointwise", group.family, group.nodes[1].op)
   end
-  local why_not = require("kiln.lower").workspace_reason(group, g)
-  if why_not then return nil, why_not end
   if #group.outputs == 0 then return nil, "the group writes no output" end
   local space = g.by_uid[group.outputs[1]].dims
   local tensors = {}

@@ -197,8 +197,6 @@ local function analyze(group, g, cluster)
   end
   local spec = lower.ANCHORS[a.op]
   local info = { kind = kind, anchor = a, op = AS_OP[a.op] or a.op }
-  local why_not = lower.workspace_reason(group, g)
-  if why_not then return fail("%s", why_not) end
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
   local rowred, rowpw = group.rowred or {}, group.rowpw or {}
   local ok, why = pw.supported(prologue, g)
@@ -784,7 +782,7 @@ function E.build(plan, group, g, target, symbol)
   local function outputs_of(nodes)
     local list = {}
     for _, n in ipairs(nodes) do
-      for _, uid in pairs(n.outputs) do if g.by_uid[uid].role == "output" then list[#list + 1] = uid end end
+      for _, uid in pairs(n.outputs) do if lower.written(g.by_uid[uid]) then list[#list + 1] = uid end end
     end
     table.sort(list)
     return list
@@ -965,7 +963,7 @@ function E.build(plan, group, g, target, symbol)
     local outs = {}
     for _, p in ipairs(spec.outs) do
       local uid = a.outputs[p]
-      if uid and g.by_uid[uid].role == "output" then outs[#outs + 1] = uid end
+      if uid and lower.written(g.by_uid[uid]) then outs[#outs + 1] = uid end
     end
     for _, uid in ipairs(outputs_of(epilogue)) do outs[#outs + 1] = uid end
     held_pass({ nodes = epilogue, extra_loads = o.extra_loads, outs = outs, pre = o.pre, post = o.post, fresh = o.fresh,
@@ -1182,7 +1180,7 @@ function E.build(plan, group, g, target, symbol)
   -- per-row results, written by the row's first thread
   local w = {}
   local uids = {}
-  for uid in pairs(stats_out) do if g.by_uid[uid].role == "output" then uids[#uids + 1] = uid end end
+  for uid in pairs(stats_out) do if lower.written(g.by_uid[uid]) then uids[#uids + 1] = uid end end
   table.sort(uids)
   for _, uid in ipairs(uids) do
     local t = g.by_uid[uid]

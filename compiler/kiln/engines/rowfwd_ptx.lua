@@ -12,6 +12,7 @@ local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
 local ptxops = require "kiln.engines.ptxops"
 local meanvar = require "kiln.engines.meanvar_ptx"
+local lower = require "kiln.lower"
 
 local M = {}
 
@@ -100,7 +101,7 @@ function M.emit(K, info, group, g, target, amax_out)
     local list = {}
     for _, n in ipairs(nodes) do
       for _, uid in pairs(n.outputs) do
-        if info.out_kind[uid] == "elem" and g.by_uid[uid].role == "output" then list[#list + 1] = uid end
+        if info.out_kind[uid] == "elem" and lower.written(g.by_uid[uid]) then list[#list + 1] = uid end
       end
     end
     table.sort(list)
@@ -247,7 +248,7 @@ function M.emit(K, info, group, g, target, amax_out)
 
   -- the output pass: y, the epilogue, amax, the stores
   local outs = {}
-  if y and g.by_uid[y].role == "output" then outs[#outs + 1] = y end
+  if y and lower.written(g.by_uid[y]) then outs[#outs + 1] = y end
   for _, uid in ipairs(element_outputs(epilogue)) do outs[#outs + 1] = uid end
   local am = {}
   for i in ipairs(amax) do am[i] = def("b32", "mov.b32 %s, 0;") end
@@ -270,8 +271,8 @@ function M.emit(K, info, group, g, target, amax_out)
 
   -- per-row statistics, written by the row's first thread
   local stats = {}
-  if a.outputs.MEAN and g.by_uid[a.outputs.MEAN].role == "output" then stats[#stats + 1] = { a.outputs.MEAN, mean } end
-  if a.outputs.INV_VARIANCE and g.by_uid[a.outputs.INV_VARIANCE].role == "output" then
+  if a.outputs.MEAN and lower.written(g.by_uid[a.outputs.MEAN]) then stats[#stats + 1] = { a.outputs.MEAN, mean } end
+  if a.outputs.INV_VARIANCE and lower.written(g.by_uid[a.outputs.INV_VARIANCE]) then
     stats[#stats + 1] = { a.outputs.INV_VARIANCE, rstd }
   end
   local per_row = {}

@@ -19,6 +19,7 @@ local rowptx = require "kiln.engines.rowptx"
 local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local meanvar = require "kiln.engines.meanvar_ptx"
 local sms = require "kiln.engines.sms"
+local lower = require "kiln.lower"
 
 local M = {}
 
@@ -101,7 +102,7 @@ function M.accepts(info, group, g, L)
     local t = g.by_uid[uid]
     if uid == a.outputs[ports.y] then
       if k ~= "elem" or not ELEM[t.dtype] then return nil, "the output is " .. t.dtype end
-    elseif t.role ~= "output" then
+    elseif not lower.written(t) then
       -- a statistic nothing reads: not computed
     elseif is_stat[uid] then
       if t.dtype ~= "fp32" or not rowgen.per_row(t, info) then return nil, t.name .. " is not one fp32 value per row" end
@@ -161,7 +162,7 @@ function M.emit(K, info, group, g, st)
   local stats = {}
   for _, port in ipairs(ports.stats) do
     local uid = a.outputs[port]
-    if uid and g.by_uid[uid].role == "output" then stats[port] = P:global(P:input("l", K:ptr(uid, true))) end
+    if uid and lower.written(g.by_uid[uid]) then stats[port] = P:global(P:input("l", K:ptr(uid, true))) end
   end
   local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
   local o_stg = P:input("l", "stg_")

@@ -323,8 +323,6 @@ function M.reduction_group(group, g, kind)
   if not a or a.op ~= "reduction" then
     return nil, string.format("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
   end
-  local why_not = lower.workspace_reason(group, g)
-  if why_not then return nil, why_not end
   if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return nil, "no epilogue after a " .. kind end
   local ok, why = pw.supported(group.prologue or {}, g)
   if not ok then return nil, why end
@@ -332,7 +330,7 @@ function M.reduction_group(group, g, kind)
   if not mode then return nil, string.format("reduction mode %s is not supported", a.attrs.mode) end
   local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
   if not pw.STORAGE[y.dtype] then return nil, string.format("dtype %s of Y is not supported", y.dtype) end
-  if y.role ~= "output" then return nil, string.format("Y '%s' is not written (virtual)", y.name) end
+  if not lower.written(y) then return nil, string.format("Y '%s' is not written (virtual)", y.name) end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then

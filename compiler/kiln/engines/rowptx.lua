@@ -8,6 +8,7 @@ local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local settings = require "kiln.settings"
+local lower = require "kiln.lower"
 
 local M = {}
 
@@ -161,7 +162,7 @@ function M.new(K, info, g, inputs, made, at)
     if vbase[uid] then return vbase[uid] end
     local t = g.by_uid[uid]
     local z = dtypes.size(t.dtype)
-    local writable = t.role == "output"
+    local writable = lower.written(t)
     K:need_align(uid, math.min(16, V * z))
     local b = def("b64", "mad.wide.u32 %s, %s, %d, %s;", col or lane, V * z, gptr(uid, writable))
     if writable or info.access[uid] == "full" then b = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, H * z, b)

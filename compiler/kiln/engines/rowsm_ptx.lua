@@ -8,6 +8,7 @@ local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
+local lower = require "kiln.lower"
 
 local M = {}
 
@@ -225,7 +226,7 @@ function M.emit(K, info, group, g)
   end
   -- per-row statistics
   local o, stats = a.outputs, {}
-  local function out(uid) return uid and g.by_uid[uid].role == "output" end
+  local function out(uid) return uid and lower.written(g.by_uid[uid]) end
   if out(o.Stats) then
     stats[#stats + 1] = { o.Stats, M.lse(P, Mx, Z, a.attrs.stats_use_log2) }
   end
