@@ -10,7 +10,9 @@
 --             per-row pointwise ops on their results (rowpw: a per-row fp8 scale), and
 --             epilogue ops that read those per-row values again per element (t / scale)
 -- A merge happens only where it keeps the group graph acyclic and every value the fused
--- kernel needs exists per element; anything else stays a group of its own.
+-- kernel needs exists per element; anything else stays a group of its own. A prologue that
+-- several anchors read is copied into each where that moves fewer bytes than exchanging it;
+-- a virtual tensor still crossing groups is written to the workspace (role "scratch").
 local shape = require "kiln.shape"
 
 local M = {}
@@ -56,7 +58,7 @@ local function per_row(dims, space)
 end
 
 -- The fusion pass over the initial groups (each with .nodes, .family).
-local function fuse(g, groups)
+local function fuse(g, groups, opts)
   local order, gof = {}, {}
   for i, n in ipairs(g.nodes) do order[n] = i end
   local function refresh()
@@ -124,6 +126,15 @@ local function fuse(g, groups)
     for _, uid in ipairs(ext_inputs(grp)) do if not is_source(uid) then return false end end
     return true
   end
+  -- graph inputs, or what anchored kernels make (a reduction's result: in memory anyway); a
+  -- pointwise group's values are better fused with it (the sibling merge below)
+  local function sources_or_anchored(grp)
+    for _, uid in ipairs(ext_inputs(grp)) do
+      local pg = producer_group(uid)
+      if not is_source(uid) and not (pg and pg.anchor) then return false end
+    end
+    return true
+  end
   -- every virtual tensor grp produces is read only by nodes `allowed(node, uid)` accepts
   local function virtuals_stay(grp, allowed)
     for _, n in ipairs(grp.nodes) do
@@ -136,6 +147,79 @@ local function fuse(g, groups)
       end
     end
     return true
+  end
+  -- Whether a pointwise group P whose values several kernels read (one sum feeding a norm and a
+  -- softmax; batch norm's x - mean feeding the variance and the output) is better computed
+  -- again in each of them than written to scratch once: its values are read only by anchors at
+  -- their element ports and by pointwise groups over the same elements, none is a graph output,
+  -- and n readers reading P's inputs again move fewer bytes than one write and n + 1 reads of
+  -- its values. Returns the reading groups in group order.
+  local dtypes = require "kiln.dtypes"
+  local function recompute(P, space)
+    if opts.strict then return nil end
+    local seen, readers, src, out = {}, {}, 0, 0
+    for _, nd in ipairs(P.nodes) do
+      for _, uid in pairs(nd.outputs) do
+        if g.by_uid[uid].role ~= "virtual" then return nil end  -- one kernel writes an output
+        local read = false
+        for _, c in ipairs(consumers[uid] or {}) do
+          local R = gof[c]
+          if R ~= P then
+            if not R then return nil end
+            if R.family == "pointwise" and not R.anchor then
+              -- (its per-channel or per-row ops may stay smaller: the pointwise engine broadcasts)
+              local over = false
+              for _, rn in ipairs(R.nodes) do
+                for _, o in pairs(rn.outputs) do over = over or same_dims(g.by_uid[o].dims, space) end
+              end
+              if not over then return nil end
+            else
+              local spec = R.anchor == c and M.ANCHORS[c.op]
+              if not spec or spec.no_prologue then return nil end
+              for pname, v in pairs(c.inputs) do
+                if v == uid then
+                  local element = false
+                  for _, ep in ipairs(spec.ins) do if ep == pname then element = true end end
+                  if not element then return nil end
+                end
+              end
+            end
+            if not seen[R] then seen[R] = true; readers[#readers + 1] = R end
+            read = true
+          end
+        end
+        if read then out = out + dtypes.size(g.by_uid[uid].dtype) end
+      end
+    end
+    for _, uid in ipairs(ext_inputs(P)) do
+      local t = g.by_uid[uid]
+      if same_dims(t.dims, space) then src = src + dtypes.size(t.dtype) end
+    end
+    local n = #readers
+    if n < 2 or n * src > src + (n + 1) * out then return nil end
+    table.sort(readers, function(x, y) return x.index < y.index end)
+    return readers
+  end
+  -- Copies of P's nodes join every reader (an anchor's prologue, a pointwise group's nodes) and
+  -- P goes. Always acyclic: a reader now depends on what P depended on, none of which can
+  -- depend on a reader of P without a cycle through P already.
+  local function merge_copies(P, readers)
+    local function by_order(a, b) return order[a] < order[b] end
+    for _, R in ipairs(readers) do
+      for _, nd in ipairs(P.nodes) do
+        local copy = {}
+        for k, v in pairs(nd) do copy[k] = v end
+        copy.copy_of = nd
+        order[copy] = order[nd]
+        R.nodes[#R.nodes + 1] = copy
+        if R.anchor then R.prologue[#R.prologue + 1] = copy end
+      end
+      table.sort(R.nodes, by_order)
+      if R.anchor then table.sort(R.prologue, by_order) end
+    end
+    P.dead = true
+    for _, nd in ipairs(P.nodes) do gof[nd] = nil end
+    refresh()
   end
   -- role: a role for every node, or a function of the node
   local function merge(A, list, role)
@@ -159,10 +243,12 @@ local function fuse(g, groups)
   end
 
   for _, A in ipairs(groups) do
+    if A.anchor and M.ANCHORS[A.anchor.op] then A.prologue, A.epilogue, A.amax, A.rowred, A.rowpw = {}, {}, {}, {}, {} end
+  end
+  for _, A in ipairs(groups) do
     local a = A.anchor
     local spec = a and M.ANCHORS[a.op]
     if spec and not A.dead then
-      A.prologue, A.epilogue, A.amax, A.rowred, A.rowpw = {}, {}, {}, {}, {}
       local eports = {}
       for _, p in ipairs(spec.ins) do eports[p] = true end
       local space = a.inputs[spec.ins[1]] and g.by_uid[a.inputs[spec.ins[1]]].dims
@@ -170,16 +256,21 @@ local function fuse(g, groups)
       for _, port in ipairs(spec.no_prologue and {} or spec.ins) do
         local uid = a.inputs[port]
         local P = uid and producer_group(uid)
-        if P and P ~= A and P.family == "pointwise" and only_sources(P) and nodes_have_dims(P, space)
-          and virtuals_stay(P, function(c, v)
-            if c ~= a then return false end
-            for _, pp in ipairs(a.def.input_ports) do
-              if a.inputs[pp.name] == v and not eports[pp.name] then return false end
-            end
-            return true
-          end)
-          and legal({ A, P }) then
-          merge(A, { P }, "prologue")
+        -- (strict: from graph inputs only; else also from what anchored kernels leave in memory)
+        if P and P ~= A and P.family == "pointwise" and (opts.strict and only_sources(P) or not opts.strict and sources_or_anchored(P))
+          and nodes_have_dims(P, space) then
+          if virtuals_stay(P, function(c, v)
+              if c ~= a then return false end
+              for _, pp in ipairs(a.def.input_ports) do
+                if a.inputs[pp.name] == v and not eports[pp.name] then return false end
+              end
+              return true
+            end) and legal({ A, P }) then
+            merge(A, { P }, "prologue")
+          else
+            local readers = recompute(P, space)
+            if readers then merge_copies(P, readers) end
+          end
         end
       end
       -- epilogue: values an epilogue may read from the fused group, per element
@@ -294,10 +385,16 @@ end
 local function ordered(g, groups)
   local order, gof = {}, {}
   for i, n in ipairs(g.nodes) do order[n] = i end
-  for _, grp in ipairs(groups) do for _, n in ipairs(grp.nodes) do gof[n] = grp end end
+  for _, grp in ipairs(groups) do
+    for _, n in ipairs(grp.nodes) do gof[n], order[n] = grp, order[n.copy_of or n] end
+  end
   local indeg, users = {}, {}
   for _, grp in ipairs(groups) do
-    grp.first = order[grp.nodes[1]]
+    -- a group's place: its first own node (prologue copies come before it in every reader)
+    for _, n in ipairs(grp.nodes) do
+      if not n.copy_of then grp.first = order[n]; break end
+    end
+    grp.first = grp.first or order[grp.nodes[1]]
     indeg[grp], users[grp] = 0, {}
   end
   for _, grp in ipairs(groups) do
@@ -333,7 +430,9 @@ end
 -- in inference) fuses as a pointwise op.
 function M.family(def) return def.elementwise and "pointwise" or def.family end
 
-function M.lower(g)
+-- opts.strict: the conservative fusion (prologues from graph inputs only, no copies), which
+-- plan.route falls back to when the default leaves a group without an engine.
+function M.lower(g, opts)
   -- a graph routed before (another target) had its crossing tensors made scratch: start over
   for _, t in ipairs(g.tensors) do if t.role == "scratch" then t.role = "virtual" end end
   local groups, group_of_tensor = {}, {}
@@ -354,18 +453,22 @@ function M.lower(g)
     grp.nodes[#grp.nodes + 1] = node
     for _, uid in pairs(node.outputs) do group_of_tensor[uid] = grp.index end
   end
-  fuse(g, groups)
+  fuse(g, groups, opts or {})
   local live = {}
   for _, grp in ipairs(groups) do if not grp.dead then live[#live + 1] = grp end end
   groups = ordered(g, live)
-  group_of_tensor = {}
-  for i, grp in ipairs(groups) do
-    grp.index, grp.first = i, nil
+  for i, grp in ipairs(groups) do grp.index, grp.first = i, nil end
+  -- values some group reads but does not compute itself (a prologue copy computes its own)
+  local read_outside = {}
+  for _, grp in ipairs(groups) do
+    local makes = {}
     for _, node in ipairs(grp.nodes) do
-      for _, uid in pairs(node.outputs) do group_of_tensor[uid] = i end
+      for _, uid in pairs(node.outputs) do makes[uid] = true end
+    end
+    for _, node in ipairs(grp.nodes) do
+      for _, uid in pairs(node.inputs) do if not makes[uid] then read_outside[uid] = true end end
     end
   end
-  local consumers = g:consumers()
   for _, grp in ipairs(groups) do
     local produced, inputs, outputs, spills = {}, {}, {}, {}
     for _, node in ipairs(grp.nodes) do
@@ -379,11 +482,7 @@ function M.lower(g)
       for _, uid in pairs(node.outputs) do
         local t = g.by_uid[uid]
         if t.role == "output" then outputs[#outputs + 1] = uid
-        else
-          for _, consumer in ipairs(consumers[uid] or {}) do
-            if group_of_tensor[uid] ~= nil and not M.in_group(grp, consumer) then spills[#spills + 1] = uid; break end
-          end
-        end
+        elseif read_outside[uid] then spills[#spills + 1] = uid end
       end
     end
     -- a virtual tensor another group reads is written to the plan's workspace (scratch)

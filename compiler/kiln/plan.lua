@@ -17,13 +17,25 @@ function M.target(arch)
   return { arch = arch, sm = tonumber(num), arch_specific = suffix == "a", ptx = kind == "compute" }
 end
 
--- Routes every group; returns groups annotated with .plan and .report.
-function M.route(g, target)
-  local groups = lower.lower(g)
+local function route_groups(g, target, opts)
+  local groups, all = lower.lower(g, opts), true
   for _, grp in ipairs(groups) do
     grp.plan, grp.report = engines.route(grp, g, target)
+    all = all and grp.plan ~= nil
   end
-  return groups
+  return groups, all
+end
+
+-- Routes every group; returns groups annotated with .plan and .report. Where the default
+-- fusion leaves a group without an engine (a prologue from memory an engine cannot read),
+-- the conservative one is taken if every group has an engine there; else the default's
+-- reasons stand.
+function M.route(g, target)
+  local groups, all = route_groups(g, target)
+  if all then return groups end
+  local strict, strict_all = route_groups(g, target, { strict = true })
+  if strict_all then return strict end
+  return (route_groups(g, target))
 end
 
 local function no_engine(g, grp)

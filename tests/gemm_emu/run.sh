@@ -38,7 +38,7 @@ if [ -n "$init" ]; then
   srcs+=("$work/init.cc")
 fi
 # the plan's workspace (a literal size for gemm plans), rounded up to 256 as the runtime does
-ws=$("$KILN" pack inspect "$work/p.kpack" | sed -n 's/^  workspace: \([0-9]*\) bytes.*/\1/p' | head -1)
+ws=$("$KILN" pack inspect "$work/p.kpack" | sed -n 's/^  workspace: \([0-9]*\) (bytes.*/\1/p' | head -1)
 wsarg=(); [ -z "$ws" ] || wsarg=("ws=$(( (ws + 255) / 256 * 256 ))")
 objs=("$root"/build/obj/ref.o "$root"/build/obj/ref_*.o "$root"/build/obj/numeric.o "$root"/build/obj/err.o)
 g++ -std=c++20 -O1 -g -fsanitize=address -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu" \

@@ -33,7 +33,7 @@ local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 local function analyze(group, g)
   local a = group.anchor
   local kind = a and KIND[a.op]
-  if not kind then return fail("group is a %s op (%s), not a softmax", group.family, group.nodes[1].op) end
+  if not kind then return fail("group is a %s op (%s), not a softmax", group.family, (group.anchor or group.nodes[1]).op) end
   local spec = lower.ANCHORS[a.op]
   local x = g.by_uid[a.inputs[spec.ins[1]]]
   local n = #x.dims

@@ -151,7 +151,7 @@ end
 local function analyze(group, g, target)
   local a = group.anchor
   if not a or a.op ~= "matmul" then
-    return fail("group is a %s op (%s), not a matmul", group.family, group.nodes[1].op)
+    return fail("group is a %s op (%s), not a matmul", group.family, (group.anchor or group.nodes[1]).op)
   end
   for _, p in ipairs({ "M_override", "N_override", "K_override" }) do
     if a.inputs[p] then return fail("%s is not supported (per-batch sizes)", p) end

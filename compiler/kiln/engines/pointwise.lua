@@ -19,7 +19,7 @@ local offset_expr, access, vector_copy = pw.offset_expr, pw.access, pw.vector_co
 
 function E.propose(group, g, target)
   if group.family ~= "pointwise" then
-    return nil, string.format("group is a %s op (%s), not pointwise", group.family, group.nodes[1].op)
+    return nil, string.format("group is a %s op (%s), not pointwise", group.family, (group.anchor or group.nodes[1]).op)
   end
   if #group.outputs == 0 then return nil, "the group writes no output" end
   local space = g.by_uid[group.outputs[1]].dims

@@ -193,7 +193,7 @@ local function analyze(group, g, cluster)
     return fail("%s has no kernel yet (the row engine takes rmsnorm, layernorm, instancenorm, adalayernorm and the rmsnorm and layernorm backwards)", a.op)
   end
   if not kind then
-    return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, group.nodes[1].op)
+    return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, (group.anchor or group.nodes[1]).op)
   end
   local spec = lower.ANCHORS[a.op]
   local info = { kind = kind, anchor = a, op = AS_OP[a.op] or a.op }

@@ -321,7 +321,7 @@ M.REDUCE = {
 function M.reduction_group(group, g, kind)
   local a = group.anchor
   if not a or a.op ~= "reduction" then
-    return nil, string.format("group is a %s op (%s), not a reduction", group.family, group.nodes[1].op)
+    return nil, string.format("group is a %s op (%s), not a reduction", group.family, (group.anchor or group.nodes[1]).op)
   end
   if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return nil, "no epilogue after a " .. kind end
   local ok, why = pw.supported(group.prologue or {}, g)

@@ -2,6 +2,22 @@
 -- scratch tensor) by the kernel that makes it and read from there by the later ones.
 local k = require "kiln"
 
+local function batchnorm(name, stats_out)
+  return k.graph(name) {
+    dims = { B = k.dynamic, C = 24, HW = 196 },
+    dtype = "bf16",
+    inputs = { x = { "B", "C", "HW" }, gamma = { 1, "C", 1, dtype = "fp32" }, beta = { 1, "C", 1, dtype = "fp32" } },
+    body = function(g, x, gamma, beta)
+      local mean = g:reduction(x, { mode = "avg", dims = { 1, "C", 1 } })
+      local d = x - mean
+      local var = g:reduction(d * d, { mode = "avg", dims = { 1, "C", 1 } })
+      local y = d * g:rsqrt(var + 1e-5) * gamma + beta
+      if stats_out then return { y = y, mean = mean, var = var } end
+      return { y = y }
+    end,
+  }
+end
+
 return {
   -- the norm's output feeds a GEMM (TMA loads from the workspace)
   k.graph "scratch_norm_gemm" {
@@ -23,7 +39,18 @@ return {
       return { p = g:softmax(s * 0.0625) }
     end,
   },
-  -- one residual sum read by two anchors (a pointwise kernel writes it)
+  -- one residual sum read by a norm and a GEMM: a pointwise kernel writes it, and its bf16
+  -- cast for the GEMM
+  k.graph "scratch_shared_sum" {
+    dims = { T = k.dynamic, H = 512, N = 256 },
+    dtype = "bf16",
+    inputs = { x = { "T", "H" }, r = { "T", "H" }, w = { "H" }, W = { "H", "N" } },
+    body = function(g, x, r, w, W)
+      local h = x + r
+      return { y = g:rmsnorm(h, w, { epsilon = 1e-6 }), z = g:matmul(g:cast(h, "bf16"), W) }
+    end,
+  },
+  -- one residual sum read by two anchors: each computes it again (no scratch)
   k.graph "scratch_two_anchors" {
     dims = { T = k.dynamic, H = 1000 },
     dtype = "bf16",
@@ -45,18 +72,10 @@ return {
       return { colmax = g:cast(colmax, "fp32"), y = x / (m + 1.0) }
     end,
   },
-  -- batch norm in training from primitives: per-channel statistics (axis reductions) read
-  -- back by the pointwise kernels that center and normalize
-  k.graph "scratch_batchnorm_train" {
-    dims = { N = k.dynamic, C = 24, HW = 196 },
-    dtype = "bf16",
-    inputs = { x = { "N", "C", "HW" }, gamma = { 1, "C", 1, dtype = "fp32" }, beta = { 1, "C", 1, dtype = "fp32" } },
-    body = function(g, x, gamma, beta)
-      local mean = g:reduction(x, { mode = "avg", dims = { 1, "C", 1 } })
-      local d = x - mean
-      local var = g:reduction(d * d, { mode = "avg", dims = { 1, "C", 1 } })
-      local y = d * g:rsqrt(var + 1e-5) * gamma + beta
-      return { y = y, mean = mean, var = var }
-    end,
-  },
+  -- batch norm in training from primitives: per-channel statistics (axis reductions) read back
+  -- by the variance's prologue and the pointwise output kernel, which both compute x - mean
+  -- again (copies of one pointwise group)
+  batchnorm("scratch_batchnorm_train", true),
+  -- the same with the statistics virtual: they cross kernels as scratch tensors
+  batchnorm("scratch_batchnorm_stats", false),
 }
