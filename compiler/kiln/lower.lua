@@ -2,7 +2,8 @@
 -- group of their latest pointwise producer; every other node is a group of its own. Then
 -- each anchor (a norm, softmax, reduction or matmul node) absorbs the pointwise groups around it:
 --   prologue  elementwise ops that compute the anchor's element-space inputs from graph
---             inputs (h = x + r before rmsnorm; h may also be a graph output)
+--             inputs (h = x + r before rmsnorm; h may also be a graph output) and from what
+--             anchored kernels leave in memory (x - mean, the mean a reduction's result)
 --   epilogue  elementwise ops that consume the anchor's element-space output (SiLU gate,
 --             scale, cast), with side chains of graph inputs (silu(gate)), and per-tensor
 --             amax reductions of such values (fp8 quantize)

@@ -72,6 +72,17 @@ return {
       return { colmax = g:cast(colmax, "fp32"), y = x / (m + 1.0) }
     end,
   },
+  -- row kernels whose prologues read a per-row and a per-column statistic from scratch
+  k.graph "scratch_prologue_stats" {
+    dims = { T = k.dynamic, H = 1024 },
+    dtype = "bf16",
+    inputs = { x = { "T", "H" }, w = { "H" } },
+    body = function(g, x, w)
+      local m = g:reduction(x, { mode = "max", dims = { "T", 1 } })
+      local c = g:reduction(x, { mode = "max", dims = { 1, "H" } })
+      return { y = g:rmsnorm(x - m, w, { epsilon = 1e-6 }), z = g:softmax(x - c) }
+    end,
+  },
   -- batch norm in training from primitives: per-channel statistics (axis reductions) read back
   -- by the variance's prologue and the pointwise output kernel, which both compute x - mean
   -- again (copies of one pointwise group)
