@@ -7,9 +7,7 @@ torch.compile: per-channel sums of [N, C, HW] and the sum over the middle axis o
 Bandwidth counts the input once and the output once; the copy ceiling is bench.py's.
 """
 import argparse
-import csv
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -20,7 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
 import torch  # noqa: E402
-from bench.bench import copy_ceiling, graph_ms  # noqa: E402
+from bench.bench import copy_ceiling, side_by_side, write_csv  # noqa: E402
 
 # graph, dynamic dim, its values, input shape from it, torch's reduction
 CASES = [
@@ -52,12 +50,7 @@ def main():
             err = ((y.reshape(want.shape) - want).abs().max() / want.abs().max()).item()
             assert err < 1e-4, "%s at %s=%d: relative error %g" % (name, dim, n, err)
             compiled(x)
-            tk, te, tc = [], [], []
-            for _ in range(args.rounds):
-                tk.append(graph_ms(lambda: plan(x=x, y=y)))
-                te.append(graph_ms(lambda: ref(x)))
-                tc.append(graph_ms(lambda: compiled(x)))
-            mk, me, mc = statistics.median(tk), statistics.median(te), statistics.median(tc)
+            mk, me, mc = side_by_side([lambda: plan(x=x, y=y), lambda: ref(x), lambda: compiled(x)], args.rounds)
             nbytes = x.numel() * x.element_size() + want.numel() * 4
             tbs = nbytes / mk / 1e9
             rows.append({"case": name, "shape": "x".join(map(str, x.shape)), "kiln_ms": "%.4f" % mk,
@@ -66,10 +59,7 @@ def main():
             print("%-14s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
                 name, rows[-1]["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
     if args.out:
-        with open(os.path.join(args.out, "axes.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(args.out, "axes.csv", rows)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,7 @@ replays, medians of several rounds. Usage:
 Bandwidth counts x read once and y written once; the copy ceiling is bench.py's.
 """
 import argparse
-import csv
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import kiln  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench.bench import copy_ceiling, graph_ms  # noqa: E402
+from bench.bench import copy_ceiling, side_by_side, write_csv  # noqa: E402
 
 
 def softmax1(x):
@@ -75,12 +73,8 @@ def main():
             assert err < 0.05 * want.abs().max().item(), "%s at %d: max error %g" % (name, n, err)
             ps_ = list(params.values())
             compiled(x, *ps_)
-            tk, te, tc = [], [], []
-            for _ in range(args.rounds):
-                tk.append(graph_ms(lambda: plan(x=x, y=y, **params)))
-                te.append(graph_ms(lambda: ref(x, *ps_)))
-                tc.append(graph_ms(lambda: compiled(x, *ps_)))
-            mk, me, mc = statistics.median(tk), statistics.median(te), statistics.median(tc)
+            mk, me, mc = side_by_side([lambda: plan(x=x, y=y, **params), lambda: ref(x, *ps_),
+                                       lambda: compiled(x, *ps_)], args.rounds)
             nbytes = 2 * x.numel() * x.element_size()
             tbs = nbytes / mk / 1e9
             rows.append({"case": name, "shape": "x".join(map(str, xs)), "kiln_ms": "%.4f" % mk,
@@ -89,10 +83,7 @@ def main():
             print("%-16s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
                 name, rows[-1]["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
     if args.out:
-        with open(os.path.join(args.out, "axis_ops.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(args.out, "axis_ops.csv", rows)
 
 
 if __name__ == "__main__":

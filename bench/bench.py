@@ -64,6 +64,24 @@ def graph_ms(fn, batch=20, reps=20):
     return time_ms(capture(fn, batch).replay, reps=reps, batch=1, warmup=3) / batch
 
 
+def side_by_side(fns, rounds):
+    """Medians over `rounds` interleaved rounds of graph_ms for each of fns (kiln and its
+    peers timed in turn, so a drift of the device's clocks hits them alike)."""
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for t, fn in zip(times, fns):
+            t.append(graph_ms(fn))
+    return [statistics.median(t) for t in times]
+
+
+def write_csv(out_dir, name, rows):
+    """rows (dicts with the same keys) as out_dir/name."""
+    with open(os.path.join(out_dir, name), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def copy_ceiling():
     """Device-to-device copy rate (read + write), the bandwidth ceiling (TB/s)."""
     n = 1 << 29  # 1 GiB of bf16

@@ -7,9 +7,7 @@ replays, medians of several rounds. Usage:
     python3 bench/scratch.py --pack scratch.kpack [--rounds 5] [--out DIR]
 """
 import argparse
-import csv
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,7 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import kiln  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench.bench import graph_ms  # noqa: E402
+from bench.bench import side_by_side, write_csv  # noqa: E402
 
 
 def norm_gemm(x, w, W):
@@ -79,22 +77,15 @@ def main():
                 assert err < 0.05 * w.abs().max().item(), "%s at %d: %s max error %g" % (name, n, k, err)
             args_ = list(ins.values())
             compiled(*args_)
-            tk, te, tc = [], [], []
-            for _ in range(args.rounds):
-                tk.append(graph_ms(lambda: plan(**ins, **outs)))
-                te.append(graph_ms(lambda: ref(*args_)))
-                tc.append(graph_ms(lambda: compiled(*args_)))
-            mk, me, mc = statistics.median(tk), statistics.median(te), statistics.median(tc)
+            mk, me, mc = side_by_side([lambda: plan(**ins, **outs), lambda: ref(*args_),
+                                       lambda: compiled(*args_)], args.rounds)
             rows.append({"case": name, "n": n, "kiln_ms": "%.4f" % mk, "eager_ms": "%.4f" % me,
                          "compile_ms": "%.4f" % mc, "x_eager": "%.2f" % (me / mk), "x_compile": "%.2f" % (mc / mk),
                          "workspace_MB": "%.1f" % (plan.workspace_size(**{plan.dims[0]: n}) / 1e6)})
             print("%-12s %6d  kiln %.4f ms  eager %.4f  compile %.4f  %.2fx eager  %.2fx torch.compile  workspace %s MB" % (
                 name, n, mk, me, mc, me / mk, mc / mk, rows[-1]["workspace_MB"]), flush=True)
     if args.out:
-        with open(os.path.join(args.out, "scratch.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(args.out, "scratch.csv", rows)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ medians), each as a share of the 1 GiB copy rate. Usage:
 Bytes: dy, x and dx (the backward's minimal bytes less its per-row and per-column tensors).
 """
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -23,7 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
 import torch  # noqa: E402
-from bench.bench import bf16, bwd_cases, copy_ceiling, graph_ms  # noqa: E402
+from bench.bench import bf16, bwd_cases, copy_ceiling, graph_ms, write_csv  # noqa: E402
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048), (8192, 4096), (4096, 8192)]
 
@@ -69,10 +68,7 @@ def main():
                              pct_copy="%.1f" % (100 * tbs / ceiling)))
             print("%-11s %-26s %.4f ms %.3f TB/s %5.1f%% of the copy rate" % (
                 "%dx%d" % (T, H), name, ms, tbs, 100 * tbs / ceiling), flush=True)
-    with open(os.path.join(args.out, "stream_bound.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(args.out, "stream_bound.csv", rows)
 
 
 if __name__ == "__main__":
