@@ -89,20 +89,52 @@ static int scratch_bytes(const kiln__tensor *t, const int64_t *dyn, int64_t *out
              : 0;
 }
 
+/* Whether two scratch tensors must not share bytes: some kernel takes both, or the later
+ * one's first kernel starts early (pdl) while the earlier one's last kernel may still run. */
+static int scratch_conflict(const kiln_plan *plan, const kiln__tensor *x, const kiln__tensor *y) {
+  if (x->first_kernel < 0 || y->first_kernel < 0) return 0;
+  if (x->first_kernel > y->first_kernel) {
+    const kiln__tensor *t = x;
+    x = y;
+    y = t;
+  }
+  return y->first_kernel <= x->last_kernel + 1 &&
+         (y->first_kernel <= x->last_kernel ||
+          (plan->kernels[y->first_kernel].flags & KILN_PACK_KERNEL_PDL));
+}
+
 int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms,
                          int64_t *scratch_off, int64_t *out) {
-  int64_t at;
-  if (kiln__workspace_rule_bytes(plan, dyn, sms, &at) != 0) return -1;
+  int64_t base, end, off[KILN_PACK_MAX_SCRATCH], size[KILN_PACK_MAX_SCRATCH];
+  const kiln__tensor *placed[KILN_PACK_MAX_SCRATCH];
+  if (kiln__workspace_rule_bytes(plan, dyn, sms, &base) != 0) return -1;
   const int64_t a = KILN_PACK_WORKSPACE_ALIGN;
+  int n = 0;
+  end = base;
+  /* first fit in plan order: the lowest offset (the base or the end of a placed tensor) that
+   * overlaps no placed tensor it conflicts with; the same layout for the same dims */
   for (int i = 0; i < plan->ntensors; i++) {
     const kiln__tensor *t = &plan->tensors[i];
-    int64_t bytes;
+    int64_t bytes, at = -1;
     if (t->scratch < 0) continue;
     if (scratch_bytes(t, dyn, &bytes) != 0 || bytes > INT64_MAX - (a - 1)) return -1;
+    bytes = (bytes + a - 1) / a * a;
+    for (int c = -1; c < n; c++) {
+      const int64_t cand = c < 0 ? base : off[c] + size[c];
+      if (at >= 0 && cand >= at) continue;
+      int fits = 1;
+      for (int j = 0; j < n && fits; j++)
+        fits = !scratch_conflict(plan, t, placed[j]) || cand + bytes <= off[j] ||
+               off[j] + size[j] <= cand;
+      if (fits) at = cand;
+    }
+    int64_t past;
+    if (__builtin_add_overflow(at, bytes, &past)) return -1;
+    placed[n] = t, off[n] = at, size[n] = bytes, n++;
     if (scratch_off) scratch_off[t->scratch] = at;
-    if (__builtin_add_overflow(at, (bytes + a - 1) / a * a, &at)) return -1;
+    if (past > end) end = past;
   }
-  *out = at;
+  *out = end;
   return 0;
 }
 

@@ -63,6 +63,8 @@ typedef struct kiln__tensor {
   kiln_dtype dtype;
   kiln_role role;
   int scratch; /* KILN_ROLE_SCRATCH: its place among the plan's scratch tensors, else -1 */
+  int first_kernel, last_kernel; /* scratch: the kernels that write it first and read it
+                                    last (-1 when none takes it) */
   int ndim;
   uint32_t align;
   double value;
@@ -143,9 +145,9 @@ KILN__INTERNAL int kiln__rule_eval(const kiln__grid *g, const int64_t *dyn, int6
  * KILN_PACK_WORKSPACE_ALIGN; 0 when the plan needs none. -1 on int64 overflow. */
 KILN__INTERNAL int kiln__workspace_rule_bytes(const kiln_plan *plan, const int64_t *dyn,
                                               int64_t sms, int64_t *out);
-/* The whole workspace: the kernels' part, then each scratch tensor at the next multiple of
- * KILN_PACK_WORKSPACE_ALIGN (offsets into scratch_off when not NULL, plan->nscratch entries);
- * total bytes into *out. dyn may be NULL only when no rule or scratch tensor uses a dynamic
+/* The whole workspace: the kernels' part, then the scratch tensors, each at a multiple of
+ * KILN_PACK_WORKSPACE_ALIGN, two sharing bytes only when no kernel can touch both (offsets
+ * into scratch_off when not NULL, plan->nscratch entries); total bytes into *out. dyn may be NULL only when no rule or scratch tensor uses a dynamic
  * dim. -1 on int64 overflow. */
 KILN__INTERNAL int kiln__workspace_eval(const kiln_plan *plan, const int64_t *dyn, int64_t sms,
                                         int64_t *scratch_off, int64_t *out);

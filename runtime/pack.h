@@ -26,9 +26,12 @@
  *                       i64 sm_mul, i64 sm_div, u8 nfactor, nfactor x i64 ref)  same rule
  *                       as a grid axis, in bytes, rounded up to KILN_PACK_WORKSPACE_ALIGN;
  *                       NOSTR: div 1, max 0, add 0, sm_mul 0, sm_div 1, none. The
- *                       workspace holds the rule's bytes, then each scratch tensor (role
- *                       scratch, in plan order) at the next multiple of the alignment,
- *                       sized by its dims and strides; a plan with scratch tensors has a rule
+ *                       workspace holds the rule's bytes, then the scratch tensors (role
+ *                       scratch, sized by their dims and strides) at multiples of the
+ *                       alignment, first fit in plan order; two share bytes only when no
+ *                       kernel takes both and the later one's first kernel is not flagged
+ *                       PDL right after the earlier one's last; a plan with scratch tensors
+ *                       has a rule
  *           u32 ntensor, ntensor x tensor, u32 nkernel, nkernel x kernel
  *   tensor: i64 uid, str name, u8 dtype (enum kiln_dtype), u8 role (enum kiln_role),
  *           u8 ndim, u8 zero, u32 align, f64 value,

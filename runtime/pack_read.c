@@ -489,6 +489,16 @@ static kiln_status rd_plan(reader *r, int index, kiln_plan *plan) {
   CHECK(rd_count(r, &plan->nkernels, 60, KILN_PACK_MAX_KERNELS, "kernels"));
   if (!(plan->kernels = alloc_n(r, (size_t)plan->nkernels, sizeof *plan->kernels))) return nomem(r);
   for (int i = 0; i < plan->nkernels; i++) CHECK(rd_kernel(r, plan, &plan->kernels[i]));
+  /* each scratch tensor's life: the first and the last kernel that take it */
+  for (int i = 0; i < plan->ntensors; i++) plan->tensors[i].first_kernel = plan->tensors[i].last_kernel = -1;
+  for (int k = 0; k < plan->nkernels; k++)
+    for (int p = 0; p < plan->kernels[k].nparams; p++) {
+      const kiln__param *pa = &plan->kernels[k].params[p];
+      if (pa->kind != KILN__PARAM_TENSOR && pa->kind != KILN__PARAM_TMAP) continue;
+      kiln__tensor *t = &plan->tensors[pa->arg];
+      if (t->first_kernel < 0) t->first_kernel = k;
+      t->last_kernel = k;
+    }
   return KILN_OK;
 }
 

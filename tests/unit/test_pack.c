@@ -1010,6 +1010,62 @@ static const char *manifest_scratch =
     "\"tensor\", \"uid\": 2}, {\"kind\": \"workspace\", \"offset\": 0}, {\"kind\": \"tensor\", "
     "\"uid\": 4}]}]}";
 
+/* Scratch tensors that share bytes: a (kernels 0-1), b (1-2), c (2-3) of 256 bytes each; c
+ * may take a's bytes unless kernel 2 starts early (pdl) while kernel 1 may still read a. */
+static const char *manifest_reuse =
+    "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"GRAPH\", \"dynamic\": [\"M\"], \"workspace\": 0,"
+    " \"tensors\": ["
+    "  {\"uid\": 1, \"name\": \"a\", \"dtype\": \"fp32\", \"dims\": [\"M\"], \"role\": \"scratch\"},"
+    "  {\"uid\": 2, \"name\": \"b\", \"dtype\": \"fp32\", \"dims\": [\"M\"], \"role\": \"scratch\"},"
+    "  {\"uid\": 3, \"name\": \"c\", \"dtype\": \"fp32\", \"dims\": [\"M\"], \"role\": \"scratch\"}],"
+    " \"kernels\": ["
+    "  {\"symbol\": \"k0\", \"block\": [32], \"grid\": [1], \"params\": [{\"kind\": \"tensor\", \"uid\": 1}]},"
+    "  {\"symbol\": \"k1\", \"block\": [32], \"grid\": [1], \"params\": [{\"kind\": \"tensor\", \"uid\": 1},"
+    "   {\"kind\": \"tensor\", \"uid\": 2}]},"
+    "  {\"symbol\": \"k2\", \"block\": [32], \"grid\": [1], \"pdl\": PDL, \"params\": [{\"kind\": \"tensor\", \"uid\": 2},"
+    "   {\"kind\": \"tensor\", \"uid\": 3}]},"
+    "  {\"symbol\": \"k3\", \"block\": [32], \"grid\": [1], \"params\": [{\"kind\": \"tensor\", \"uid\": 3}]}]}";
+
+static void test_scratch_reuse(kiln_rt *rt) {
+  const char *archs[] = {"sm_90a"};
+  unsigned char cub[4][128];
+  kiln_blob im[4] = {fake_cubin(cub[0], 128, "r0"), fake_cubin(cub[1], 128, "r1"),
+                     fake_cubin(cub[2], 128, "r2"), fake_cubin(cub[3], 128, "r3")};
+  for (int pdl = 0; pdl < 2; pdl++) {
+    char text[2048], *at;
+    snprintf(text, sizeof text, "%s", manifest_reuse);
+    at = strstr(text, "GRAPH");
+    memcpy(at, pdl ? "reuP_" : "reuse", 5);
+    at = strstr(text, "PDL");
+    memmove(at + 5, at + 3, strlen(at + 3) + 1);
+    memcpy(at, pdl ? "true " : "false", 5);
+    kiln_err e = {0};
+    kiln_pack_writer *w = kiln_pack_writer_new();
+    void *bytes = NULL;
+    size_t size = 0;
+    int wrote = kiln_pack_writer_add_plan(w, text, archs, 1, im, &e) == 0 &&
+                kiln_pack_writer_to_memory(w, &bytes, &size, &e) == 0;
+    kiln_pack_writer_free(w);
+    kiln_pack *pack = NULL;
+    kiln_plan *p = NULL;
+    int64_t off[KILN_PACK_MAX_SCRATCH] = {0}, total = 0;
+    int ok = wrote && kiln_pack_open_memory(rt, bytes, size, &pack) == KILN_OK &&
+             kiln_plan_get(pack, pdl ? "reuP_" : "reuse", "", &p) == KILN_OK &&
+             kiln__workspace_eval(p, (const int64_t[]){64}, 132, off, &total) == 0;
+    if (!pdl)
+      OK(ok && off[0] == 0 && off[1] == 256 && off[2] == 0 && total == 512,
+         "c takes a's bytes once a's last kernel is done: 512 bytes for three 256-byte tensors "
+         "(%lld %lld %lld, %lld; %s)", (long long)off[0], (long long)off[1], (long long)off[2],
+         (long long)total, e.msg);
+    else
+      OK(ok && off[0] == 0 && off[1] == 256 && off[2] == 512 && total == 768,
+         "but not when c's first kernel starts early (pdl) beside a's last (%lld %lld %lld, %lld)",
+         (long long)off[0], (long long)off[1], (long long)off[2], (long long)total);
+    if (pack) kiln_pack_close(pack);
+    free(bytes);
+  }
+}
+
 static void test_scratch(kiln_rt *rt) {
   kiln_err e = {0};
   const char *archs[] = {"sm_90a"};
@@ -1165,6 +1221,7 @@ int main(void) {
   test_emit_c(bytes, size, tmp);
   test_workspace(rt, tmp);
   test_scratch(rt);
+  test_scratch_reuse(rt);
   test_tmap(rt);
 
   OK(strcmp(kiln_errstr(KILN_ERR_PACK), kiln_errstr(KILN_ERR_ALIGN)) != 0 &&
