@@ -72,6 +72,18 @@ return {
       return { colmax = g:cast(colmax, "fp32"), y = x / (m + 1.0) }
     end,
   },
+  -- a chain of three scratch tensors: the softmax's fp32 probabilities take the bytes of the
+  -- norm's output once the GEMM has read it
+  k.graph "scratch_chain" {
+    dims = { T = k.dynamic, H = 1024, N = 256 },
+    dtype = "bf16",
+    inputs = { x = { "T", "H" }, w = { "H" }, W = { "H", "N" } },
+    body = function(g, x, w, W)
+      local a = g:cast(g:rmsnorm(x, w, { epsilon = 1e-6 }), "bf16")
+      local p = g:softmax(g:cast(g:matmul(a, W), "bf16"))
+      return { s = g:cast(p, "bf16"), m = g:reduction(p, { mode = "max", dims = { 1, "N" } }) }
+    end,
+  },
   -- row kernels whose prologues read a per-row and a per-column statistic from scratch
   k.graph "scratch_prologue_stats" {
     dims = { T = k.dynamic, H = 1024 },
