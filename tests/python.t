@@ -3,7 +3,7 @@
 # plan introspection, typed errors.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "python3 not installed"
-plan 3
+plan 4
 if python3 - <<'PY' > "$OUTF" 2>&1; then pass "python binding: build, introspect, errors"; else fail "python binding"; sed 's/^/# /' "$OUTF"; fi
 import sys
 sys.path.insert(0, "python")
@@ -55,5 +55,21 @@ try:
     raise SystemExit("a dtype torch lacks was mapped")
 except kiln.KilnError as e:
     assert "DTYPE" in str(e), e
+PY
+# a plan whose virtual tensor crosses kernels: it is a scratch tensor the workspace holds,
+# listed with its role, never bound, counted by workspace_size
+if python3 - > "$OUTF" 2>&1 <<'PY'; then pass "python binding: a scratch tensor is listed, not bound, and counted in the workspace"; else fail "python binding: scratch tensors"; sed 's/^/# /' "$OUTF"; fi
+import sys
+sys.path.insert(0, "python")
+import kiln
+p = kiln.build("tests/specs/mem/scratch.lua", sm=["90a"])
+plan = p.plan("scratch_norm_gemm", "H=1024,N=384")
+roles = {t.name: t.role for t in plan.tensors}
+assert roles["identity_2.OUT_0"] == "scratch", roles
+assert "scratch identity_2.OUT_0" in plan.workspace, plan.workspace
+assert "identity_2" not in repr(plan), repr(plan)
+rule = int(plan.workspace.split()[0])
+want = (rule + 255) // 256 * 256 + 100 * 1024 * 2
+assert plan.workspace_size(T=100) == want, (plan.workspace_size(T=100), want)
 PY
 done_testing
