@@ -184,11 +184,11 @@ static void plan_comment(FILE *f, kiln_plan *plan, const plan_sig *sig) {
     fprintf(f, "], %u-byte aligned\n", t.align);
   }
   if (info.workspace) {
-    fputs(" * and the workspace parameter: scratch device memory of ", f);
+    fputs(" * and the workspace parameter: scratch device memory (", f);
     c_comment(f, info.workspace);
     fprintf(f,
-            " bytes rounded up to a\n"
-            " *   multiple of 256 (%s gives it), 256-byte aligned, not zeroed;\n"
+            " bytes,\n"
+            " *   each part a multiple of 256: %s gives it), 256-byte aligned, not zeroed;\n"
             " *   launches that may overlap need separate workspaces.\n",
             sig->ws_fn);
   }
