@@ -488,7 +488,7 @@ expect_out "group 2 \(sub mul add rsqrt mul mul add\): plan pointwise:" "and the
 run_kiln build tests/specs/mem/scratch.lua --sm 80 --sm 90a --sm 100a -o "$TMP/scratch.kpack"
 expect_rc 0 "build tests/specs/mem/scratch.lua for sm_80 sm_90a sm_100a"
 run_kiln pack inspect "$TMP/scratch.kpack"
-ok "its plans hold 14 scratch tensors" test "$(grep -cE '^ +uid [0-9]+ +[^ ]+ +[a-z0-9]+ +scratch ' "$OUTF")" = 14
+ok "its plans hold 17 scratch tensors" test "$(grep -cE '^ +uid [0-9]+ +[^ ]+ +[a-z0-9]+ +scratch ' "$OUTF")" = 17
 expect_out "add_1.OUT_0 +fp32 +scratch +\[T, 512\]" "a sum read by a norm and a GEMM is written once by a pointwise kernel"
 expect_out "workspace: [0-9]+ \+ scratch identity_[0-9]+.OUT_0 " "a GEMM's own workspace comes first, the scratch after it"
 # cold compile times, one kernel at a time; each kernel's best of two cold builds, so that a

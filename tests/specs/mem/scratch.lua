@@ -95,6 +95,28 @@ return {
       return { y = g:rmsnorm(x - m, w, { epsilon = 1e-6 }), z = g:softmax(x - c) }
     end,
   },
+  -- prologues of the other engines reading statistics from scratch: softmax over channels
+  -- (axissoftmax) after a per-(sample, position) max, instance norm after a per-channel mean,
+  -- a row sum of x scaled by its column maxima
+  k.graph "scratch_prologue_axes" {
+    dims = { B = k.dynamic, C = 21, HW = 520 },
+    dtype = "bf16",
+    inputs = { x = { "B", "C", "HW" }, g1 = { 1, "C", 1 }, b1 = { 1, "C", 1 } },
+    body = function(g, x, g1, b1)
+      local m = g:reduction(x, { mode = "max", dims = { "B", 1, "HW" } })
+      local c = g:reduction(x, { mode = "avg", dims = { 1, "C", 1 } })
+      return { p = g:softmax(x - m, { axis = 1 }), y = g:instancenorm(x - c, g1, b1, { epsilon = 1e-5 }) }
+    end,
+  },
+  k.graph "scratch_prologue_rowsum" {
+    dims = { T = k.dynamic, H = 512 },
+    dtype = "bf16",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x)
+      local c = g:reduction(x, { mode = "max", dims = { 1, "H" } })
+      return { y = g:reduction(x * c, { mode = "add", dims = { "T", 1 } }) }
+    end,
+  },
   -- batch norm in training from primitives: per-channel statistics (axis reductions) read back
   -- by the variance's prologue and the pointwise output kernel, which both compute x - mean
   -- again (copies of one pointwise group)
