@@ -30,7 +30,11 @@ end
 -- fusion leaves a group without an engine (a prologue from memory an engine cannot read),
 -- the conservative one is taken if every group has an engine there; else the default's
 -- reasons stand.
+-- KILN_FUSE=strict (read at build time, for measuring) takes the conservative fusion always.
 function M.route(g, target)
+  if require("kiln.settings").pick("KILN_FUSE", { "strict" }) == "strict" then
+    return (route_groups(g, target, { strict = true }))
+  end
   local groups, all = route_groups(g, target)
   if all then return groups end
   local strict, strict_all = route_groups(g, target, { strict = true })
