@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 150 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 152 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -476,6 +476,10 @@ expect_out "group 1 \(add softmax\): plan row:" "and the second computes it agai
 run_kiln build "$TMP/nofuse.lua" --sm 90a -o "$TMP/nofuse.kpack"
 run_kiln pack inspect "$TMP/nofuse.kpack"
 expect_out "workspace: none" "so the plan needs no scratch"
+KILN_FUSE=strict run_kiln explain "$TMP/nofuse.lua"
+expect_out "group 2 \(softmax\): plan row:" "KILN_FUSE=strict: the sum is a kernel of its own (read from scratch by both)"
+KILN_FUSE=all run_kiln explain "$TMP/nofuse.lua"
+expect_err "E_USAGE.*KILN_FUSE=all: want strict" "a KILN_FUSE other than strict is refused by name"
 # every crossing the engines meet: norm -> GEMM (TMA from the workspace), GEMM -> softmax,
 # pointwise -> a row kernel and a GEMM, row -> column reduction, per-row reduction -> pointwise,
 # per-channel statistics -> a reduction's prologue and pointwise (batch norm in training from
