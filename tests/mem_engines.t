@@ -10,7 +10,7 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
        tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
-       tests/specs/mem/softmax_axes.lua)
+       tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 152 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 154 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -457,6 +457,16 @@ ok "KILN_ROW_HINT=last reads them evict_last at any size" \
 run_kiln explain tests/specs/mem/forward.lua --sm 90a
 expect_out "group 1 \(rmsnorm\): plan row:" "rmsnorm_after_kernel's norm is its own kernel group"
 
+# batch norm in training (the op) runs as its decomposition: two per-channel reductions, the
+# per-channel 1 / sqrt(var + eps) it writes, the element output; running statistics need the
+# batch fixed at build time (the unbiased variance's n / (n - 1))
+run_kiln explain tests/specs/mem/batchnorm.lua --graph batchnorm_train
+ok "batchnorm: the mean, the variance with (x - mean)^2 as its prologue, inv_variance, the output" \
+  bash -c "grep -q 'group 1 (sub mul reduction): plan axisreduce:' '$OUTF' && grep -q 'group 2 (add rsqrt): plan pointwise:' '$OUTF' && grep -q 'group 3 (sub mul add rsqrt mul mul add identity): plan pointwise:' '$OUTF'"
+sed 's/B = 6,/B = k.dynamic,/' tests/specs/mem/batchnorm.lua > "$TMP/bn_dynamic.lua"
+run_kiln explain "$TMP/bn_dynamic.lua" --graph batchnorm_running
+expect_err "E_NO_ENGINE.*batchnorm 'batchnorm_1': running statistics need the elements a channel has .* dim B is dynamic" \
+  "running statistics over a dynamic batch are declined by name"
 # a virtual sum read by two anchors: each computes it again as its prologue (reading x and r
 # twice moves fewer bytes than writing the fp32 sum once and reading it twice), no scratch
 cat > "$TMP/nofuse.lua" <<'EOF'

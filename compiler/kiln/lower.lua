@@ -58,6 +58,8 @@ local function per_row(dims, space)
   return true
 end
 
+local split_small_outputs
+
 -- The fusion pass over the initial groups (each with .nodes, .family).
 local function fuse(g, groups, opts)
   local order, gof = {}, {}
@@ -382,6 +384,51 @@ local function fuse(g, groups, opts)
   end
 end
 
+-- A pointwise group that writes outputs of several shapes (batch norm's per-channel 1 /
+-- sqrt(var + eps) beside its element output): the nodes over fewer elements than the group's
+-- element space go to a group of their own, which writes their outputs, and the group keeps
+-- copies of them to compute those values again per element. Such nodes read only values as
+-- small as theirs, so none depends on an element node. Returns the new group or nil.
+local function ones(dims)
+  local n = 0
+  for _, d in ipairs(dims) do if d == 1 then n = n + 1 end end
+  return n
+end
+function split_small_outputs(g, grp)
+  if grp.family ~= "pointwise" or grp.anchor then return nil end
+  local space
+  for _, n in ipairs(grp.nodes) do
+    for _, uid in pairs(n.outputs) do
+      local d = g.by_uid[uid].dims
+      if not space or ones(d) < ones(space) then space = d end
+    end
+  end
+  local small, writes = {}, false
+  for _, n in ipairs(grp.nodes) do
+    local _, uid = next(n.outputs)
+    if not same_dims(g.by_uid[uid].dims, space) and not n.copy_of then
+      small[#small + 1] = n
+      writes = writes or g.by_uid[uid].role == "output"
+    end
+  end
+  if not writes then return nil end
+  local S = { family = "pointwise", nodes = small, index = grp.index }
+  local keep, is_small = {}, {}
+  for _, n in ipairs(small) do is_small[n] = true end
+  for _, n in ipairs(grp.nodes) do
+    if is_small[n] then
+      local copy = {}
+      for k, v in pairs(n) do copy[k] = v end
+      copy.copy_of = n
+      keep[#keep + 1] = copy
+    else
+      keep[#keep + 1] = n
+    end
+  end
+  grp.nodes = keep
+  return S
+end
+
 -- Groups in dependency order; among ready groups the one whose first node comes first.
 local function ordered(g, groups)
   local order, gof = {}, {}
@@ -456,7 +503,12 @@ function M.lower(g, opts)
   end
   fuse(g, groups, opts or {})
   local live = {}
-  for _, grp in ipairs(groups) do if not grp.dead then live[#live + 1] = grp end end
+  for _, grp in ipairs(groups) do
+    if not grp.dead then
+      live[#live + 1] = grp
+      live[#live + 1] = split_small_outputs(g, grp)
+    end
+  end
   groups = ordered(g, live)
   for i, grp in ipairs(groups) do grp.index, grp.first = i, nil end
   -- values some group reads but does not compute itself (a prologue copy computes its own)
@@ -482,7 +534,9 @@ function M.lower(g, opts)
       end
       for _, uid in pairs(node.outputs) do
         local t = g.by_uid[uid]
-        if t.role == "output" then outputs[#outputs + 1] = uid
+        if t.role == "output" then
+          -- (a copy computes a value again; the original's group writes it)
+          if not node.copy_of then outputs[#outputs + 1] = uid end
         elseif read_outside[uid] then spills[#spills + 1] = uid end
       end
     end

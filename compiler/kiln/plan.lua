@@ -3,6 +3,7 @@
 local errors = require "kiln.errors"
 local engines = require "kiln.engines"
 local lower = require "kiln.lower"
+local decompose = require "kiln.decompose"
 local shape = require "kiln.shape"
 local c = require "kiln.c"
 
@@ -26,20 +27,22 @@ local function route_groups(g, target, opts)
   return groups, all
 end
 
--- Routes every group; returns groups annotated with .plan and .report. Where the default
--- fusion leaves a group without an engine (a prologue from memory an engine cannot read),
--- the conservative one is taken if every group has an engine there; else the default's
--- reasons stand.
--- KILN_FUSE=strict (read at build time, for measuring) takes the conservative fusion always.
+-- Routes every group of the graph the kernels are made from (decompose.graph: g, or g with
+-- its decomposable ops replaced); returns the groups annotated with .plan and .report, and
+-- that graph. Where the default fusion leaves a group without an engine (a prologue from
+-- memory an engine cannot read), the conservative one is taken if every group has an engine
+-- there; else the default's reasons stand. KILN_FUSE=strict (read at build time, for
+-- measuring) takes the conservative fusion always.
 function M.route(g, target)
+  g = decompose.graph(g)
   if require("kiln.settings").pick("KILN_FUSE", { "strict" }) == "strict" then
-    return (route_groups(g, target, { strict = true }))
+    return (route_groups(g, target, { strict = true })), g
   end
   local groups, all = route_groups(g, target)
-  if all then return groups end
+  if all then return groups, g end
   local strict, strict_all = route_groups(g, target, { strict = true })
-  if strict_all then return strict end
-  return (route_groups(g, target))
+  if strict_all then return strict, g end
+  return (route_groups(g, target)), g
 end
 
 local function no_engine(g, grp)
@@ -53,8 +56,8 @@ local function no_engine(g, grp)
 end
 
 -- The manifest of one instance for one target; kernels carry their CUDA source.
-function M.manifest(g, target)
-  local groups = M.route(g, target)
+function M.manifest(spec_graph, target)
+  local groups, g = M.route(spec_graph, target)
   local kernels, align = c.json_array(), {}
   local workspaces = {}
   for _, grp in ipairs(groups) do
@@ -104,7 +107,7 @@ function M.manifest(g, target)
   if scratch and not workspace then workspace = 0 end
   return { schema = "kiln.plan", version = 1, graph = g.name, instance = g:instance_key(),
            dynamic = c.json_array(g:dynamic_dims()), tensors = tensors, kernels = kernels,
-           workspace = workspace, graph_json = g:to_json() }
+           workspace = workspace, graph_json = spec_graph:to_json() }
 end
 
 return M

@@ -234,6 +234,33 @@ return {
       end
       return out
     end,
+    -- Kernels (decompose.lua): the per-channel mean, the biased variance of x - mean (two
+    -- per-channel reductions), then y = (x - mean) * r * scale + bias with r = 1 / sqrt(var +
+    -- epsilon); the running statistics move toward the batch's by momentum, the variance's
+    -- unbiased (n / (n - 1), n the elements a channel has: fixed at build time).
+    decompose = function(G, ins, attrs)
+      local x = ins.input
+      local c = channel_dims(x)
+      local mean = G:reduction(x, { mode = "avg", dims = c })
+      local d = x - mean
+      local var = G:reduction(d * d, { mode = "avg", dims = c })
+      local r = G:rsqrt(var + (ins.epsilon or attrs.epsilon))
+      local out = { Y = d * r * ins.scale + ins.bias, MEAN = mean, INV_VARIANCE = r }
+      if ins.in_running_mean then
+        local n = 1
+        for i, dim in ipairs(x.dims) do
+          local v = type(dim) == "number" and dim or (G.dims[dim] or {}).value
+          if i ~= 2 and not v then
+            return nil, string.format("running statistics need the elements a channel has (n / (n - 1) corrects the variance), but dim %s is dynamic: specialize it", dim)
+          end
+          if i ~= 2 then n = n * v end
+        end
+        local m = ins.momentum or attrs.momentum
+        out.NEXT_RUNNING_MEAN = ins.in_running_mean * (1 - m) + mean * m
+        out.NEXT_RUNNING_VAR = ins.in_running_var * (1 - m) + var * (m * n / math.max(n - 1, 1))
+      end
+      return out
+    end,
   },
   {
     name = "batchnorm_inference", family = "norm", mode = "BATCHNORM_INFERENCE",

@@ -1,0 +1,71 @@
+-- kiln.decompose: the graph the kernels are made from. An op whose definition has
+-- `decompose(G, ins, attrs)` (batch norm in training) is replaced by the ops it builds on G
+-- (reductions and pointwise ops the engines fuse), their results bound to the op's own output
+-- tensors; every other node stays as it is. A plan still carries the spec's graph JSON, so
+-- `kiln run --check` compares the decomposed kernels with the reference executor's op itself.
+local errors = require "kiln.errors"
+local graph = require "kiln.graph"
+
+local M = {}
+
+-- Makes U (a tensor of the op being replaced) the result t of its decomposition: the node that
+-- made t makes U (through a cast where the dtypes differ), and the decomposition's later nodes
+-- read U.
+local function bind(G, first, t, U)
+  local p = G.producers[t.uid]
+  local made_here = false
+  for i = first, #G.nodes do made_here = made_here or G.nodes[i] == p end
+  if t.dtype ~= U.dtype or not made_here then
+    t = G:cast(t, U.dtype)
+    p = G.producers[t.uid]
+  end
+  for port, uid in pairs(p.outputs) do if uid == t.uid then p.outputs[port] = U.uid end end
+  G.producers[U.uid], G.producers[t.uid] = p, nil
+  for i = first, #G.nodes do
+    for port, uid in pairs(G.nodes[i].inputs) do
+      if uid == t.uid then G.nodes[i].inputs[port] = U.uid end
+    end
+  end
+  G.by_uid[t.uid] = nil
+  for i, x in ipairs(G.tensors) do
+    if x == t then table.remove(G.tensors, i); break end
+  end
+end
+
+-- g itself when no node decomposes, else a new graph with the same tensors (uids, names,
+-- roles) and the decomposed nodes.
+function M.graph(g)
+  local any = false
+  for _, n in ipairs(g.nodes) do any = any or n.def.decompose ~= nil end
+  if not any then return g end
+  local G = graph.new { name = g.name, io_dtype = g.io_dtype, intermediate_dtype = g.intermediate_dtype,
+                        compute_dtype = g.compute_dtype, dims = g.dims }
+  for name in pairs(g.used_names) do G.used_names[name] = true end
+  G.output_names = g.output_names
+  for _, t in ipairs(g.tensors) do
+    local copy = {}
+    for k, v in pairs(t) do copy[k] = v end
+    G:add_tensor(copy)
+  end
+  for _, n in ipairs(g.nodes) do
+    if n.def.decompose then
+      local ins = {}
+      for port, uid in pairs(n.inputs) do ins[port] = G.by_uid[uid] end
+      local first = #G.nodes + 1
+      local outs, why = n.def.decompose(G, ins, n.attrs)
+      if not outs then errors.raise("E_NO_ENGINE", "graph '%s': %s '%s': %s", g.name, n.op, n.name, why) end
+      for _, p in ipairs(n.def.output_ports) do
+        local uid = n.outputs[p.name]
+        if uid then bind(G, first, outs[p.name], G.by_uid[uid]) end
+      end
+    else
+      local copy = {}
+      for k, v in pairs(n) do copy[k] = v end
+      G.nodes[#G.nodes + 1] = copy
+      for _, uid in pairs(n.outputs) do G.producers[uid] = copy end
+    end
+  end
+  return G
+end
+
+return M
