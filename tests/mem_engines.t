@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 154 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 155 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -496,6 +496,9 @@ expect_err "E_USAGE.*KILN_FUSE=all: want strict" "a KILN_FUSE other than strict 
 # primitives: x - mean computed again by the variance and the output kernels)
 run_kiln explain tests/specs/mem/scratch.lua
 ok "explain tests/specs/mem/scratch.lua: every group has an engine" bash -c "! grep -q 'NO ENGINE' '$OUTF'"
+run_kiln explain tests/specs/mem/scratch.lua --graph scratch_two_shapes
+ok "a pointwise group with outputs of two shapes: the [H] one its own kernel, the [T, H] one computes it again" \
+  bash -c "grep -q 'group 0 (mul add): plan pointwise:' '$OUTF' && grep -q 'group 1 (mul add add): plan pointwise:' '$OUTF'"
 run_kiln explain tests/specs/mem/scratch.lua --graph scratch_batchnorm_stats
 expect_out "group 1 \(sub mul reduction\): plan axisreduce:" "batch norm from primitives: the variance reduces (x - mean)^2 as its prologue"
 expect_out "group 2 \(sub mul add rsqrt mul mul add\): plan pointwise:" "and the output kernel computes x - mean again: three kernel groups"

@@ -389,10 +389,15 @@ end
 -- element space go to a group of their own, which writes their outputs, and the group keeps
 -- copies of them to compute those values again per element. Such nodes read only values as
 -- small as theirs, so none depends on an element node. Returns the new group or nil.
-local function ones(dims)
-  local n = 0
-  for _, d in ipairs(dims) do if d == 1 then n = n + 1 end end
-  return n
+-- (the larger of two shapes a pointwise group holds: the higher rank, then fewer axes of 1)
+local function larger(a, b)
+  local function ones(dims)
+    local n = 0
+    for _, d in ipairs(dims) do if d == 1 then n = n + 1 end end
+    return n
+  end
+  if #a ~= #b then return #a > #b end
+  return ones(a) < ones(b)
 end
 function split_small_outputs(g, grp)
   if grp.family ~= "pointwise" or grp.anchor then return nil end
@@ -400,7 +405,7 @@ function split_small_outputs(g, grp)
   for _, n in ipairs(grp.nodes) do
     for _, uid in pairs(n.outputs) do
       local d = g.by_uid[uid].dims
-      if not space or ones(d) < ones(space) then space = d end
+      if not space or larger(d, space) then space = d end
     end
   end
   local small, writes = {}, false
@@ -537,7 +542,7 @@ function M.lower(g, opts)
         if t.role == "output" then
           -- (a copy computes a value again; the original's group writes it)
           if not node.copy_of then outputs[#outputs + 1] = uid end
-        elseif read_outside[uid] then spills[#spills + 1] = uid end
+        elseif read_outside[uid] and not node.copy_of then spills[#spills + 1] = uid end
       end
     end
     -- a virtual tensor another group reads is written to the plan's workspace (scratch)

@@ -118,6 +118,17 @@ return {
       return { y = g:reduction(x * c, { mode = "add", dims = { "T", 1 } }) }
     end,
   },
+  -- a pointwise group with outputs of two shapes: the [H] one is written by a kernel of its
+  -- own, the [T, H] kernel computes c again (lower's split; no scratch)
+  k.graph "scratch_two_shapes" {
+    dims = { T = k.dynamic, H = 1000 },
+    dtype = "bf16",
+    inputs = { x = { "T", "H" }, b = { "H" } },
+    body = function(g, x, b)
+      local c = b * 2.0
+      return { y = x + c, c2 = c + 1.0 }
+    end,
+  },
   -- batch norm in training from primitives: per-channel statistics (axis reductions) read back
   -- by the variance's prologue and the pointwise output kernel, which both compute x - mean
   -- again (copies of one pointwise group)
