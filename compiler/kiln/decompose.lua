@@ -56,6 +56,9 @@ function M.graph(g)
       if not outs then errors.raise("E_NO_ENGINE", "graph '%s': %s '%s': %s", g.name, n.op, n.name, why) end
       for _, p in ipairs(n.def.output_ports) do
         local uid = n.outputs[p.name]
+        if uid and not outs[p.name] then
+          errors.raise("E_NO_ENGINE", "graph '%s': %s '%s': its decomposition makes no %s", g.name, n.op, n.name, p.name)
+        end
         if uid then bind(G, first, outs[p.name], G.by_uid[uid]) end
       end
     else
