@@ -60,6 +60,27 @@ end
 
 local split_small_outputs
 
+-- Whether the anchor node c reads uid only at its element ports (the inputs a prologue makes).
+local function read_per_element(c, uid)
+  local spec = M.ANCHORS[c.op]
+  for port, v in pairs(c.inputs) do
+    if v == uid then
+      local element = false
+      for _, ep in ipairs(spec.ins) do element = element or ep == port end
+      if not element then return false end
+    end
+  end
+  return true
+end
+
+-- A node computed again in another group: a copy that names its original.
+local function copy_node(nd)
+  local copy = {}
+  for k, v in pairs(nd) do copy[k] = v end
+  copy.copy_of = nd
+  return copy
+end
+
 -- The fusion pass over the initial groups (each with .nodes, .family).
 local function fuse(g, groups, opts)
   local order, gof = {}, {}
@@ -178,14 +199,7 @@ local function fuse(g, groups, opts)
               if not over then return nil end
             else
               local spec = R.anchor == c and M.ANCHORS[c.op]
-              if not spec or spec.no_prologue then return nil end
-              for pname, v in pairs(c.inputs) do
-                if v == uid then
-                  local element = false
-                  for _, ep in ipairs(spec.ins) do if ep == pname then element = true end end
-                  if not element then return nil end
-                end
-              end
+              if not spec or spec.no_prologue or not read_per_element(c, uid) then return nil end
             end
             if not seen[R] then seen[R] = true; readers[#readers + 1] = R end
             read = true
@@ -210,9 +224,7 @@ local function fuse(g, groups, opts)
     local function by_order(a, b) return order[a] < order[b] end
     for _, R in ipairs(readers) do
       for _, nd in ipairs(P.nodes) do
-        local copy = {}
-        for k, v in pairs(nd) do copy[k] = v end
-        copy.copy_of = nd
+        local copy = copy_node(nd)
         order[copy] = order[nd]
         R.nodes[#R.nodes + 1] = copy
         if R.anchor then R.prologue[#R.prologue + 1] = copy end
@@ -252,8 +264,6 @@ local function fuse(g, groups, opts)
     local a = A.anchor
     local spec = a and M.ANCHORS[a.op]
     if spec and not A.dead then
-      local eports = {}
-      for _, p in ipairs(spec.ins) do eports[p] = true end
       local space = a.inputs[spec.ins[1]] and g.by_uid[a.inputs[spec.ins[1]]].dims
       -- prologue: pointwise groups computing element-space inputs from graph inputs
       for _, port in ipairs(spec.no_prologue and {} or spec.ins) do
@@ -262,13 +272,7 @@ local function fuse(g, groups, opts)
         -- (strict: from graph inputs only; else also from what anchored kernels leave in memory)
         if P and P ~= A and P.family == "pointwise" and (opts.strict and only_sources(P) or not opts.strict and sources_or_anchored(P))
           and nodes_have_dims(P, space) then
-          if virtuals_stay(P, function(c, v)
-              if c ~= a then return false end
-              for _, pp in ipairs(a.def.input_ports) do
-                if a.inputs[pp.name] == v and not eports[pp.name] then return false end
-              end
-              return true
-            end) and legal({ A, P }) then
+          if virtuals_stay(P, function(c, v) return c == a and read_per_element(a, v) end) and legal({ A, P }) then
             merge(A, { P }, "prologue")
           else
             local readers = recompute(P, space)
@@ -421,14 +425,7 @@ function split_small_outputs(g, grp)
   local keep, is_small = {}, {}
   for _, n in ipairs(small) do is_small[n] = true end
   for _, n in ipairs(grp.nodes) do
-    if is_small[n] then
-      local copy = {}
-      for k, v in pairs(n) do copy[k] = v end
-      copy.copy_of = n
-      keep[#keep + 1] = copy
-    else
-      keep[#keep + 1] = n
-    end
+    keep[#keep + 1] = is_small[n] and copy_node(n) or n
   end
   grp.nodes = keep
   return S
