@@ -301,7 +301,7 @@ static kiln_status launch_kernels(kiln_plan *plan, const kiln__ctx_slot *s, CUst
   kiln_status st = kiln__plan_grids(plan, dyn, s->sms, grids);
   if (st != KILN_OK) return st;
   int64_t scratch_off[KILN_PACK_MAX_SCRATCH], ws_total;
-  if (kiln__workspace_eval(plan, dyn, s->sms, scratch_off, &ws_total) != 0)
+  if (plan->nscratch && kiln__workspace_eval(plan, dyn, s->sms, scratch_off, &ws_total) != 0)
     return kiln__fail(RT(plan), KILN_ERR_SHAPE, "workspace size %s overflows", plan->workspace.text);
   uint64_t values[KILN_PACK_MAX_PARAMS];
   void *args[KILN_PACK_MAX_PARAMS];
