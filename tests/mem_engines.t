@@ -10,7 +10,7 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
        tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
-       tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua)
+       tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua tests/specs/mem/norm_bwd_axes.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 155 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 160 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -73,10 +73,10 @@ cat > "$TMP/norm_missing.lua" <<EOF
 local k = require "kiln"
 return k.graph "norm_missing" { dims = { N = k.dynamic, C = { 8 }, HW = { 64 } }, dtype = "bf16",
   inputs = { x = { "N", "C", "HW" }, g = { 1, "C", 1 }, b = { 1, "C", 1 } },
-  body = function(G, x, g, b) return { y = G:instancenorm_backward(x, x, g, { name = "inb" }) } end }
+  body = function(G, x, g, b) return { y = G:batchnorm(x, g, b, { epsilon = 1e-5, name = "bn" }) } end }
 EOF
 run_kiln explain "$TMP/norm_missing.lua" --sm 90a
-expect_out "row +declined: instancenorm_backward has no kernel yet" "a norm without a kernel is named as such (not 'not a norm')"
+expect_out "group 0 \(reduction\): plan axisreduce" "batch norm in training is built from its decomposition (no norm kernel of its own)"
 
 # softmax over a non-last axis (axissoftmax.lua): staged in shared memory where the CTA's rows fit,
 # else read again; the row engine declines it by name
@@ -103,8 +103,8 @@ ok "a middle axis of [B, S, H], its kept axes named in 'dims' (H specialized): l
   test "$(grep -Ec 'plan axisreduce:v1:[a-z0-9_]*:strided:b256v[1-8]s[0-9]+$' "$OUTF")" = 7
 ok "300 or 512 rows split 32 ways over a CTA's threads (8 lanes of 8 outputs), 7 rows not split" \
   bash -c "test \$(grep -c 'plan axisreduce.*strided:b256v8s32$' '$OUTF') = 4 && grep -A1 'middle_axis .H=256,S=7' '$OUTF' | grep -q 'strided:b256v8s1$'"
-ok "per channel [N, C, H, W] -> [1, C, 1, 1]: a CTA per channel and slice of rows" \
-  test "$(grep -c 'plan axisreduce:v1:[a-z0-9]*:inner:b256v4$' "$OUTF")" = 3
+ok "per channel [N, C, H, W] -> [1, C, 1, 1]: a CTA per channel and slice of rows (the sum of squares and the mean in one kernel)" \
+  bash -c "test \$(grep -c 'plan axisreduce:v1:[a-z0-9+]*:inner:b256v4$' '$OUTF') = 2 && grep -q 'plan axisreduce:v1:norm2+avg:inner:b256v4$' '$OUTF'"
 run_kiln build tests/specs/mem/reduce_sweep.lua --graph per_channel --sm 90a -o "$TMP/chan.kpack"
 run_kiln pack inspect "$TMP/chan.kpack"
 expect_out "grid \[min\(N, SMS\*8/64\), 64, 1\]" "per channel: a CTA a slice of rows and channel, the slices capped by the SM count"
@@ -467,6 +467,26 @@ sed 's/B = 6,/B = k.dynamic,/' tests/specs/mem/batchnorm.lua > "$TMP/bn_dynamic.
 run_kiln explain "$TMP/bn_dynamic.lua" --graph batchnorm_running
 expect_err "E_NO_ENGINE.*batchnorm 'batchnorm_1': running statistics need the elements a channel has .* dim B is dynamic" \
   "running statistics over a dynamic batch are declined by name"
+# the norm backwards from their decompositions: batch norm's four per-channel reductions share
+# one kernel (sibling reductions), dx is one pointwise kernel computing x_hat again; instance
+# and adaptive layer norm: the per-row means, dx, the per-channel / per-sample sums in one kernel
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
+ok "batchnorm_backward: the four per-channel reductions in one kernel, then dx" \
+  bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan axisreduce:v1:avg+avg+add+add:inner:' '$OUTF' && grep -q 'group 1 (sub mul mul sub mul sub mul mul identity): plan pointwise:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
+ok "the sibling reductions' kernel is declined by the engines that build one reduction" \
+  bash -c "grep -q 'row        declined: 4 reductions in one kernel' '$OUTF'"
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_bf16
+ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-sample sums in one kernel" \
+  bash -c "grep -q 'reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 0 ([a-z ]*): plan pointwise' '$OUTF'"
+run_kiln build tests/specs/mem/norm_bwd_axes.lua --sm 90a -o "$TMP/nbw.kpack"
+run_kiln pack inspect "$TMP/nbw.kpack"
+ok "the norm backwards exchange only the reductions' per-channel / per-row results (x_hat and dy * scale computed again)" \
+  bash -c "awk '/^plan /{p=\$2} / scratch +\\[/{print p, \$3}' '$OUTF' | grep -v '^batchnorm_fwd_bwd ' | grep -v ' reduction_[0-9]*.Y$' | wc -l | grep -qx 0"
+sed 's/mean = { "T", "C", 1, 1, dtype = "fp32" }, inv_var = { "T", "C", 1, 1, dtype = "fp32" } },/},/; s/body = function(G, dy, x, g, mean, inv_var)/body = function(G, dy, x, g)/; s/G:instancenorm_backward(dy, x, g, mean, inv_var)/G:instancenorm_backward(dy, x, g)/' \
+  tests/specs/mem/norm_bwd_axes.lua > "$TMP/in_nostats.lua"
+run_kiln explain "$TMP/in_nostats.lua" --graph instancenorm_bwd_bf16
+expect_err "E_NO_ENGINE.*instancenorm_backward .*statistics recomputed in the backward .* are not built" \
+  "instance norm's backward without saved statistics is declined by name"
 # a virtual sum read by two anchors: each computes it again as its prologue (reading x and r
 # twice moves fewer bytes than writing the fp32 sum once and reading it twice), no scratch
 cat > "$TMP/nofuse.lua" <<'EOF'

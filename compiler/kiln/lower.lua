@@ -73,12 +73,23 @@ local function read_per_element(c, uid)
   return true
 end
 
--- A node computed again in another group: a copy that names its original.
+-- A node computed again in another group: a copy that names its original (a copy's copy, the
+-- same original).
 local function copy_node(nd)
   local copy = {}
   for k, v in pairs(nd) do copy[k] = v end
-  copy.copy_of = nd
+  copy.copy_of = nd.copy_of or nd
   return copy
+end
+
+-- The nodes of `nodes` the group grp does not compute already (itself or a copy of it).
+local function not_in(grp, nodes)
+  local have, list = {}, {}
+  for _, nd in ipairs(grp.nodes) do have[nd.copy_of or nd] = true end
+  for _, nd in ipairs(nodes) do
+    if not have[nd.copy_of or nd] then have[nd.copy_of or nd] = true; list[#list + 1] = nd end
+  end
+  return list
 end
 
 -- The fusion pass over the initial groups (each with .nodes, .family).
@@ -179,6 +190,7 @@ local function fuse(g, groups, opts)
   -- and n readers reading P's inputs again move fewer bytes than one write and n + 1 reads of
   -- its values. Returns the reading groups in group order.
   local dtypes = require "kiln.dtypes"
+  local copied = {}  -- nodes of a group copied into its readers (each copy computes its own)
   local function recompute(P, space)
     if opts.strict then return nil end
     local seen, readers, src, out = {}, {}, 0, 0
@@ -188,7 +200,7 @@ local function fuse(g, groups, opts)
         local read = false
         for _, c in ipairs(consumers[uid] or {}) do
           local R = gof[c]
-          if R ~= P then
+          if R ~= P and not copied[c] then
             if not R then return nil end
             if R.family == "pointwise" and not R.anchor then
               -- (its per-channel or per-row ops may stay smaller: the pointwise engine broadcasts)
@@ -223,7 +235,7 @@ local function fuse(g, groups, opts)
   local function merge_copies(P, readers)
     local function by_order(a, b) return order[a] < order[b] end
     for _, R in ipairs(readers) do
-      for _, nd in ipairs(P.nodes) do
+      for _, nd in ipairs(not_in(R, P.nodes)) do
         local copy = copy_node(nd)
         order[copy] = order[nd]
         R.nodes[#R.nodes + 1] = copy
@@ -233,13 +245,13 @@ local function fuse(g, groups, opts)
       if R.anchor then table.sort(R.prologue, by_order) end
     end
     P.dead = true
-    for _, nd in ipairs(P.nodes) do gof[nd] = nil end
+    for _, nd in ipairs(P.nodes) do gof[nd], copied[nd] = nil, true end
     refresh()
   end
   -- role: a role for every node, or a function of the node
   local function merge(A, list, role)
     for _, grp in ipairs(list) do
-      for _, n in ipairs(grp.nodes) do
+      for _, n in ipairs(not_in(A, grp.nodes)) do
         A.nodes[#A.nodes + 1] = n
         local r = type(role) == "function" and role(n) or role
         local into = ({ epilogue = A.epilogue, amax = A.amax, rowred = A.rowred, rowpw = A.rowpw })[r] or A.prologue
@@ -260,26 +272,34 @@ local function fuse(g, groups, opts)
   for _, A in ipairs(groups) do
     if A.anchor and M.ANCHORS[A.anchor.op] then A.prologue, A.epilogue, A.amax, A.rowred, A.rowpw = {}, {}, {}, {}, {} end
   end
+  -- prologue: pointwise groups computing the anchor's element-space inputs from graph inputs
+  -- (strict), or also from what anchored kernels leave in memory; whether any was taken
+  local function take_prologue(A)
+    local a, taken = A.anchor, false
+    local spec = M.ANCHORS[a.op]
+    local space = a.inputs[spec.ins[1]] and g.by_uid[a.inputs[spec.ins[1]]].dims
+    for _, port in ipairs(spec.no_prologue and {} or spec.ins) do
+      local uid = a.inputs[port]
+      local P = uid and producer_group(uid)
+      if P and P ~= A and P.family == "pointwise" and (opts.strict and only_sources(P) or not opts.strict and sources_or_anchored(P))
+        and nodes_have_dims(P, space) then
+        if virtuals_stay(P, function(c, v) return c == a and read_per_element(a, v) end) and legal({ A, P }) then
+          merge(A, { P }, "prologue")
+          taken = true
+        else
+          local readers = recompute(P, space)
+          if readers then merge_copies(P, readers); taken = true end
+        end
+      end
+    end
+    return taken
+  end
+  local function anchored(A) return A.anchor and M.ANCHORS[A.anchor.op] and not A.dead end
   for _, A in ipairs(groups) do
     local a = A.anchor
     local spec = a and M.ANCHORS[a.op]
-    if spec and not A.dead then
-      local space = a.inputs[spec.ins[1]] and g.by_uid[a.inputs[spec.ins[1]]].dims
-      -- prologue: pointwise groups computing element-space inputs from graph inputs
-      for _, port in ipairs(spec.no_prologue and {} or spec.ins) do
-        local uid = a.inputs[port]
-        local P = uid and producer_group(uid)
-        -- (strict: from graph inputs only; else also from what anchored kernels leave in memory)
-        if P and P ~= A and P.family == "pointwise" and (opts.strict and only_sources(P) or not opts.strict and sources_or_anchored(P))
-          and nodes_have_dims(P, space) then
-          if virtuals_stay(P, function(c, v) return c == a and read_per_element(a, v) end) and legal({ A, P }) then
-            merge(A, { P }, "prologue")
-          else
-            local readers = recompute(P, space)
-            if readers then merge_copies(P, readers) end
-          end
-        end
-      end
+    if anchored(A) then
+      take_prologue(A)
       -- epilogue: values an epilogue may read from the fused group, per element
       local out_dims = #spec.outs > 0 and a.outputs[spec.outs[1]] and g.by_uid[a.outputs[spec.outs[1]]].dims
       local readable = {}
@@ -369,6 +389,42 @@ local function fuse(g, groups, opts)
       end
     end
   end
+  -- a prologue whose own inputs were values of another pointwise group, since copied into it
+  -- (x_hat computed in the group making dy * scale): the anchors visited before take it now
+  local more = not opts.strict
+  while more do
+    more = false
+    for _, A in ipairs(groups) do
+      if anchored(A) and take_prologue(A) then more = true end
+    end
+  end
+  -- sibling reductions: reductions of one input shape to one output shape that an engine
+  -- builds in one kernel (opts.fuse_reductions: batch norm's backward sums dy and dy * x_hat)
+  -- share the loads, when neither reads the other and no group lies between them; a node
+  -- both prologues copied is computed once
+  local function lone_reduction(grp)
+    return not grp.dead and grp.anchor and grp.anchor.op == "reduction" and #(grp.epilogue or {}) == 0 and #(grp.amax or {}) == 0
+      and #(grp.rowred or {}) == 0 and #(grp.rowpw or {}) == 0
+  end
+  for ai, A in ipairs(opts.fuse_reductions and groups or {}) do
+    for bi = ai + 1, #groups do
+      local B = groups[bi]
+      if lone_reduction(A) and lone_reduction(B) and not deps(A)[B] and not deps(B)[A]
+        and opts.fuse_reductions(A.reductions or { A.anchor }, B.anchor, g) and legal({ A, B }) then
+        for _, n in ipairs(not_in(A, B.nodes)) do
+          A.nodes[#A.nodes + 1] = n
+          if n ~= B.anchor then A.prologue[#A.prologue + 1] = n end
+        end
+        A.reductions = A.reductions or { A.anchor }
+        A.reductions[#A.reductions + 1] = B.anchor
+        local function by_order(a, b) return order[a] < order[b] end
+        table.sort(A.nodes, by_order)
+        table.sort(A.prologue, by_order)
+        B.dead = true
+        refresh()
+      end
+    end
+  end
   -- siblings: pointwise groups over the same element space merge into one kernel when no
   -- group lies between them (independent chains reading the same inputs read them once)
   for ai, A in ipairs(groups) do
@@ -378,7 +434,7 @@ local function fuse(g, groups, opts)
         local B = groups[bi]
         if not B.dead and B.family == "pointwise" and not B.anchor and nodes_have_dims(A, space)
           and nodes_have_dims(B, space) and legal({ A, B }) then
-          for _, n in ipairs(B.nodes) do A.nodes[#A.nodes + 1] = n end
+          for _, n in ipairs(not_in(A, B.nodes)) do A.nodes[#A.nodes + 1] = n end
           table.sort(A.nodes, function(a, b) return order[a] < order[b] end)
           B.dead = true
           refresh()
@@ -389,10 +445,11 @@ local function fuse(g, groups, opts)
 end
 
 -- A pointwise group that writes outputs of several shapes (batch norm's per-channel 1 /
--- sqrt(var + eps) beside its element output): the nodes over fewer elements than the group's
--- element space go to a group of their own, which writes their outputs, and the group keeps
--- copies of them to compute those values again per element. Such nodes read only values as
--- small as theirs, so none depends on an element node. Returns the new group or nil.
+-- sqrt(var + eps) beside its element output, or a value of that shape another kernel reads:
+-- `read_outside`): the nodes over fewer elements than the group's element space go to a group
+-- of their own, which writes their outputs, and the group keeps copies of them to compute
+-- those values again per element. Such nodes read only values as small as theirs, so none
+-- depends on an element node. Returns the new group or nil.
 -- (the larger of two shapes a pointwise group holds: the higher rank, then fewer axes of 1)
 local function larger(a, b)
   local function ones(dims)
@@ -403,7 +460,7 @@ local function larger(a, b)
   if #a ~= #b then return #a > #b end
   return ones(a) < ones(b)
 end
-function split_small_outputs(g, grp)
+function split_small_outputs(g, grp, read_outside)
   if grp.family ~= "pointwise" or grp.anchor then return nil end
   local space
   for _, n in ipairs(grp.nodes) do
@@ -417,7 +474,7 @@ function split_small_outputs(g, grp)
     local _, uid = next(n.outputs)
     if not same_dims(g.by_uid[uid].dims, space) and not n.copy_of then
       small[#small + 1] = n
-      writes = writes or g.by_uid[uid].role == "output"
+      writes = writes or g.by_uid[uid].role == "output" or read_outside[uid]
     end
   end
   if not writes then return nil end
@@ -480,8 +537,25 @@ end
 -- in inference) fuses as a pointwise op.
 function M.family(def) return def.elementwise and "pointwise" or def.family end
 
+-- The values some group reads but does not compute itself (a prologue copy computes its own).
+local function values_read_outside(groups)
+  local read_outside = {}
+  for _, grp in ipairs(groups) do
+    local makes = {}
+    for _, node in ipairs(grp.nodes) do
+      for _, uid in pairs(node.outputs) do makes[uid] = true end
+    end
+    for _, node in ipairs(grp.nodes) do
+      for _, uid in pairs(node.inputs) do if not makes[uid] then read_outside[uid] = true end end
+    end
+  end
+  return read_outside
+end
+
 -- opts.strict: the conservative fusion (prologues from graph inputs only, no copies), which
 -- plan.route falls back to when the default leaves a group without an engine.
+-- opts.fuse_reductions(list, b, g): whether reduction b joins the kernel of the reductions
+-- `list` (an engine's rule, engines.fuse_reductions); none merge without it.
 function M.lower(g, opts)
   -- a graph routed before (another target) had its crossing tensors made scratch: start over
   for _, t in ipairs(g.tensors) do if t.role == "scratch" then t.role = "virtual" end end
@@ -505,25 +579,12 @@ function M.lower(g, opts)
   end
   fuse(g, groups, opts or {})
   local live = {}
-  for _, grp in ipairs(groups) do
-    if not grp.dead then
-      live[#live + 1] = grp
-      live[#live + 1] = split_small_outputs(g, grp)
-    end
-  end
+  for _, grp in ipairs(groups) do if not grp.dead then live[#live + 1] = grp end end
+  local read_outside = values_read_outside(live)
+  for i = 1, #live do live[#live + 1] = split_small_outputs(g, live[i], read_outside) end
   groups = ordered(g, live)
   for i, grp in ipairs(groups) do grp.index, grp.first = i, nil end
-  -- values some group reads but does not compute itself (a prologue copy computes its own)
-  local read_outside = {}
-  for _, grp in ipairs(groups) do
-    local makes = {}
-    for _, node in ipairs(grp.nodes) do
-      for _, uid in pairs(node.outputs) do makes[uid] = true end
-    end
-    for _, node in ipairs(grp.nodes) do
-      for _, uid in pairs(node.inputs) do if not makes[uid] then read_outside[uid] = true end end
-    end
-  end
+  read_outside = values_read_outside(groups)
   for _, grp in ipairs(groups) do
     local produced, inputs, outputs, spills = {}, {}, {}, {}
     for _, node in ipairs(grp.nodes) do

@@ -19,7 +19,7 @@ function M.target(arch)
 end
 
 local function route_groups(g, target, opts)
-  local groups, all = lower.lower(g, opts), true
+  local groups, all = lower.lower(g, { strict = opts.strict, fuse_reductions = not opts.strict and engines.fuse_reductions }), true
   for _, grp in ipairs(groups) do
     grp.plan, grp.report = engines.route(grp, g, target)
     all = all and grp.plan ~= nil
@@ -38,11 +38,11 @@ function M.route(g, target)
   if require("kiln.settings").pick("KILN_FUSE", { "strict" }) == "strict" then
     return (route_groups(g, target, { strict = true })), g
   end
-  local groups, all = route_groups(g, target)
+  local groups, all = route_groups(g, target, {})
   if all then return groups, g end
   local strict, strict_all = route_groups(g, target, { strict = true })
   if strict_all then return strict, g end
-  return (route_groups(g, target)), g
+  return (route_groups(g, target, {})), g
 end
 
 local function no_engine(g, grp)

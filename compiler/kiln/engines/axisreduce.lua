@@ -11,6 +11,9 @@
 --            values of rows s, s + G, ... of channel k as one run of vectors (G slices from the
 --            SM count), the CTA combines in a fixed order, and the finalize (rowgen.finalize)
 --            adds the G partials.
+-- Sibling reductions of one input shape to one output shape (lower merges them where
+-- E.fuses allows: batch norm's backward sums dy and dy * x_hat) share the loads: each keeps
+-- its own accumulators, and the inner form's partial row holds each one's K columns in turn.
 -- Anything else (reduced axes in three or more blocks) is declined by name.
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
@@ -23,17 +26,27 @@ E.BLOCK = 256        -- threads a CTA
 E.UNROLL = 4         -- accumulators (loads in flight) a thread
 E.SLICES_PER_SM = 8  -- inner: CTAs per SM the slices of all channels aim at (full occupancy)
 E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
+E.MAX_REDUCTIONS = 4 -- sibling reductions one kernel makes (the strided form's shared arrays: 32 KB)
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
--- The V elements from flat input index `index` folded into accumulator `acc` (rowgen.elements).
+-- The V elements from flat input index `index` folded into each reduction's accumulator
+-- (`acc` with %r the reduction's index; rowgen.elements).
 local function element(K, group, g, info, index, acc, indent, V)
   rowgen.elements(K, group, g, info.E, index, indent, V, function(lines, value, inner)
-    lines[#lines + 1] = inner .. subst(info.mode.upd, { a = acc, v = value[info.anchor.inputs.input] })
+    for r, red in ipairs(info.list) do
+      lines[#lines + 1] = inner .. subst(red.mode.upd, { a = acc:gsub("%%r", r - 1), v = value[red.anchor.inputs.input] })
+    end
   end)
 end
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
+
+local function modes_of(info)
+  local modes = {}
+  for i, r in ipairs(info.list) do modes[i] = r.anchor.attrs.mode end
+  return modes
+end
 
 -- The runs of x's axes past size 1: { { reduced = bool, from = i, to = j }, ... }.
 local function runs_of(x, y)
@@ -65,16 +78,23 @@ local function vector_width(group, g, x, n)
   return rowgen.load_width(whole, n)
 end
 
-local function analyze(group, g)
-  local red, why = rowgen.reduction_group(group, g, "reduction over several axes")
-  if not red then return nil, why end
-  local a, mode, x, y = red.anchor, red.mode, red.x, red.y
-  if not shape.is_row_major(y.dims, y.strides) then return fail("Y is not row-major") end
+-- The runs of x's axes and their form: "K" for a kept run, "R" for a reduced one, in order.
+local function form_of(x, y)
   local runs = runs_of(x, y)
   local shape_of = {}
   for i, run in ipairs(runs) do shape_of[i] = run.reduced and "R" or "K" end
-  local form = table.concat(shape_of)
-  local info = { anchor = a, mode = mode, E = x.dims }
+  return runs, table.concat(shape_of)
+end
+
+local function analyze(group, g)
+  local red, why = rowgen.reduction_group(group, g, "reduction over several axes", true)
+  if not red then return nil, why end
+  local a, mode, x, y = red.anchor, red.mode, red.x, red.y
+  for _, r in ipairs(red.list) do
+    if not shape.is_row_major(r.y.dims, r.y.strides) then return fail("Y '%s' is not row-major", r.y.name) end
+  end
+  local runs, form = form_of(x, y)
+  local info = { anchor = a, mode = mode, E = x.dims, list = red.list }
   if form == "RK" or form == "KRK" then
     local ko, r, ki = table.unpack(form == "RK" and { nil, runs[1], runs[2] } or runs)
     info.form = "strided"
@@ -104,9 +124,24 @@ local function analyze(group, g)
     return fail("the reduced axes of %s form %s (kept K, reduced R): at most a leading and a trailing block, or one block inside",
       shape.format(x.dims), form)
   end
-  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d%s", E.version, a.attrs.mode, info.form, E.BLOCK, info.V,
-    info.RS and string.format("s%d", info.RS) or "")
+  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d%s", E.version, table.concat(modes_of(info), "+"), info.form, E.BLOCK,
+    info.V, info.RS and string.format("s%d", info.RS) or "")
   return info
+end
+
+-- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): the
+-- same input and output shapes, a middle block or a leading and a trailing one (the shapes
+-- only this engine takes), partials that combine alike, and room for one more.
+function E.fuses(list, b, g)
+  if #list >= E.MAX_REDUCTIONS then return false end
+  local a = list[1]
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
+  if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
+  local ma, mb = rowgen.REDUCE[a.attrs.mode], rowgen.REDUCE[b.attrs.mode]
+  if not ma or not mb or ma.comb ~= mb.comb or ma.init ~= mb.init then return false end
+  local _, form = form_of(x, y)
+  return form == "KRK" or form == "RKR"
 end
 
 function E.propose(group, g, target)
@@ -118,7 +153,6 @@ end
 
 local function build_strided(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
-  local y = info.anchor.outputs.Y
   local B, V, U, RS = E.BLOCK, info.V, E.UNROLL, info.RS
   local LO = B // RS    -- lanes along the outputs
   local TW = LO * V     -- outputs a CTA
@@ -131,43 +165,49 @@ local function build_strided(plan, group, g, symbol)
   K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
   K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
   K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
-  K:add("  float acc_[%d][%d];", U, V)
-  K:add("#pragma unroll\n  for (int u = 0; u < %d; u++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[u][j] = %s;", U, V, mode.init)
+  local NR = #info.list
+  K:add("  float acc_[%d][%d][%d];", NR, U, V)
+  K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int u = 0; u < %d; u++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[r][u][j] = %s;",
+    NR, U, V, mode.init)
   K:add("  if (o < n_out) {")
   K:add("    const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
   K:add("    kiln_i64 r = s;")
   K:add("    for (; r + %d < R; r += %d) {", (U - 1) * RS, U * RS)
   K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", U)
   K:add("        const kiln_i64 e = base + (r + u * %d) * Ki;", RS)
-  element(K, group, g, info, "e", "acc_[u][j]", "        ", V)
+  element(K, group, g, info, "e", "acc_[%r][u][j]", "        ", V)
   K:add("      }")
   K:add("    }")
   K:add("    for (; r < R; r += %d) {", RS)
   K:add("      const kiln_i64 e = base + r * Ki;")
-  element(K, group, g, info, "e", "acc_[0][j]", "      ", V)
+  element(K, group, g, info, "e", "acc_[%r][0][j]", "      ", V)
   K:add("    }")
   K:add("  }")
   K:add("  // in a fixed order: each thread's accumulators, then the row splits in turn")
-  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", RS, TW)
-  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) {", V)
-  K:add("    float a = acc_[0][j];")
-  K:add("#pragma unroll\n    for (int u = 1; u < %d; u++) { const float b = acc_[u][j]; %s }", U, comb({ "a" }, { "b" }))
-  K:add("    red_[s][lane * %d + j] = a;", V)
+  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d][%d];", NR, RS, TW)
+  K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int j = 0; j < %d; j++) {", NR, V)
+  K:add("    float a = acc_[r][0][j];")
+  K:add("#pragma unroll\n    for (int u = 1; u < %d; u++) { const float b = acc_[r][u][j]; %s }", U, comb({ "a" }, { "b" }))
+  K:add("    red_[r][s][lane * %d + j] = a;", V)
   K:add("  }")
   K:add("  __syncthreads();")
-  local st = pw.storage(K.src, g.by_uid[y].dtype)
-  local fin = mode.fin and subst(mode.fin, { a = "a", n = "(float)R" }) or "a"
   K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", TW, B)
   K:add("    const kiln_i64 q = (kiln_i64)blockIdx.x * %d + i;", TW)
   K:add("    if (q >= n_out) break;")
-  K:add("    float a = red_[0][i];")
-  K:add("    for (int k = 1; k < %d; k++) { const float b = red_[k][i]; %s }", RS, comb({ "a" }, { "b" }))
-  K:add("    %s[q] = %s;", K:ptr(y, true), pw.fmt(st.store, fin))
+  for r, red in ipairs(info.list) do
+    local st = pw.storage(K.src, red.y.dtype)
+    local fin = red.mode.fin and subst(red.mode.fin, { a = "a", n = "(float)R" }) or "a"
+    K:add("    {")
+    K:add("      float a = red_[%d][0][i];", r - 1)
+    K:add("      for (int k = 1; k < %d; k++) { const float b = red_[%d][k][i]; %s }", RS, r - 1, comb({ "a" }, { "b" }))
+    K:add("      %s[q] = %s;", K:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+    K:add("    }")
+  end
   K:add("  }")
   local params = K:finish_params()
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
     what = string.format("%s over the middle axes of %s: %d outputs a CTA, %d a thread, the rows split %d ways, %d rows in flight a thread",
-      info.anchor.attrs.mode, shape.format(info.E), TW, V, RS, U),
+      table.concat(modes_of(info), " and "), shape.format(info.E), TW, V, RS, U),
     block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   return rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
@@ -175,7 +215,7 @@ end
 
 local function build_inner(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
-  local B, V, U = E.BLOCK, info.V, E.UNROLL
+  local B, V, U, NR = E.BLOCK, info.V, E.UNROLL, #info.list
   local K = rowgen.kernel(g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
@@ -184,40 +224,51 @@ local function build_inner(plan, group, g, symbol)
   K:add("  const kiln_i64 Ro = %s, Ri = %s, VR = Ri / %d, G = gridDim.x;", info.Ro, info.Ri, V)
   K:add("  const int k = blockIdx.y;")
   K:add("  const kiln_i64 n = (Ro - blockIdx.x + G - 1) / G * VR;  // the slice's vectors")
-  K:add("  float acc_[%d];", U)
-  K:add("#pragma unroll\n  for (int u = 0; u < %d; u++) acc_[u] = %s;", U, mode.init)
+  K:add("  float acc_[%d][%d];", NR, U)
+  K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int u = 0; u < %d; u++) acc_[r][u] = %s;", NR, U, mode.init)
   K:add("  kiln_i64 f = threadIdx.x;")
   K:add("  for (; f + %d < n; f += %d) {", (U - 1) * B, U * B)
   K:add("#pragma unroll\n    for (int u = 0; u < %d; u++) {", U)
   K:add("      const kiln_i64 fu = f + u * %d, e = ((blockIdx.x + fu / VR * G) * %dLL + k) * Ri + fu %% VR * %d;", B, info.K, V)
-  element(K, group, g, info, "e", "acc_[u]", "      ", V)
+  element(K, group, g, info, "e", "acc_[%r][u]", "      ", V)
   K:add("    }")
   K:add("  }")
   K:add("  for (; f < n; f += %d) {", B)
   K:add("    const kiln_i64 e = ((blockIdx.x + f / VR * G) * %dLL + k) * Ri + f %% VR * %d;", info.K, V)
-  element(K, group, g, info, "e", "acc_[0]", "    ", V)
+  element(K, group, g, info, "e", "acc_[%r][0]", "    ", V)
   K:add("  }")
-  K:add("  float a = acc_[0];")
-  K:add("#pragma unroll\n  for (int u = 1; u < %d; u++) { const float b = acc_[u]; %s }", U, comb)
-  K:add("  // the CTA's values in a fixed order: the warp's by butterflies, then the warps' in turn")
-  K:add("#pragma unroll\n  for (int o_ = 16; o_ > 0; o_ >>= 1) { const float b = __shfl_xor_sync(0xffffffffu, a, o_); %s }", comb)
+  -- each reduction's partial goes to its own K columns of the CTA's partial row
   local ws = K:workspace(0)
+  if B > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ float warps_[%d][%d];", NR, B // 32) end
+  K:add("  // the CTA's values in a fixed order: the warp's by butterflies, then the warps' in turn")
+  K:add("#pragma unroll\n  for (int r = 0; r < %d; r++) {", NR)
+  K:add("    float a = acc_[r][0];")
+  K:add("#pragma unroll\n    for (int u = 1; u < %d; u++) { const float b = acc_[r][u]; %s }", U, comb)
+  K:add("#pragma unroll\n    for (int o_ = 16; o_ > 0; o_ >>= 1) { const float b = __shfl_xor_sync(0xffffffffu, a, o_); %s }", comb)
   if B > 32 then
-    K.shared[#K.shared + 1] = string.format("  __shared__ float warps_[%d];", B // 32)
-    K:add("  if ((threadIdx.x & 31) == 0) warps_[threadIdx.x >> 5] = a;")
-    K:add("  __syncthreads();")
-    K:add("  if (threadIdx.x == 0) {")
-    K:add("    a = warps_[0];")
-    K:add("    for (int w = 1; w < %d; w++) { const float b = warps_[w]; %s }", B // 32, comb)
-    K:add("    %s[(kiln_i64)blockIdx.x * %d + k] = a;", ws, info.K)
-    K:add("  }")
+    K:add("    if ((threadIdx.x & 31) == 0) warps_[r][threadIdx.x >> 5] = a;")
   else
-    K:add("  if (threadIdx.x == 0) %s[(kiln_i64)blockIdx.x * %d + k] = a;", ws, info.K)
+    K:add("    if (threadIdx.x == 0) %s[(kiln_i64)blockIdx.x * %d + r * %d + k] = a;", ws, NR * info.K, info.K)
+  end
+  K:add("  }")
+  if B > 32 then
+    K:add("  __syncthreads();")
+    K:add("  if (threadIdx.x < %d) {", NR)
+    K:add("    const int r = threadIdx.x;")
+    K:add("    float a = warps_[r][0];")
+    K:add("    for (int w = 1; w < %d; w++) { const float b = warps_[r][w]; %s }", B // 32, comb)
+    K:add("    %s[(kiln_i64)blockIdx.x * %d + r * %d + k] = a;", ws, NR * info.K, info.K)
+    K:add("  }")
   end
   local params = K:finish_params()
+  local outs = {}
+  for r, red in ipairs(info.list) do
+    outs[r] = { uid = red.y.uid, first = (r - 1) * info.K, count = info.K, fin = red.mode.fin or false }
+  end
+  local what = table.concat(modes_of(info), " and ")
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
     what = string.format("%s over the leading and trailing axes of %s: a CTA of %d threads per channel and slice of rows, one partial per CTA into the workspace",
-      info.anchor.attrs.mode, shape.format(info.E), B),
+      what, shape.format(info.E), B),
     block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local main = {
@@ -226,11 +277,11 @@ local function build_inner(plan, group, g, symbol)
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
-    C = info.K, outs = { { uid = info.anchor.outputs.Y, first = 0, count = info.K } }, rows = info.Ro, dims = info.E,
-    G = { div = 1, cap = info.cap }, comb = mode.comb, init = mode.init, fin = mode.fin,
-    n = string.format("((float)%s * (float)%s)", info.Ro, info.Ri), what = info.anchor.attrs.mode .. " per channel",
+    C = NR * info.K, outs = outs, rows = info.Ro, dims = info.E,
+    G = { div = 1, cap = info.cap }, comb = mode.comb, init = mode.init,
+    n = string.format("((float)%s * (float)%s)", info.Ro, info.Ri), what = what .. " per channel",
   })
-  return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.Ro_f, info.cap, info.K) }
+  return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.Ro_f, info.cap, NR * info.K) }
 end
 
 function E.build(plan, group, g, target, symbol)

@@ -14,6 +14,15 @@ M.list = {
   (require "kiln.engines.axissoftmax"), -- softmax, log_softmax and their backwards over a non-last axis
 }
 
+-- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): an
+-- engine that builds several reductions in one kernel says so (E.fuses).
+function M.fuse_reductions(list, b, g)
+  for _, engine in ipairs(M.list) do
+    if engine.fuses and engine.fuses(list, b, g) then return true end
+  end
+  return false
+end
+
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
 function M.route(group, g, target)
   local report, best = {}, nil

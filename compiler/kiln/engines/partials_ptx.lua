@@ -13,6 +13,7 @@ local CVT = { bf16 = "cvt.rn.bf16.f32", fp16 = "cvt.rn.f16.f32" }
 -- Whether the finalize of opts (rowgen.finalize) has this form.
 function M.accepts(g, opts)
   if opts.fold or opts.fin or opts.comb ~= "add" or opts.init ~= "0.0f" then return false end
+  for _, o in ipairs(opts.outs) do if o.fin then return false end end
   for _, o in ipairs(opts.outs) do
     local dt = g.by_uid[o.uid].dtype
     if dt ~= "fp32" and not CVT[dt] then return false end

@@ -195,6 +195,9 @@ local function analyze(group, g, cluster)
   if not kind then
     return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, (group.anchor or group.nodes[1]).op)
   end
+  if group.reductions and #group.reductions > 1 then
+    return fail("%d reductions in one kernel (the axisreduce engine builds them)", #group.reductions)
+  end
   local spec = lower.ANCHORS[a.op]
   local info = { kind = kind, anchor = a, op = AS_OP[a.op] or a.op }
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}

@@ -317,20 +317,31 @@ M.REDUCE = {
 -- The checks every reduction engine makes of its group (a reduction anchor, no workspace
 -- crossing, a supported prologue and mode, Y written in a storage dtype, every input stored in
 -- one and broadcasting to the reduced tensor): the anchor, its
--- mode (M.REDUCE), x and y, or nil and why. `kind` names the reduction in the epilogue's refusal.
-function M.reduction_group(group, g, kind)
+-- mode (M.REDUCE), x and y, and `list` (each reduction's anchor, mode and y: one, or the
+-- sibling reductions lower merged where `several` allows), or nil and why. `kind` names the
+-- reduction in the epilogue's refusal.
+function M.reduction_group(group, g, kind, several)
   local a = group.anchor
   if not a or a.op ~= "reduction" then
     return nil, string.format("group is a %s op (%s), not a reduction", group.family, (group.anchor or group.nodes[1]).op)
   end
+  local anchors = group.reductions or { a }
+  if #anchors > 1 and not several then
+    return nil, string.format("%d reductions in one kernel (the axisreduce engine builds them)", #anchors)
+  end
   if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return nil, "no epilogue after a " .. kind end
   local ok, why = pw.supported(group.prologue or {}, g)
   if not ok then return nil, why end
-  local mode = M.REDUCE[a.attrs.mode]
-  if not mode then return nil, string.format("reduction mode %s is not supported", a.attrs.mode) end
-  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
-  if not pw.STORAGE[y.dtype] then return nil, string.format("dtype %s of Y is not supported", y.dtype) end
-  if not lower.written(y) then return nil, string.format("Y '%s' is not written (virtual)", y.name) end
+  local list = {}
+  for i, r in ipairs(anchors) do
+    local mode = M.REDUCE[r.attrs.mode]
+    if not mode then return nil, string.format("reduction mode %s is not supported", r.attrs.mode) end
+    local y = g.by_uid[r.outputs.Y]
+    if not pw.STORAGE[y.dtype] then return nil, string.format("dtype %s of Y is not supported", y.dtype) end
+    if not lower.written(y) then return nil, string.format("Y '%s' is not written (virtual)", y.name) end
+    list[i] = { anchor = r, mode = mode, y = y }
+  end
+  local x, y, mode = g.by_uid[a.inputs.input], list[1].y, list[1].mode
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
@@ -338,7 +349,7 @@ function M.reduction_group(group, g, kind)
       if bad then return nil, bad end
     end
   end
-  return { anchor = a, mode = mode, x = x, y = y }
+  return { anchor = a, mode = mode, x = x, y = y, list = list }
 end
 
 local function each(fmt_)
@@ -618,8 +629,9 @@ end
 -- The kernel that adds the per-CTA partial rows ws[G][C] in a fixed order (each column:
 -- 8 strided slices, then the slices in order) and writes each output's columns; with
 -- `fold` the C columns fold into one value, in column order. opts: C, outs = {{uid, first,
--- count}}, rows (C expression of the row count), dims (to find dynamic dims), G = {div,
--- max} (the main kernel's grid rule), comb, init, fin (final map over %a and %n), n.
+-- count, fin}} (fin: the output's own final map, false for none), rows (C expression of the
+-- row count), dims (to find dynamic dims), G = {div, max} (the main kernel's grid rule),
+-- comb, init, fin (final map over %a and %n), n.
 function M.finalize(g, symbol, plan_id, engine_id, opts)
   local K = M.kernel(g, symbol)
   local src = K.src
@@ -630,9 +642,11 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
   K.params[#K.params + 1] = "const float *__restrict__ ws"
   K.mparams[#K.mparams + 1] = { kind = "workspace", offset = 0 }
   local comb = M.COMBINE[opts.comb]({ "a" }, { "b" })
-  local fin = opts.fin and M.subst(opts.fin, { a = "a", n = opts.n }) or "a"
   local store = {}
   for _, o in ipairs(opts.outs) do
+    -- (an output's own final map: sibling reductions of one kernel, a sum beside a mean)
+    local map = o.fin or (o.fin == nil and opts.fin)
+    local fin = map and M.subst(map, { a = "a", n = opts.n }) or "a"
     local t = g.by_uid[o.uid]
     local st = pw.storage(src, t.dtype)
     local p = K:ptr(o.uid, true)

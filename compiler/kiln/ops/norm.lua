@@ -135,6 +135,27 @@ local function ada_stats(ctx, x, scale)
   return stats, s
 end
 
+-- The backward of a norm whose statistics `rows` (mean and r = inv_variance per stats
+-- element) normalize x, from reductions and pointwise ops (decompose.lua): with x_hat = (x -
+-- mean) * r and g = dy * scale, dx = r * (g - <g> - x_hat * <g * x_hat>) (<> the mean over a
+-- statistic's elements), dscale and dbias the sums of dy * x_hat and dy to scale's dims. A
+-- scale constant over each statistic's elements (per channel: batch and instance norm) leaves
+-- the means of dy and dy * x_hat: `scale_in_row`.
+local function backward_parts(G, ins, rows, scale_in_row)
+  local x, dy, scale, r = ins.input, ins.grad, ins.scale, ins.inv_variance
+  local xhat = (x - ins.mean) * r
+  local g = scale_in_row and dy or dy * scale
+  local gx = g * xhat
+  local mg = G:reduction(g, { mode = "avg", dims = rows })
+  local mgx = G:reduction(gx, { mode = "avg", dims = rows })
+  -- (the per-channel factors last: each node joins the element chain's kernel)
+  local dx = (g - mg - xhat * mgx) * r
+  if scale_in_row then dx = dx * scale end
+  local dscale = G:reduction(scale_in_row and gx or dy * xhat, { mode = "add", dims = util.copy(scale.dims), dtype = scale.dtype })
+  local dbias = G:reduction(dy, { mode = "add", dims = util.copy(scale.dims), dtype = scale.dtype })
+  return { DX = dx, DSCALE = dscale, DBIAS = dbias }
+end
+
 local function phase_outputs(attrs, y_dims, stats, with_mean)
   local out = { Y = { dims = util.copy(y_dims) } }
   if attrs.phase == "training" then
@@ -293,6 +314,11 @@ return {
       channel_param(ctx, "inv_variance", ins.inv_variance, ins.input, STATS)
       return grads(ins)
     end,
+    -- Kernels (decompose.lua): the per-channel sums and means of dy and dy * x_hat (one kernel:
+    -- sibling reductions), then dx per element.
+    decompose = function(G, ins)
+      return backward_parts(G, ins, channel_dims(ins.input), true)
+    end,
   },
   {
     name = "instancenorm", family = "norm", mode = "INSTANCENORM",
@@ -333,6 +359,14 @@ return {
       end
       return grads(ins)
     end,
+    -- Kernels (decompose.lua): the means of dy and dy * x_hat over each (sample, channel)'s
+    -- spatial elements, the per-channel sums (one kernel), then dx per element.
+    decompose = function(G, ins)
+      if not ins.mean then
+        return nil, "statistics recomputed in the backward (no mean and inv_variance) are not built: pass the forward's MEAN and INV_VARIANCE"
+      end
+      return backward_parts(G, ins, util.copy(ins.mean.dims), true)
+    end,
   },
   {
     name = "adalayernorm", family = "norm", mode = "ADALAYERNORM",
@@ -359,6 +393,11 @@ return {
       stats_input(ctx, "mean", ins.mean, stats)
       stats_input(ctx, "inv_variance", ins.inv_variance, stats)
       return grads(ins)
+    end,
+    -- Kernels (decompose.lua): the per-row means of g and g * x_hat (g = dy * the sample's
+    -- scale), the per-sample sums of dy * x_hat and dy (one kernel), then dx per element.
+    decompose = function(G, ins)
+      return backward_parts(G, ins, util.copy(ins.mean.dims), false)
     end,
   },
 }
