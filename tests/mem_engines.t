@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 160 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 161 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -474,7 +474,10 @@ run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
 ok "batchnorm_backward: the four per-channel reductions in one kernel, then dx" \
   bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan axisreduce:v1:avg+avg+add+add:inner:' '$OUTF' && grep -q 'group 1 (sub mul mul sub mul sub mul mul identity): plan pointwise:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
 ok "the sibling reductions' kernel is declined by the engines that build one reduction" \
-  bash -c "grep -q 'row        declined: 4 reductions in one kernel' '$OUTF'"
+  bash -c "grep -q 'colreduce  declined: 4 reductions in one kernel' '$OUTF'"
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph sibling_reductions
+ok "sibling reductions: per channel (inner), over a middle axis (strided) and per row each one kernel; a max beside sums its own" \
+  bash -c "grep -q 'plan axisreduce:v1:add+avg+norm2:inner:' '$OUTF' && grep -q 'plan axisreduce:v1:add+avg:strided:' '$OUTF' && grep -q 'group 2 (mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 3 (reduction): plan row:v1:reduction:' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_bf16
 ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-sample sums in one kernel" \
   bash -c "grep -q 'reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 0 ([a-z ]*): plan pointwise' '$OUTF'"

@@ -1,5 +1,6 @@
 -- kiln.decompose: the graph the kernels are made from. An op whose definition has
--- `decompose(G, ins, attrs)` (batch norm in training) is replaced by the ops it builds on G
+-- `decompose(G, ins, attrs)` (batch norm in training, the
+-- backwards of batch, instance and adaptive layer norm) is replaced by the ops it builds on G
 -- (reductions and pointwise ops the engines fuse), their results bound to the op's own output
 -- tensors; every other node stays as it is. A plan still carries the spec's graph JSON, so
 -- `kiln run --check` compares the decomposed kernels with the reference executor's op itself.

@@ -195,9 +195,6 @@ local function analyze(group, g, cluster)
   if not kind then
     return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, (group.anchor or group.nodes[1]).op)
   end
-  if group.reductions and #group.reductions > 1 then
-    return fail("%d reductions in one kernel (the axisreduce engine builds them)", #group.reductions)
-  end
   local spec = lower.ANCHORS[a.op]
   local info = { kind = kind, anchor = a, op = AS_OP[a.op] or a.op }
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
@@ -220,7 +217,10 @@ local function analyze(group, g, cluster)
     local y = g.by_uid[a.outputs.Y]
     nsuffix, why = reduce_suffix(x, y)
     if not nsuffix then return nil, why end
-    if not REDUCE[a.attrs.mode] then return fail("reduction mode %s is not supported", a.attrs.mode) end
+    -- (sibling reductions lower merged: E.fuses made sure they fit)
+    for _, r in ipairs(group.reductions or { a }) do
+      if not REDUCE[r.attrs.mode] then return fail("reduction mode %s is not supported", r.attrs.mode) end
+    end
   else
     local axis = a.attrs.axis or -1
     if axis < 0 then axis = axis + #Edims end
@@ -449,9 +449,24 @@ local function analyze(group, g, cluster)
   if not minb then return fail("%s", bad) end
   if minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
   info.L = L
-  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s", E.version, a.op, L.P, L.N, L.V, L.RPC, info.strategy,
+  local nred = group.reductions and #group.reductions or 1
+  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s", E.version, nred > 1 and (a.op .. "x" .. nred) or a.op,
+    L.P, L.N, L.V, L.RPC, info.strategy,
     info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "")
   return info
+end
+
+-- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): the
+-- same rows reduced to the same per-row shape, partials that combine alike, at most four (one
+-- accumulator and one meeting each).
+function E.fuses(list, b, g)
+  local a = list[1]
+  if #list >= 4 or a.op ~= "reduction" or b.op ~= "reduction" then return false end
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
+  if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
+  local ma, mb = REDUCE[a.attrs.mode], REDUCE[b.attrs.mode]
+  return ma ~= nil and mb ~= nil and ma.comb == mb.comb and ma.init == mb.init and reduce_suffix(x, y) ~= nil
 end
 
 function E.propose(group, g, target)
@@ -1169,15 +1184,21 @@ function E.build(plan, group, g, target, symbol)
       end
       K.value[dx] = "v" .. dx
     end, {})
-  else -- reduce
+  else -- reduce: the anchor and its sibling reductions, one accumulator each, one meeting
     src:need("common/nanmax.cuh")
-    local mode = REDUCE[a.attrs.mode]
-    K:add("  float a0 = %s;", mode.init)
+    local list, vars = group.reductions or { a }, {}
+    for i in ipairs(list) do vars[i] = "a" .. (i - 1) end
+    K:add("  float %s;", table.concat(vars, " = " .. REDUCE[a.attrs.mode].init .. ", ") .. " = " .. REDUCE[a.attrs.mode].init)
     input_pass({ extra = function(lines)
-      lines[#lines + 1] = "        " .. subst(mode.upd, { a = "a0", v = X() })
+      for i, r in ipairs(list) do
+        lines[#lines + 1] = "        " .. subst(REDUCE[r.attrs.mode].upd, { a = vars[i], v = K.value[r.inputs.input] })
+      end
     end })
-    rowgen.allreduce(K, L, { "a0" }, COMBINE[mode.comb], "red0")
-    stats_out[a.outputs.Y] = mode.fin and subst(mode.fin, { a = "a0", n = render.float_literal(H) }) or "a0"
+    rowgen.allreduce(K, L, vars, COMBINE[REDUCE[a.attrs.mode].comb], "red0")
+    for i, r in ipairs(list) do
+      local mode = REDUCE[r.attrs.mode]
+      stats_out[r.outputs.Y] = mode.fin and subst(mode.fin, { a = vars[i], n = render.float_literal(H) }) or vars[i]
+    end
   end
 
   -- per-row results, written by the row's first thread

@@ -327,7 +327,7 @@ function M.reduction_group(group, g, kind, several)
   end
   local anchors = group.reductions or { a }
   if #anchors > 1 and not several then
-    return nil, string.format("%d reductions in one kernel (the axisreduce engine builds them)", #anchors)
+    return nil, string.format("%d reductions in one kernel (the axisreduce and row engines build them)", #anchors)
   end
   if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return nil, "no epilogue after a " .. kind end
   local ok, why = pw.supported(group.prologue or {}, g)

@@ -86,7 +86,8 @@ return {
     end,
   },
   -- sibling reductions a user writes: the sum, mean and L2 norm of x per channel (one kernel),
-  -- and the sums of two products over a middle axis (the strided form, one kernel)
+  -- the sums of two products over a middle axis (the strided form, one kernel), and a row's
+  -- sum of x * w beside its L2 norm (the row engine, one kernel; its max is a kernel of its own)
   k.graph "sibling_reductions" {
     dims = { T = k.dynamic, C = 12, HW = 999 }, dtype = "bf16",
     inputs = { x = { "T", "C", "HW" }, w = { "T", "C", "HW" } },
@@ -96,7 +97,10 @@ return {
       local n = G:reduction(x, { mode = "norm2", dims = { 1, "C", 1 } })
       local a = G:reduction(x * w, { mode = "add", dims = { "T", 1, "HW" } })
       local b = G:reduction(G:exp(w), { mode = "avg", dims = { "T", 1, "HW" } })
-      return { s = s, m = m, n = n, a = a, b = b }
+      local rs = G:reduction(x * w, { mode = "add", dims = { "T", "C", 1 } })
+      local rn = G:reduction(x, { mode = "norm2", dims = { "T", "C", 1 } })
+      local rm = G:reduction(w, { mode = "max", dims = { "T", "C", 1 } })
+      return { s = s, m = m, n = n, a = a, b = b, rs = rs, rn = rn, rm = rm }
     end,
   },
 }
