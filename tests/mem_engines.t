@@ -107,7 +107,7 @@ ok "per channel [N, C, H, W] -> [1, C, 1, 1]: a CTA per channel and slice of row
   bash -c "test \$(grep -c 'plan axisreduce:v1:[a-z0-9+]*:inner:b256v4$' '$OUTF') = 2 && grep -q 'plan axisreduce:v1:norm2+avg:inner:b256v4$' '$OUTF'"
 run_kiln build tests/specs/mem/reduce_sweep.lua --graph per_channel --sm 90a -o "$TMP/chan.kpack"
 run_kiln pack inspect "$TMP/chan.kpack"
-expect_out "grid \[min\(N, SMS\*8/64\), 64, 1\]" "per channel: a CTA a slice of rows and channel, the slices capped by the SM count"
+expect_out "grid \[min\(N, SMS\*4/64\), 64, 1\]" "per channel: a CTA a slice of rows and channel, the slices capped by the SM count"
 cat > "$TMP/bad_axes.lua" <<EOF
 local k = require "kiln"
 return k.graph "bad_axes" { dims = { A = k.dynamic, B = { 8 }, C = { 16 }, D = { 32 } }, dtype = "fp32",

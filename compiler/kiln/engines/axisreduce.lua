@@ -24,7 +24,7 @@ local E = { id = "axisreduce", version = 1 }
 
 E.BLOCK = 256        -- threads a CTA
 E.UNROLL = 4         -- accumulators (loads in flight) a thread
-E.SLICES_PER_SM = 8  -- inner: CTAs per SM the slices of all channels aim at (full occupancy)
+E.SLICES_PER_SM = 4  -- inner: CTAs per SM the slices of all channels aim at (one wave: its launch bounds)
 E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
 E.MAX_REDUCTIONS = 4 -- sibling reductions one kernel makes (the strided form's shared arrays: 32 KB)
 
@@ -208,7 +208,7 @@ local function build_strided(plan, group, g, symbol)
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
     what = string.format("%s over the middle axes of %s: %d outputs a CTA, %d a thread, the rows split %d ways, %d rows in flight a thread",
       table.concat(modes_of(info), " and "), shape.format(info.E), TW, V, RS, U),
-    block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+    block = B, minb = "", symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   return rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
 end
@@ -269,7 +269,8 @@ local function build_inner(plan, group, g, symbol)
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
     what = string.format("%s over the leading and trailing axes of %s: a CTA of %d threads per channel and slice of rows, one partial per CTA into the workspace",
       what, shape.format(info.E), B),
-    block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+    block = B, minb = ", " .. E.SLICES_PER_SM, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"),
+    body = table.concat(K.lines, "\n"),
   }))
   local main = {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
