@@ -466,7 +466,10 @@ function E.fuses(list, b, g)
   local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
   if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
   local ma, mb = REDUCE[a.attrs.mode], REDUCE[b.attrs.mode]
-  return ma ~= nil and mb ~= nil and ma.comb == mb.comb and ma.init == mb.init and reduce_suffix(x, y) ~= nil
+  local nsuffix = reduce_suffix(x, y)
+  -- (a row length this engine builds: compile-time)
+  return ma ~= nil and mb ~= nil and ma.comb == mb.comb and ma.init == mb.init and nsuffix ~= nil
+    and rowgen.suffix(x.dims, nsuffix) ~= nil
 end
 
 function E.propose(group, g, target)
