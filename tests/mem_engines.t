@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 161 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 163 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -470,6 +470,13 @@ expect_err "E_NO_ENGINE.*batchnorm 'batchnorm_1': running statistics need the el
 # the norm backwards from their decompositions: batch norm's four per-channel reductions share
 # one kernel (sibling reductions), dx is one pointwise kernel computing x_hat again; instance
 # and adaptive layer norm: the per-row means, dx, the per-channel / per-sample sums in one kernel
+# (instance norm with a fixed spatial size: m times the sums of the rows' means instead)
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph instancenorm_bwd_bf16
+ok "instancenorm_backward, fixed spatial size: the rows' means (one kernel), dx, the channel sums from the means" \
+  bash -c "grep -q 'group 0 (sub mul mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 2 (mul reduction): plan colreduce:' '$OUTF' && grep -q 'group 3 (mul reduction): plan colreduce:' '$OUTF'"
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph instancenorm_bwd_dynamic_spatial
+ok "instancenorm_backward, dynamic spatial size: the channel sums read x and dy again (one kernel)" \
+  bash -c "grep -q 'group 2 (sub mul mul reduction reduction): plan axisreduce:v1:add+add:inner:' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
 ok "batchnorm_backward: the four per-channel reductions in one kernel, then dx" \
   bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan axisreduce:v1:avg+avg+add+add:inner:' '$OUTF' && grep -q 'group 1 (sub mul mul sub mul sub mul mul identity): plan pointwise:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"

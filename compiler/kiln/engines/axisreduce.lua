@@ -130,8 +130,8 @@ local function analyze(group, g)
 end
 
 -- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): the
--- same input and output shapes, a middle block or a leading and a trailing one (the shapes
--- only this engine takes), partials that combine alike, and room for one more.
+-- same input and output shapes, a middle block, a leading and a trailing one or a trailing one
+-- over compile-time rows, partials that combine alike, and room for one more.
 function E.fuses(list, b, g)
   if #list >= E.MAX_REDUCTIONS then return false end
   local a = list[1]
@@ -140,8 +140,10 @@ function E.fuses(list, b, g)
   if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
   local ma, mb = rowgen.REDUCE[a.attrs.mode], rowgen.REDUCE[b.attrs.mode]
   if not ma or not mb or ma.comb ~= mb.comb or ma.init ~= mb.init then return false end
-  local _, form = form_of(x, y)
-  return form == "KRK" or form == "RKR"
+  local runs, form = form_of(x, y)
+  -- (a trailing block the row engine leaves: rows not compile-time; this engine's inner form
+  -- wants the kept axes compile-time)
+  return form == "KRK" or form == "RKR" or form == "KR" and select(3, extent(x.dims, runs[1])) ~= nil
 end
 
 function E.propose(group, g, target)

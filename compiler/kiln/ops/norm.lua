@@ -7,6 +7,7 @@
 -- The normalized axes are those where `scale` has an extent other than 1; a scale of lower
 -- rank than the input is right-aligned (a [H] scale on a [T, H] input normalizes H).
 local util = require "kiln.ops.util"
+local shape = require "kiln.shape"
 
 local FLOATS = util.FLOATS
 local STATS = { "fp32" }
@@ -135,6 +136,20 @@ local function ada_stats(ctx, x, scale)
   return stats, s
 end
 
+-- The elements of `dims` each element of `rows` (dims with 1 on the reduced axes) stands for,
+-- where every reduced axis is compile-time (a number or a specialized dim); else nil.
+local function static_count(G, dims, rows)
+  local n = 1
+  for i, d in ipairs(dims) do
+    if rows[i] == 1 and d ~= 1 then
+      local v = type(d) == "number" and d or (G.dims[d] or {}).value
+      if not v then return nil end
+      n = n * v
+    end
+  end
+  return n
+end
+
 -- The backward of a norm whose statistics `rows` (mean and r = inv_variance per stats
 -- element) normalize x, from reductions and pointwise ops (decompose.lua): with x_hat = (x -
 -- mean) * r and g = dy * scale, dx = r * (g - <g> - x_hat * <g * x_hat>) (<> the mean over a
@@ -151,9 +166,15 @@ local function backward_parts(G, ins, rows, scale_in_row)
   -- (the per-channel factors last: each node joins the element chain's kernel)
   local dx = (g - mg - xhat * mgx) * r
   if scale_in_row then dx = dx * scale end
-  local dscale = G:reduction(scale_in_row and gx or dy * xhat, { mode = "add", dims = util.copy(scale.dims), dtype = scale.dtype })
-  local dbias = G:reduction(dy, { mode = "add", dims = util.copy(scale.dims), dtype = scale.dtype })
-  return { DX = dx, DSCALE = dscale, DBIAS = dbias }
+  local sums = { mode = "add", dims = util.copy(scale.dims), dtype = scale.dtype }
+  local m = scale_in_row and static_count(G, x.dims, rows)
+  if m and shape.format(rows) ~= shape.format(scale.dims) then
+    -- (per-row statistics inside a channel, their element count m fixed: instance norm) the
+    -- channel's sums are m times the sums of its rows' means, which dx needs anyway: x and dy
+    -- are not read a third time
+    return { DX = dx, DSCALE = G:reduction(mgx * m, sums), DBIAS = G:reduction(mg * m, sums) }
+  end
+  return { DX = dx, DSCALE = G:reduction(scale_in_row and gx or dy * xhat, sums), DBIAS = G:reduction(dy, sums) }
 end
 
 local function phase_outputs(attrs, y_dims, stats, with_mean)

@@ -65,6 +65,17 @@ return {
       return { dx = dx, dg = dg, db = db }
     end,
   },
+  -- instance norm over a dynamic spatial axis: the channel sums read x and dy again (the rows'
+  -- element count is not fixed, so they cannot come from the rows' means)
+  k.graph "instancenorm_bwd_dynamic_spatial" {
+    dims = { B = 2, C = 5, T = k.dynamic }, dtype = "bf16",
+    inputs = { dy = { "B", "C", "T" }, x = { "B", "C", "T" }, g = { 1, "C", 1, dtype = "fp32" },
+               mean = { "B", "C", 1, dtype = "fp32" }, inv_var = { "B", "C", 1, dtype = "fp32" } },
+    body = function(G, dy, x, g, mean, inv_var)
+      local dx, dg, db = G:instancenorm_backward(dy, x, g, mean, inv_var)
+      return { dx = dx, dg = dg, db = db }
+    end,
+  },
   -- adaptive layer norm: scale per sample [B, 1, D], a dynamic sequence length
   k.graph "adaln_bwd_bf16" {
     dims = { B = 3, T = k.dynamic, D = 1000 }, dtype = "bf16",
