@@ -473,15 +473,16 @@ expect_err "E_NO_ENGINE.*batchnorm 'batchnorm_1': running statistics need the el
 # (instance norm with a fixed spatial size: m times the sums of the rows' means instead)
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph instancenorm_bwd_bf16
 ok "instancenorm_backward, fixed spatial size: the rows' means (one kernel), dx, the channel sums from the means" \
-  bash -c "grep -q 'group 0 (sub mul mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 2 (mul reduction): plan colreduce:' '$OUTF' && grep -q 'group 3 (mul reduction): plan colreduce:' '$OUTF'"
+  bash -c "grep -q 'group 0 (sub mul mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 2 (mul reduction mul reduction): plan colreduce:v1:add+add:lead:' '$OUTF' && ! grep -q 'group 3' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph instancenorm_bwd_dynamic_spatial
 ok "instancenorm_backward, dynamic spatial size: the channel sums read x and dy again (one kernel)" \
   bash -c "grep -q 'group 2 (sub mul mul reduction reduction): plan axisreduce:v1:add+add:inner:' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
 ok "batchnorm_backward: the four per-channel reductions in one kernel, then dx" \
   bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan axisreduce:v1:avg+avg+add+add:inner:' '$OUTF' && grep -q 'group 1 (sub mul mul sub mul sub mul mul identity): plan pointwise:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
-ok "the sibling reductions' kernel is declined by the engines that build one reduction" \
-  bash -c "grep -q 'colreduce  declined: 4 reductions in one kernel' '$OUTF'"
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_fp32_2d
+ok "batchnorm_backward over [T, C]: the four column reductions in one kernel (colreduce), then dx" \
+  bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan colreduce:v1:avg+avg+add+add:lead:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph sibling_reductions
 ok "sibling reductions: per channel (inner), over a middle axis (strided) and per row each one kernel; a max beside sums its own" \
   bash -c "grep -q 'plan axisreduce:v1:add+avg+norm2:inner:' '$OUTF' && grep -q 'plan axisreduce:v1:add+avg:strided:' '$OUTF' && grep -q 'group 2 (mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 3 (reduction): plan row:v1:reduction:' '$OUTF'"

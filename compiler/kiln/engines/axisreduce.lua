@@ -87,7 +87,7 @@ local function form_of(x, y)
 end
 
 local function analyze(group, g)
-  local red, why = rowgen.reduction_group(group, g, "reduction over several axes", true)
+  local red, why = rowgen.reduction_group(group, g, "reduction over several axes")
   if not red then return nil, why end
   local a, mode, x, y = red.anchor, red.mode, red.x, red.y
   for _, r in ipairs(red.list) do

@@ -27,22 +27,50 @@ local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 
+-- The reduced and kept axes of x -> y: the last reduced axis, the first kept one (nil: none).
+local function blocks(x, y)
+  local last_reduced, first_kept
+  for i = 1, #x.dims do
+    if y.dims[i] == 1 and x.dims[i] ~= 1 then last_reduced = i
+    elseif x.dims[i] ~= 1 then first_kept = first_kept or i end
+  end
+  return last_reduced, first_kept
+end
+
+-- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): the
+-- same input and output shapes over leading axes (not everything), compile-time kept columns
+-- whose partial rows all fit in shared memory, partials that combine alike, at most four.
+function E.fuses(list, b, g)
+  local a = list[1]
+  if #list >= 4 then return false end
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
+  if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
+  local ma, mb = rowgen.REDUCE[a.attrs.mode], rowgen.REDUCE[b.attrs.mode]
+  if not ma or not mb or ma.comb ~= mb.comb or ma.init ~= mb.init then return false end
+  local last_reduced, first_kept = blocks(x, y)
+  if not last_reduced or not first_kept or first_kept < last_reduced then return false end
+  local C = rowgen.suffix(x.dims, #x.dims - first_kept + 1)
+  return C ~= nil and C * 4 * (#list + 1) <= E.SMEM_MAX
+end
+
 local function analyze(group, g)
   local r, rwhy = rowgen.reduction_group(group, g, "column reduction")
   if not r then return nil, rwhy end
   local a, mode, x, y = r.anchor, r.mode, r.x, r.y
   -- reduced axes: a leading block; kept axes: the rest
-  local n, last_reduced, first_kept = #x.dims, nil, nil
-  for i = 1, n do
-    if y.dims[i] == 1 and x.dims[i] ~= 1 then last_reduced = i
-    elseif x.dims[i] ~= 1 then first_kept = first_kept or i end
-  end
+  local n = #x.dims
+  local last_reduced, first_kept = blocks(x, y)
   if not last_reduced then return fail("reduces no axis") end
   if first_kept and first_kept < last_reduced then return fail("the reduced axes are not the leading ones") end
-  local info = { anchor = a, mode = mode, E = x.dims, full = first_kept == nil }
+  local NR = #r.list
+  local info = { anchor = a, mode = mode, E = x.dims, full = first_kept == nil, list = r.list }
   local nsuffix = first_kept and (n - first_kept + 1) or 1
   local C = rowgen.suffix(x.dims, nsuffix)
   if not C then return fail("the kept axes of %s are not compile-time (specialize them)", shape.format(x.dims)) end
+  if NR > 1 and (info.full or C * 4 * NR > E.SMEM_MAX) then
+    return fail("%d reductions in one kernel need their partial rows in shared memory", NR)
+  end
   if not shape.is_row_major(y.dims, y.strides) then return fail("Y is not row-major") end
   info.access = {}
   local vec_tensors = { x }
@@ -86,12 +114,14 @@ local function analyze(group, g)
     L.RPC = math.max(1, E.BLOCK // L.P)
     L.block = L.P * L.RPC
     info.L = L
-    info.smem = C * 4
+    info.smem = C * 4 * NR
     info.cap = sms.cap(E.CTAS_PER_SM)
     info.grid_div = L.RPC * E.MIN_ROWS
   end
   local L = info.L
-  info.id = string.format("colreduce:v%d:%s:%s:p%dn%dv%dr%d%s", E.version, a.attrs.mode, info.full and "all" or "lead", L.P, L.N, L.V,
+  local modes = {}
+  for i, red in ipairs(r.list) do modes[i] = red.anchor.attrs.mode end
+  info.id = string.format("colreduce:v%d:%s:%s:p%dn%dv%dr%d%s", E.version, table.concat(modes, "+"), info.full and "all" or "lead", L.P, L.N, L.V,
     L.RPC, info.tiles and string.format(":t%d", info.tiles) or "")
   return info
 end
@@ -106,7 +136,7 @@ end
 function E.build(plan, group, g, target, symbol)
   local info = plan.info
   local a, L, mode = info.anchor, info.L, info.mode
-  local C = info.C
+  local C, NR = info.C, #info.list
   local K = rowgen.kernel(g, symbol)
   local src = K.src
   src:need("common/nanmax.cuh")
@@ -121,11 +151,15 @@ function E.build(plan, group, g, target, symbol)
   local slot = L.RPC > 1 and string.format("threadIdx.x / %d", L.P) or "0"
   local dyn_smem = info.smem > 48 * 1024
   if dyn_smem then K:add("  extern __shared__ float cs_[];  // [column]")
-  elseif not info.tiles then K.shared[#K.shared + 1] = string.format("  __shared__ float cs_[%d];", C) end
+  elseif not info.tiles then K.shared[#K.shared + 1] = string.format("  __shared__ float cs_[%d];", C * NR) end
   K:add("  const int lane = %s;", info.tiles and string.format("blockIdx.y * %d + threadIdx.x", L.block)
     or L.RPC > 1 and string.format("threadIdx.x %% %d", L.P) or "threadIdx.x")
-  K:add("  float acc_[%d][%d];", L.N, L.V)
-  K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[k][j] = %s;", L.N, L.V, mode.init)
+  -- (sibling reductions: one accumulator array each, their partial rows in turn)
+  local acc = function(r) return NR > 1 and string.format("acc%d_", r - 1) or "acc_" end
+  for r = 1, NR do
+    K:add("  float %s[%d][%d];", acc(r), L.N, L.V)
+    K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) %s[k][j] = %s;", L.N, L.V, acc(r), mode.init)
+  end
   if info.tiles then K:add("#pragma unroll 4  // rows in flight: a tile's CTA has one vector per thread per row") end
   K:add("  for (kiln_i64 rb_ = blockIdx.x; rb_ * %d < %s; rb_ += gridDim.x) {", L.RPC, info.rows)
   local loop_start = #K.lines + 1
@@ -149,8 +183,6 @@ function E.build(plan, group, g, target, symbol)
       gathers[#gathers + 1] = uid
     end
   end
-  local xin = a.inputs.input
-  local upd = mode.upd
   rowgen.pass(K, L, {
     tag = "1", loads = loads, access = info.access, valid = valid, fused = L.N > 8,
     body = function(lines)
@@ -164,7 +196,9 @@ function E.build(plan, group, g, target, symbol)
       end
       pw.emit_nodes(prologue, K.value, lines, { g = g, src = src, space = info.E, index = index, indent = "        ",
                                                 read_later = read_later })
-      lines[#lines + 1] = "        " .. subst(upd, { a = "acc_[k][j]", v = K.value[xin] })
+      for r, red in ipairs(info.list) do
+        lines[#lines + 1] = "        " .. subst(red.mode.upd, { a = acc(r) .. "[k][j]", v = K.value[red.anchor.inputs.input] })
+      end
     end,
   })
   for i = loop_start, #K.lines do K.lines[i] = "  " .. K.lines[i]:gsub("\n", "\n  ") end
@@ -183,30 +217,36 @@ function E.build(plan, group, g, target, symbol)
     local comb_fn = COMBINE[mode.comb]
     local groups, group, lead = L.RPC, slot, nil
     if L.P < 32 and L.RPC > 1 then
-      K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++)\n#pragma unroll\n" ..
-        "      for (int o_ = %d; o_ < 32; o_ <<= 1) { const float b_ = __shfl_xor_sync(0xffffffffu, acc_[k][j], o_); %s }",
-        L.N, L.V, L.P, comb_fn({ "acc_[k][j]" }, { "b_" }))
+      for r = 1, NR do
+        K:add("#pragma unroll\n  for (int k = 0; k < %d; k++)\n#pragma unroll\n    for (int j = 0; j < %d; j++)\n#pragma unroll\n" ..
+          "      for (int o_ = %d; o_ < 32; o_ <<= 1) { const float b_ = __shfl_xor_sync(0xffffffffu, %s[k][j], o_); %s }",
+          L.N, L.V, L.P, acc(r), comb_fn({ acc(r) .. "[k][j]" }, { "b_" }))
+      end
       groups, group, lead = L.block // 32, "(threadIdx.x >> 5)", string.format("(threadIdx.x & 31) < %d", L.P)
     end
-    local comb = comb_fn({ "cs_[c + j]" }, { "acc_[k][j]" })
     K:add("  for (int s_ = 0; s_ < %d; s_++) {", groups)
     K:add("    if (%s == s_%s) {", group, lead and (" && " .. lead) or "")
     K:add("#pragma unroll\n      for (int k = 0; k < %d; k++) {", L.N)
     K:add("        const int c = (lane + k * %d) * %d;", L.P, L.V)
     K:add("        if (%s) {", L.even and "true" or string.format("c < %d", C))
-    K:add("#pragma unroll\n          for (int j = 0; j < %d; j++) { if (s_ == 0) cs_[c + j] = acc_[k][j]; else { %s } }", L.V, comb)
+    for r = 1, NR do
+      local at = NR > 1 and string.format("cs_[%d + c + j]", (r - 1) * C) or "cs_[c + j]"
+      K:add("#pragma unroll\n          for (int j = 0; j < %d; j++) { if (s_ == 0) %s = %s[k][j]; else { %s } }", L.V, at, acc(r),
+        comb_fn({ at }, { acc(r) .. "[k][j]" }))
+    end
     K:add("        }")
     K:add("      }")
     K:add("    }")
     K:add("    __syncthreads();")
     K:add("  }")
     ws = K:workspace(0)
-    K:add("  for (int i = threadIdx.x; i < %d; i += %d) %s[(kiln_i64)blockIdx.x * %d + i] = cs_[i];", C, L.block, ws, C)
+    K:add("  for (int i = threadIdx.x; i < %d; i += %d) %s[(kiln_i64)blockIdx.x * %d + i] = cs_[i];", C * NR, L.block, ws, C * NR)
   end
   local params = K:finish_params()
   src:add(rowgen.render_fill("colreduce.cuh", {
     what = string.format("%s over the leading axes of %s%s; %d rows per CTA pass, %d threads per row, %d vector%s of %d per thread",
-      a.attrs.mode, shape.format(info.E), info.full and " then over the last" or "", L.RPC, L.P, L.N, L.N == 1 and "" or "s", L.V)
+      plan.id:match("^colreduce:v%d+:([^:]+)"), shape.format(info.E), info.full and " then over the last" or "", L.RPC, L.P, L.N,
+      L.N == 1 and "" or "s", L.V)
       .. (info.tiles and string.format(", %d column tiles of %d threads", info.tiles, L.block) or ""),
     block = L.block, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
@@ -215,14 +255,17 @@ function E.build(plan, group, g, target, symbol)
     block = { L.block, 1, 1 }, grid = { sms.rule(info.row_factors, info.grid_div, info.cap), info.tiles or 1, 1 },
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
-  local y = a.outputs.Y
   local n = info.full and string.format("((float)%s * %d.0f)", info.rows, C) or string.format("(float)%s", info.rows)
+  local outs = { { uid = a.outputs.Y, first = 0, count = C } }
+  if NR > 1 then
+    for r, red in ipairs(info.list) do outs[r] = { uid = red.y.uid, first = (r - 1) * C, count = C, fin = red.mode.fin or false } end
+  end
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
-    C = C, outs = { { uid = y, first = 0, count = C } }, rows = info.rows, dims = info.E,
-    G = { div = info.grid_div, cap = info.cap }, comb = mode.comb, init = mode.init, fin = mode.fin, n = n,
-    fold = info.full, what = a.attrs.mode .. (info.full and " of everything" or " per column"),
+    C = C * NR, outs = outs, rows = info.rows, dims = info.E,
+    G = { div = info.grid_div, cap = info.cap }, comb = mode.comb, init = mode.init, fin = NR == 1 and mode.fin or nil, n = n,
+    fold = info.full, what = plan.id:match("^colreduce:v%d+:([^:]+)") .. (info.full and " of everything" or " per column"),
   })
-  return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.row_factors, info.cap, C) }
+  return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.row_factors, info.cap, C * NR) }
 end
 
 return E

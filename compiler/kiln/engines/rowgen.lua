@@ -318,17 +318,14 @@ M.REDUCE = {
 -- crossing, a supported prologue and mode, Y written in a storage dtype, every input stored in
 -- one and broadcasting to the reduced tensor): the anchor, its
 -- mode (M.REDUCE), x and y, and `list` (each reduction's anchor, mode and y: one, or the
--- sibling reductions lower merged where `several` allows), or nil and why. `kind` names the
--- reduction in the epilogue's refusal.
-function M.reduction_group(group, g, kind, several)
+-- sibling reductions lower merged where an engine's `fuses` allowed), or nil and why. `kind`
+-- names the reduction in the epilogue's refusal.
+function M.reduction_group(group, g, kind)
   local a = group.anchor
   if not a or a.op ~= "reduction" then
     return nil, string.format("group is a %s op (%s), not a reduction", group.family, (group.anchor or group.nodes[1]).op)
   end
   local anchors = group.reductions or { a }
-  if #anchors > 1 and not several then
-    return nil, string.format("%d reductions in one kernel (the axisreduce and row engines build them)", #anchors)
-  end
   if #(group.epilogue or {}) > 0 or #(group.amax or {}) > 0 then return nil, "no epilogue after a " .. kind end
   local ok, why = pw.supported(group.prologue or {}, g)
   if not ok then return nil, why end
