@@ -163,10 +163,15 @@ local function fuse(g, groups, opts)
   end
   -- graph inputs, or what anchored kernels make (a reduction's result: in memory anyway); a
   -- pointwise group's values are better fused with it (the sibling merge below)
-  local function sources_or_anchored(grp)
+  -- (or a value smaller than the element space `space` a pointwise kernel makes: it is written
+  -- by a small kernel of its own, split_small_outputs; batch norm's r read by its backward)
+  local function sources_or_anchored(grp, space)
     for _, uid in ipairs(ext_inputs(grp)) do
       local pg = producer_group(uid)
-      if not is_source(uid) and not (pg and pg.anchor) then return false end
+      if not is_source(uid) and not (pg and pg.anchor)
+        and not (pg and pg.family == "pointwise" and not same_dims(g.by_uid[uid].dims, space)) then
+        return false
+      end
     end
     return true
   end
@@ -281,7 +286,7 @@ local function fuse(g, groups, opts)
     for _, port in ipairs(spec.no_prologue and {} or spec.ins) do
       local uid = a.inputs[port]
       local P = uid and producer_group(uid)
-      if P and P ~= A and P.family == "pointwise" and (opts.strict and only_sources(P) or not opts.strict and sources_or_anchored(P))
+      if P and P ~= A and P.family == "pointwise" and (opts.strict and only_sources(P) or not opts.strict and sources_or_anchored(P, space))
         and nodes_have_dims(P, space) then
         if virtuals_stay(P, function(c, v) return c == a and read_per_element(a, v) end) and legal({ A, P }) then
           merge(A, { P }, "prologue")
