@@ -26,7 +26,6 @@ E.BLOCK = 256        -- threads a CTA
 E.UNROLL = 4         -- accumulators (loads in flight) a thread
 E.SLICES_PER_SM = 4  -- inner: CTAs per SM the slices of all channels aim at (one wave: its launch bounds)
 E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
-E.MAX_REDUCTIONS = 4 -- sibling reductions one kernel makes (the strided form's shared arrays: 32 KB)
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
@@ -133,13 +132,8 @@ end
 -- same input and output shapes, a middle block, a leading and a trailing one or a trailing one
 -- over compile-time rows, partials that combine alike, and room for one more.
 function E.fuses(list, b, g)
-  if #list >= E.MAX_REDUCTIONS then return false end
-  local a = list[1]
-  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
-  local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
-  if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
-  local ma, mb = rowgen.REDUCE[a.attrs.mode], rowgen.REDUCE[b.attrs.mode]
-  if not ma or not mb or ma.comb ~= mb.comb or ma.init ~= mb.init then return false end
+  local x, y = rowgen.siblings_alike(list, b, g)
+  if not x then return false end
   local runs, form = form_of(x, y)
   -- (a trailing block the row engine leaves: rows not compile-time; this engine's inner form
   -- wants the kept axes compile-time)

@@ -41,13 +41,8 @@ end
 -- same input and output shapes over leading axes (not everything), compile-time kept columns
 -- whose partial rows all fit in shared memory, partials that combine alike, at most four.
 function E.fuses(list, b, g)
-  local a = list[1]
-  if #list >= 4 then return false end
-  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
-  local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
-  if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
-  local ma, mb = rowgen.REDUCE[a.attrs.mode], rowgen.REDUCE[b.attrs.mode]
-  if not ma or not mb or ma.comb ~= mb.comb or ma.init ~= mb.init then return false end
+  local x, y = rowgen.siblings_alike(list, b, g)
+  if not x then return false end
   local last_reduced, first_kept = blocks(x, y)
   if not last_reduced or not first_kept or first_kept < last_reduced then return false end
   local C = rowgen.suffix(x.dims, #x.dims - first_kept + 1)

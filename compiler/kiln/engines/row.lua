@@ -457,19 +457,12 @@ local function analyze(group, g, cluster)
 end
 
 -- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): the
--- same rows reduced to the same per-row shape, partials that combine alike, at most four (one
--- accumulator and one meeting each).
+-- same rows reduced to the same per-row shape (one accumulator each, one meeting).
 function E.fuses(list, b, g)
-  local a = list[1]
-  if #list >= 4 or a.op ~= "reduction" or b.op ~= "reduction" then return false end
-  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
-  local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
-  if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return false end
-  local ma, mb = REDUCE[a.attrs.mode], REDUCE[b.attrs.mode]
-  local nsuffix = reduce_suffix(x, y)
+  local x, y = rowgen.siblings_alike(list, b, g)
+  local nsuffix = x and reduce_suffix(x, y)
   -- (a row length this engine builds: compile-time)
-  return ma ~= nil and mb ~= nil and ma.comb == mb.comb and ma.init == mb.init and nsuffix ~= nil
-    and rowgen.suffix(x.dims, nsuffix) ~= nil
+  return nsuffix ~= nil and rowgen.suffix(x.dims, nsuffix) ~= nil
 end
 
 function E.propose(group, g, target)

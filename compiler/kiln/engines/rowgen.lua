@@ -349,6 +349,21 @@ function M.reduction_group(group, g, kind)
   return { anchor = a, mode = mode, x = x, y = y, list = list }
 end
 
+-- Whether reduction b may join the kernel of the sibling reductions `list` (an engine's
+-- E.fuses asks this first): room for one more of `most`, the same input and output shapes,
+-- partials that combine alike. Returns their x and y, or nil.
+M.MAX_SIBLINGS = 4  -- (four: axisreduce's strided shared arrays at 32 KB)
+function M.siblings_alike(list, b, g, most)
+  local a = list[1]
+  if #list >= (most or M.MAX_SIBLINGS) or a.op ~= "reduction" or b.op ~= "reduction" then return nil end
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  local bx, by = g.by_uid[b.inputs.input], g.by_uid[b.outputs.Y]
+  if shape.format(x.dims) ~= shape.format(bx.dims) or shape.format(y.dims) ~= shape.format(by.dims) then return nil end
+  local ma, mb = M.REDUCE[a.attrs.mode], M.REDUCE[b.attrs.mode]
+  if not ma or not mb or ma.comb ~= mb.comb or ma.init ~= mb.init then return nil end
+  return x, y
+end
+
 local function each(fmt_)
   return function(a, b)
     local t = {}

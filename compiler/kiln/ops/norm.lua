@@ -137,13 +137,14 @@ local function ada_stats(ctx, x, scale)
 end
 
 -- The elements of `dims` each element of `rows` (dims with 1 on the reduced axes) stands for,
--- where every reduced axis is compile-time (a number or a specialized dim); else nil.
+-- where every reduced axis is compile-time (a number or a specialized dim); else nil and the
+-- first dynamic one's name.
 local function static_count(G, dims, rows)
   local n = 1
   for i, d in ipairs(dims) do
     if rows[i] == 1 and d ~= 1 then
       local v = type(d) == "number" and d or (G.dims[d] or {}).value
-      if not v then return nil end
+      if not v then return nil, d end
       n = n * v
     end
   end
@@ -289,13 +290,9 @@ return {
       local r = G:rsqrt(var + (ins.epsilon or attrs.epsilon))
       local out = { Y = d * r * ins.scale + ins.bias, MEAN = mean, INV_VARIANCE = r }
       if ins.in_running_mean then
-        local n = 1
-        for i, dim in ipairs(x.dims) do
-          local v = type(dim) == "number" and dim or (G.dims[dim] or {}).value
-          if i ~= 2 and not v then
-            return nil, string.format("running statistics need the elements a channel has (n / (n - 1) corrects the variance), but dim %s is dynamic: specialize it", dim)
-          end
-          if i ~= 2 then n = n * v end
+        local n, dynamic = static_count(G, x.dims, c)
+        if not n then
+          return nil, string.format("running statistics need the elements a channel has (n / (n - 1) corrects the variance), but dim %s is dynamic: specialize it", dynamic)
         end
         local m = ins.momentum or attrs.momentum
         out.NEXT_RUNNING_MEAN = ins.in_running_mean * (1 - m) + mean * m
