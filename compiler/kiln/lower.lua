@@ -169,7 +169,7 @@ local function fuse(g, groups, opts)
     for _, uid in ipairs(ext_inputs(grp)) do
       local pg = producer_group(uid)
       if not is_source(uid) and not (pg and pg.anchor)
-        and not (pg and pg.family == "pointwise" and not same_dims(g.by_uid[uid].dims, space)) then
+        and not (pg and pg.family == "pointwise" and space and not same_dims(g.by_uid[uid].dims, space)) then
         return false
       end
     end
