@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 163 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 164 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -480,6 +480,9 @@ ok "instancenorm_backward, dynamic spatial size: the channel sums read x and dy 
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
 ok "batchnorm_backward: the four per-channel reductions in one kernel, then dx" \
   bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan axisreduce:v1:avg+avg+add+add:inner:' '$OUTF' && grep -q 'group 1 (sub mul mul sub mul sub mul mul identity): plan pointwise:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
+KILN_FUSE=strict run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
+ok "KILN_FUSE=strict: no sibling reductions (each reduction its own kernel, for measuring)" \
+  bash -c "test \$(grep -c '^  group [0-9]* (reduction): plan axisreduce:v1:[a-z]*:inner:' '$OUTF') = 4"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_fp32_2d
 ok "batchnorm_backward over [T, C]: the four column reductions in one kernel (colreduce), then dx" \
   bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan colreduce:v1:avg+avg+add+add:lead:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
