@@ -23,7 +23,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 164 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 167 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -480,6 +480,25 @@ ok "instancenorm_backward, dynamic spatial size: the channel sums read x and dy 
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
 ok "batchnorm_backward: the four per-channel reductions in one kernel, then dx" \
   bash -c "grep -q 'group 0 (sub mul mul reduction reduction reduction reduction): plan axisreduce:v1:avg+avg+add+add:inner:' '$OUTF' && grep -q 'group 1 (sub mul mul sub mul sub mul mul identity): plan pointwise:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_dx_only
+ok "batchnorm_backward's dx alone: the two means (one kernel) and dx; the sums nothing reads are not built" \
+  bash -c "grep -q 'group 0 (sub mul mul reduction reduction): plan axisreduce:v1:avg+avg:inner:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
+run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_dscale_only
+ok "adalayernorm_backward's dscale alone: one kernel" \
+  bash -c "grep -q 'group 0 (sub mul mul reduction): plan axisreduce:v1:add:strided:' '$OUTF' && ! grep -q 'group 1' '$OUTF'"
+cat > "$TMP/dead.lua" <<'EOF'
+local k = require "kiln"
+return k.graph "dead" {
+  dims = { T = k.dynamic, H = 512 }, dtype = "bf16",
+  inputs = { x = { "T", "H" }, w = { "H" }, b = { "H" } },
+  body = function(G, x, w, b)
+    local unused = G:reduction(x * x, { mode = "add", dims = { "T", 1 } })
+    return { y = G:layernorm(x, w, b, { epsilon = 1e-5 }) }
+  end,
+}
+EOF
+run_kiln explain "$TMP/dead.lua"
+ok "a value the spec computes and drops builds no kernel" bash -c "grep -q 'group 0 (layernorm): plan row:' '$OUTF' && ! grep -q 'group 1' '$OUTF'"
 KILN_FUSE=strict run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
 ok "KILN_FUSE=strict: no sibling reductions (each reduction its own kernel, for measuring)" \
   bash -c "test \$(grep -c '^  group [0-9]* (reduction): plan axisreduce:v1:[a-z]*:inner:' '$OUTF') = 4"

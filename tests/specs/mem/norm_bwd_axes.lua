@@ -96,6 +96,25 @@ return {
       return { dx = dx, dg = dg, db = db }
     end,
   },
+  -- only some gradients wanted: the kernels of the others are not built (decompose.lua prunes
+  -- what nothing reads): batch norm's dx alone (its two means, dx), adaptive layer norm's dscale
+  k.graph "batchnorm_bwd_dx_only" {
+    dims = { T = k.dynamic, C = 24, HW = 196 }, dtype = "bf16",
+    inputs = { dy = { "T", "C", "HW" }, x = { "T", "C", "HW" }, g = { 1, "C", 1, dtype = "fp32" },
+               mean = { 1, "C", 1, dtype = "fp32" }, inv_var = { 1, "C", 1, dtype = "fp32" } },
+    body = function(G, dy, x, g, mean, inv_var)
+      return { dx = G:batchnorm_backward(dy, x, g, mean, inv_var) }
+    end,
+  },
+  k.graph "adaln_bwd_dscale_only" {
+    dims = { B = 2, T = k.dynamic, D = 512 }, dtype = "bf16",
+    inputs = { dy = { "B", "T", "D" }, x = { "B", "T", "D" }, g = { "B", 1, "D", dtype = "fp32" },
+               mean = { "B", "T", 1, dtype = "fp32" }, inv_var = { "B", "T", 1, dtype = "fp32" } },
+    body = function(G, dy, x, g, mean, inv_var)
+      local _, dg = G:adalayernorm_backward(dy, x, g, mean, inv_var)
+      return { dg = dg }
+    end,
+  },
   -- sibling reductions a user writes: the sum, mean and L2 norm of x per channel (one kernel),
   -- the sums of two products over a middle axis (the strided form, one kernel), and a row's
   -- sum of x * w beside its L2 norm (the row engine, one kernel; its max is a kernel of its own)
