@@ -96,6 +96,7 @@ end
 local function fuse(g, groups, opts)
   local order, gof = {}, {}
   for i, n in ipairs(g.nodes) do order[n] = i end
+  local function by_order(a, b) return order[a] < order[b] end
   local function refresh()
     for _, grp in ipairs(groups) do
       if not grp.dead then for _, n in ipairs(grp.nodes) do gof[n] = grp end end
@@ -238,7 +239,6 @@ local function fuse(g, groups, opts)
   -- P goes. Always acyclic: a reader now depends on what P depended on, none of which can
   -- depend on a reader of P without a cycle through P already.
   local function merge_copies(P, readers)
-    local function by_order(a, b) return order[a] < order[b] end
     for _, R in ipairs(readers) do
       for _, nd in ipairs(not_in(R, P.nodes)) do
         local copy = copy_node(nd)
@@ -264,7 +264,6 @@ local function fuse(g, groups, opts)
       end
       grp.dead = true
     end
-    local function by_order(a, b) return order[a] < order[b] end
     table.sort(A.nodes, by_order)
     table.sort(A.prologue, by_order)
     table.sort(A.epilogue, by_order)
@@ -422,7 +421,6 @@ local function fuse(g, groups, opts)
         end
         A.reductions = A.reductions or { A.anchor }
         A.reductions[#A.reductions + 1] = B.anchor
-        local function by_order(a, b) return order[a] < order[b] end
         table.sort(A.nodes, by_order)
         table.sort(A.prologue, by_order)
         B.dead = true
@@ -440,7 +438,7 @@ local function fuse(g, groups, opts)
         if not B.dead and B.family == "pointwise" and not B.anchor and nodes_have_dims(A, space)
           and nodes_have_dims(B, space) and legal({ A, B }) then
           for _, n in ipairs(not_in(A, B.nodes)) do A.nodes[#A.nodes + 1] = n end
-          table.sort(A.nodes, function(a, b) return order[a] < order[b] end)
+          table.sort(A.nodes, by_order)
           B.dead = true
           refresh()
         end
