@@ -6,7 +6,6 @@ torch.compile: per-channel sums of [N, C, HW] and the sum over the middle axis o
     python3 bench/axes.py --pack axes.kpack [--rounds 5] [--out DIR]
 Bandwidth counts the input once and the output once; the copy ceiling is bench.py's.
 """
-import argparse
 import os
 import sys
 
@@ -18,7 +17,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
 import torch  # noqa: E402
-from bench.bench import copy_ceiling, side_by_side, write_csv  # noqa: E402
+from bench.bench import copy_ceiling, pack_args, side_by_side, speed_row, write_csv  # noqa: E402
 
 # graph, dynamic dim, its values, input shape from it, torch's reduction
 CASES = [
@@ -29,11 +28,7 @@ CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pack", required=True)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = pack_args(__doc__)
     pack = kiln.Pack(args.pack)
     ceiling = copy_ceiling()
     print("copy ceiling %.2f TB/s" % ceiling)
@@ -52,12 +47,7 @@ def main():
             compiled(x)
             mk, me, mc = side_by_side([lambda: plan(x=x, y=y), lambda: ref(x), lambda: compiled(x)], args.rounds)
             nbytes = x.numel() * x.element_size() + want.numel() * 4
-            tbs = nbytes / mk / 1e9
-            rows.append({"case": name, "shape": "x".join(map(str, x.shape)), "kiln_ms": "%.4f" % mk,
-                         "kiln_TBs": "%.2f" % tbs, "pct_copy": "%.0f" % (100 * tbs / ceiling),
-                         "x_eager": "%.2f" % (me / mk), "x_compile": "%.2f" % (mc / mk)})
-            print("%-14s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
-                name, rows[-1]["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
+            rows.append(speed_row(name, x.shape, mk, me, mc, nbytes, ceiling, 14))
     if args.out:
         write_csv(args.out, "axes.csv", rows)
 

@@ -74,6 +74,28 @@ def side_by_side(fns, rounds):
     return [statistics.median(t) for t in times]
 
 
+def pack_args(doc, out=None):
+    """Parsed arguments of a side-by-side script: --pack, --rounds, --out (default `out`);
+    the description is the first line of `doc`."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--pack", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=out)
+    return ap.parse_args()
+
+
+def speed_row(name, shape, mk, me, mc, nbytes, ceiling, width=16):
+    """The CSV row of one case beside torch eager and torch.compile (median ms each; nbytes
+    moved; the copy ceiling in TB/s), printed as a line whose case name is `width` wide."""
+    tbs = nbytes / mk / 1e9
+    row = {"case": name, "shape": "x".join(map(str, shape)), "kiln_ms": "%.4f" % mk,
+           "kiln_TBs": "%.2f" % tbs, "pct_copy": "%.0f" % (100 * tbs / ceiling),
+           "x_eager": "%.2f" % (me / mk), "x_compile": "%.2f" % (mc / mk)}
+    print("%-*s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
+        width, name, row["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
+    return row
+
+
 def write_csv(out_dir, name, rows):
     """rows (dicts with the same keys) as out_dir/name."""
     with open(os.path.join(out_dir, name), "w", newline="") as f:

@@ -7,7 +7,6 @@ math; tests/specs/bench/norm_bwd.lua, graph replays, medians of several rounds. 
     python3 bench/norm_bwd.py --pack norm_bwd.kpack [--rounds 5] [--out DIR]
 Bandwidth counts dy and x read once and dx written once; the copy ceiling is bench.py's.
 """
-import argparse
 import os
 import sys
 
@@ -19,7 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
 import torch  # noqa: E402
-from bench.bench import copy_ceiling, side_by_side, write_csv  # noqa: E402
+from bench.bench import copy_ceiling, pack_args, side_by_side, speed_row, write_csv  # noqa: E402
 
 EPS = 1e-5
 
@@ -86,11 +85,7 @@ CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pack", required=True)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = pack_args(__doc__)
     pack = kiln.Pack(args.pack)
     ceiling = copy_ceiling()
     print("copy ceiling %.2f TB/s" % ceiling)
@@ -120,12 +115,7 @@ def main():
             mk, me, mc = side_by_side([lambda: plan(**ins, **outs), lambda: eager(*args_), lambda: compiled(*args_)],
                                       args.rounds)
             nbytes = 3 * x.numel() * x.element_size()
-            tbs = nbytes / mk / 1e9
-            rows.append({"case": name, "shape": "x".join(map(str, xs)), "kiln_ms": "%.4f" % mk,
-                         "kiln_TBs": "%.2f" % tbs, "pct_copy": "%.0f" % (100 * tbs / ceiling),
-                         "x_eager": "%.2f" % (me / mk), "x_compile": "%.2f" % (mc / mk)})
-            print("%-20s %-16s kiln %.4f ms %.2f TB/s (%3.0f%% of copy)  %.2fx eager  %.2fx torch.compile" % (
-                name, rows[-1]["shape"], mk, tbs, 100 * tbs / ceiling, me / mk, mc / mk), flush=True)
+            rows.append(speed_row(name, xs, mk, me, mc, nbytes, ceiling, 20))
     if args.out:
         write_csv(args.out, "norm_bwd.csv", rows)
 

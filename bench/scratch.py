@@ -6,7 +6,6 @@ replays, medians of several rounds. Usage:
     kiln build tests/specs/bench/scratch.lua --sm 90a -o scratch.kpack
     python3 bench/scratch.py --pack scratch.kpack [--rounds 5] [--out DIR]
 """
-import argparse
 import os
 import sys
 
@@ -19,7 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import kiln  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench.bench import side_by_side, write_csv  # noqa: E402
+from bench.bench import pack_args, side_by_side, write_csv  # noqa: E402
 
 
 def norm_gemm(x, w, W):
@@ -55,11 +54,7 @@ CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pack", required=True)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = pack_args(__doc__)
     pack = kiln.Pack(args.pack)
     rows = []
     for name, values, inputs_of, outputs_of, ref in CASES:

@@ -9,7 +9,6 @@ medians), each as a share of the 1 GiB copy rate. Usage:
 
 Bytes: dy, x and dx (the backward's minimal bytes less its per-row and per-column tensors).
 """
-import argparse
 import os
 import statistics
 import sys
@@ -22,7 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kiln  # noqa: E402
 import torch  # noqa: E402
-from bench.bench import bf16, bwd_cases, copy_ceiling, graph_ms, write_csv  # noqa: E402
+from bench.bench import bf16, bwd_cases, copy_ceiling, graph_ms, pack_args, write_csv  # noqa: E402
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048), (8192, 4096), (4096, 8192)]
 
@@ -45,11 +44,7 @@ def cases(pack, T, H):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pack", required=True)
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
+    args = pack_args(__doc__, out=".")
     pack = kiln.Pack(args.pack)
     ceiling = copy_ceiling()
     print("copy ceiling (1 GiB) %.3f TB/s" % ceiling, flush=True)
