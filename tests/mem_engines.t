@@ -10,7 +10,8 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        specs/layernorm.lua specs/layernorm_bwd.lua specs/softmax.lua specs/softmax_bwd.lua
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
        tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
-       tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua tests/specs/mem/norm_bwd_axes.lua)
+       tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua tests/specs/mem/norm_bwd_axes.lua
+       tests/specs/mem/row_epilogue.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -23,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 167 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 172 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -469,11 +470,12 @@ expect_err "E_NO_ENGINE.*batchnorm 'batchnorm_1': running statistics need the el
   "running statistics over a dynamic batch are declined by name"
 # the norm backwards from their decompositions: batch norm's four per-channel reductions share
 # one kernel (sibling reductions), dx is one pointwise kernel computing x_hat again; instance
-# and adaptive layer norm: the per-row means, dx, the per-channel / per-sample sums in one kernel
-# (instance norm with a fixed spatial size: m times the sums of the rows' means instead)
+# and adaptive layer norm: the per-row means and dx in one row kernel (its epilogue), the
+# per-channel / per-sample sums in one kernel (instance norm with a fixed spatial size: m times
+# the sums of the rows' means instead)
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph instancenorm_bwd_bf16
-ok "instancenorm_backward, fixed spatial size: the rows' means (one kernel), dx, the channel sums from the means" \
-  bash -c "grep -q 'group 0 (sub mul mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 2 (mul reduction mul reduction): plan colreduce:v1:add+add:lead:' '$OUTF' && ! grep -q 'group 3' '$OUTF'"
+ok "instancenorm_backward, fixed spatial size: the rows' means and dx (one kernel), the channel sums from the means" \
+  bash -c "grep -q 'group 0 (sub mul mul reduction reduction sub mul sub mul mul identity): plan row:v1:reductionx2:[a-z0-9]*:regs' '$OUTF' && grep -q 'group 1 (mul reduction mul reduction): plan colreduce:v1:add+add:lead:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph instancenorm_bwd_dynamic_spatial
 ok "instancenorm_backward, dynamic spatial size: the channel sums read x and dy again (one kernel)" \
   bash -c "grep -q 'group 2 (sub mul mul reduction reduction): plan axisreduce:v1:add+add:inner:' '$OUTF'"
@@ -509,8 +511,35 @@ run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph sibling_reductions
 ok "sibling reductions: per channel (inner), over a middle axis (strided) and per row each one kernel; a max beside sums its own" \
   bash -c "grep -q 'plan axisreduce:v1:add+avg+norm2:inner:' '$OUTF' && grep -q 'plan axisreduce:v1:add+avg:strided:' '$OUTF' && grep -q 'group 2 (mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 3 (reduction): plan row:v1:reduction:' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_bf16
-ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-sample sums in one kernel" \
-  bash -c "grep -q 'reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 0 ([a-z ]*): plan pointwise' '$OUTF'"
+ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-row means and dx in one kernel, the per-sample sums in one" \
+  bash -c "grep -q 'group 0 (sub mul mul mul reduction reduction sub mul sub mul mul identity): plan row:v1:reductionx2:[a-z0-9]*:regs' '$OUTF' && grep -q 'group 1 (sub mul mul mul mul reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
+# element ops after row reductions run in the reductions' kernel, the row held (regs) or
+# re-read (wide rows); KILN_FUSE=rowsplit (for measuring) keeps them in a kernel of their own
+run_kiln explain tests/specs/mem/row_epilogue.lua --sm 90a
+ok "row_epilogue.lua: every graph one kernel, the row held or (32768 fp32) re-read" \
+  bash -c "! grep -q '^  group 1' '$OUTF' && test \$(grep -c '^  group 0 ([a-z ]*): plan row:v1:reduction[x2]*:[a-z0-9]*:regs\$' '$OUTF') = 7 && grep -q '^  group 0 (add reduction sub exp): plan row:v1:reduction:[a-z0-9]*:reread\$' '$OUTF'"
+run_kiln explain tests/specs/mem/row_epilogue.lua --graph layernorm_onepass_fp32 --set H=768 --sm 90a
+ok "layer norm from primitives: sibling means, the per-row ops and the element ops in one kernel" \
+  bash -c "grep -q 'group 0 (reduction mul reduction mul sub add rsqrt sub mul mul): plan row:v1:reductionx2:' '$OUTF'"
+KILN_FUSE=rowsplit run_kiln explain tests/specs/mem/row_epilogue.lua --graph rowscale_bf16 --set H=4096 --sm 90a
+ok "KILN_FUSE=rowsplit: the reduction streams its row, the element ops their own kernel" \
+  bash -c "grep -q 'group 0 (reduction): plan row:v1:reduction:[a-z0-9]*:stream' '$OUTF' && grep -q 'group 1 (add div): plan pointwise:' '$OUTF'"
+run_kiln source tests/specs/mem/row_epilogue.lua --graph per_sample_scale_bf16 --sm 90a
+ok "a per-sample scale [B, 1, D] is read by vectors from its row's start, not gathered per element" \
+  bash -c "grep -q 'const kiln_i64 s[0-9]*_ = (row / 64LL) \* 1152LL;' '$OUTF' && ! grep -q '% 1152LL)' '$OUTF'"
+cat > "$TMP/siblings_two.lua" <<'EOF'
+local k = require "kiln"
+return k.graph "siblings_two_inputs" {
+  dims = { T = k.dynamic, H = 1024 }, dtype = "bf16",
+  inputs = { x = { "T", "H" }, y = { "T", "H" } },
+  body = function(g, x, y)
+    return { a = g:reduction(x, { mode = "add", dims = { "T", 1 } }), b = g:reduction(y, { mode = "add", dims = { "T", 1 } }) }
+  end,
+}
+EOF
+run_kiln source "$TMP/siblings_two.lua" --sm 90a
+ok "sibling row reductions of two inputs each read their own (an unfilled update had been emitted)" \
+  bash -c "grep -q 'a0 += v1;' '$OUTF' && grep -q 'a1 += v2;' '$OUTF' && ! grep -q '%v' '$OUTF'"
 run_kiln build tests/specs/mem/norm_bwd_axes.lua --sm 90a -o "$TMP/nbw.kpack"
 run_kiln pack inspect "$TMP/nbw.kpack"
 ok "the norm backwards exchange only per-channel / per-row statistics (x_hat and dy * scale computed again; with the forward in the plan, its MEAN and INV_VARIANCE)" \
@@ -542,7 +571,7 @@ expect_out "workspace: none" "so the plan needs no scratch"
 KILN_FUSE=strict run_kiln explain "$TMP/nofuse.lua"
 expect_out "group 2 \(softmax\): plan row:" "KILN_FUSE=strict: the sum is a kernel of its own (read from scratch by both)"
 KILN_FUSE=all run_kiln explain "$TMP/nofuse.lua"
-expect_err "E_USAGE.*KILN_FUSE=all: want strict" "a KILN_FUSE other than strict is refused by name"
+expect_err "E_USAGE.*KILN_FUSE=all: want strict or rowsplit" "a KILN_FUSE other than strict or rowsplit is refused by name"
 # every crossing the engines meet: norm -> GEMM (TMA from the workspace), GEMM -> softmax,
 # pointwise -> a row kernel and a GEMM, row -> column reduction, per-row reduction -> pointwise,
 # per-channel statistics -> a reduction's prologue and pointwise (batch norm in training from

@@ -299,98 +299,105 @@ local function fuse(g, groups, opts)
     return taken
   end
   local function anchored(A) return A.anchor and M.ANCHORS[A.anchor.op] and not A.dead end
+  -- epilogue: pointwise groups over the element space `out_dims` that read only `readable`
+  -- values of A (per element, or per row: `row_dims`, the per-row dims of a row reduction's
+  -- result or of the group's first rowred, which the row engine checks), graph inputs and
+  -- side chains of them
+  local function take_epilogue(A, out_dims, readable, row_dims)
+    local a = A.anchor
+    local changed = out_dims ~= nil
+    while changed do
+      changed = false
+      for _, Q in ipairs(groups) do
+        if not Q.dead and Q ~= A then
+          local from_A, others, ok = 0, {}, true
+          for _, uid in ipairs(ext_inputs(Q)) do
+            local pg = producer_group(uid)
+            if pg == A then
+              if readable[uid] then from_A = from_A + 1 else ok = false end
+            elseif pg then
+              others[#others + 1] = pg
+            end
+          end
+          if ok and from_A > 0 and Q.family == "pointwise" and nodes_have_dims(Q, out_dims) then
+            local set, S = { [Q] = true, [A] = true }, { A, Q }
+            for _, side in ipairs(others) do
+              if not set[side] then
+                set[side] = true
+                S[#S + 1] = side
+                if side.family ~= "pointwise" or not only_sources(side) or not nodes_have_dims(side, out_dims) then ok = false end
+              end
+            end
+            for i = 3, #S do
+              if ok and not virtuals_stay(S[i], function(c) return set[gof[c]] end) then ok = false end
+            end
+            if ok and legal(S) then
+              local list = {}
+              for i = 2, #S do list[#list + 1] = S[i] end
+              merge(A, list, "epilogue")
+              for _, grp in ipairs(list) do
+                for _, n in ipairs(grp.nodes) do
+                  for _, uid in pairs(n.outputs) do readable[uid] = true end
+                end
+              end
+              changed = true
+            end
+          elseif ok and from_A == 1 and #others == 0 and Q.family == "reduction" and #Q.nodes == 1 then
+            local r = Q.nodes[1]
+            local y = g.by_uid[r.outputs.Y]
+            if r.attrs.mode == "amax" and all_ones(y.dims) and y.role == "output" and y.dtype == "fp32"
+              and same_dims(g.by_uid[r.inputs.input].dims, out_dims) and legal({ A, Q }) then
+              merge(A, { Q }, "amax")
+              changed = true
+            elseif M.ROWRED[a.op] and per_row(y.dims, out_dims) and (not row_dims or same_dims(y.dims, row_dims))
+              and same_dims(g.by_uid[r.inputs.input].dims, out_dims) and legal({ A, Q }) then
+              merge(A, { Q }, "rowred")
+              row_dims = y.dims
+              readable[r.outputs.Y] = true
+              changed = true
+            end
+          elseif ok and from_A > 0 and #others == 0 and Q.family == "pointwise" and row_dims then
+            -- per-row ops on the per-row results (rowpw), and element ops after them
+            -- (epilogue), one group as pointwise chains come: no per-row op may read an
+            -- element op's value
+            local role, elem = {}, {}
+            for _, n in ipairs(Q.nodes) do
+              local _, uid = next(n.outputs)
+              local d = g.by_uid[uid].dims
+              if same_dims(d, row_dims) then
+                role[n] = "rowpw"
+                for _, p in ipairs(n.def.input_ports) do
+                  if elem[n.inputs[p.name]] then role[n] = nil end
+                end
+              elseif same_dims(d, out_dims) then
+                role[n] = "epilogue"
+                for _, o in pairs(n.outputs) do elem[o] = true end
+              end
+              if not role[n] then ok = false end
+            end
+            if ok and legal({ A, Q }) then
+              merge(A, { Q }, function(n) return role[n] end)
+              for _, n in ipairs(Q.nodes) do
+                for _, uid in pairs(n.outputs) do readable[uid] = true end
+              end
+              changed = true
+            end
+          end
+        end
+      end
+    end
+  end
   for _, A in ipairs(groups) do
     local a = A.anchor
     local spec = a and M.ANCHORS[a.op]
     if anchored(A) then
       take_prologue(A)
-      -- epilogue: values an epilogue may read from the fused group, per element
+      -- values an epilogue may read from the fused group, per element
       local out_dims = #spec.outs > 0 and a.outputs[spec.outs[1]] and g.by_uid[a.outputs[spec.outs[1]]].dims
       local readable = {}
       for _, p in ipairs(spec.outs) do if a.outputs[p] then readable[a.outputs[p]] = true end end
       for _, p in ipairs(spec.no_prologue and {} or spec.ins) do if a.inputs[p] then readable[a.inputs[p]] = true end end
-      local changed = out_dims ~= nil
-      local row_dims  -- the per-row dims of the group's first rowred (the row engine checks them)
-      while changed do
-        changed = false
-        for _, Q in ipairs(groups) do
-          if not Q.dead and Q ~= A then
-            local from_A, others, ok = 0, {}, true
-            for _, uid in ipairs(ext_inputs(Q)) do
-              local pg = producer_group(uid)
-              if pg == A then
-                if readable[uid] then from_A = from_A + 1 else ok = false end
-              elseif pg then
-                others[#others + 1] = pg
-              end
-            end
-            if ok and from_A > 0 and Q.family == "pointwise" and nodes_have_dims(Q, out_dims) then
-              local set, S = { [Q] = true, [A] = true }, { A, Q }
-              for _, side in ipairs(others) do
-                if not set[side] then
-                  set[side] = true
-                  S[#S + 1] = side
-                  if side.family ~= "pointwise" or not only_sources(side) or not nodes_have_dims(side, out_dims) then ok = false end
-                end
-              end
-              for i = 3, #S do
-                if ok and not virtuals_stay(S[i], function(c) return set[gof[c]] end) then ok = false end
-              end
-              if ok and legal(S) then
-                local list = {}
-                for i = 2, #S do list[#list + 1] = S[i] end
-                merge(A, list, "epilogue")
-                for _, grp in ipairs(list) do
-                  for _, n in ipairs(grp.nodes) do
-                    for _, uid in pairs(n.outputs) do readable[uid] = true end
-                  end
-                end
-                changed = true
-              end
-            elseif ok and from_A == 1 and #others == 0 and Q.family == "reduction" and #Q.nodes == 1 then
-              local r = Q.nodes[1]
-              local y = g.by_uid[r.outputs.Y]
-              if r.attrs.mode == "amax" and all_ones(y.dims) and y.role == "output" and y.dtype == "fp32"
-                and same_dims(g.by_uid[r.inputs.input].dims, out_dims) and legal({ A, Q }) then
-                merge(A, { Q }, "amax")
-                changed = true
-              elseif M.ROWRED[a.op] and per_row(y.dims, out_dims) and (not row_dims or same_dims(y.dims, row_dims))
-                and same_dims(g.by_uid[r.inputs.input].dims, out_dims) and legal({ A, Q }) then
-                merge(A, { Q }, "rowred")
-                row_dims = y.dims
-                readable[r.outputs.Y] = true
-                changed = true
-              end
-            elseif ok and from_A > 0 and #others == 0 and Q.family == "pointwise" and row_dims then
-              -- per-row ops on the per-row results (rowpw), and element ops after them
-              -- (epilogue), one group as pointwise chains come: no per-row op may read an
-              -- element op's value
-              local role, elem = {}, {}
-              for _, n in ipairs(Q.nodes) do
-                local _, uid = next(n.outputs)
-                local d = g.by_uid[uid].dims
-                if same_dims(d, row_dims) then
-                  role[n] = "rowpw"
-                  for _, p in ipairs(n.def.input_ports) do
-                    if elem[n.inputs[p.name]] then role[n] = nil end
-                  end
-                elseif same_dims(d, out_dims) then
-                  role[n] = "epilogue"
-                  for _, o in pairs(n.outputs) do elem[o] = true end
-                end
-                if not role[n] then ok = false end
-              end
-              if ok and legal({ A, Q }) then
-                merge(A, { Q }, function(n) return role[n] end)
-                for _, n in ipairs(Q.nodes) do
-                  for _, uid in pairs(n.outputs) do readable[uid] = true end
-                end
-                changed = true
-              end
-            end
-          end
-        end
-      end
+      take_epilogue(A, out_dims, readable)
     end
   end
   -- a prologue whose own inputs were values of another pointwise group, since copied into it
@@ -426,6 +433,18 @@ local function fuse(g, groups, opts)
         B.dead = true
         refresh()
       end
+    end
+  end
+  -- a row reduction's epilogue (opts.reduction_epilogue: an engine holds the row): element ops
+  -- reading its per-row result and its prologue's values (dx from the per-row means of adaptive
+  -- layer norm's backward) run in its kernel, which reads the row once, not twice
+  for _, A in ipairs(opts.reduction_epilogue and groups or {}) do
+    local list = A.reductions or { A.anchor }
+    if lone_reduction(A) and opts.reduction_epilogue(list, g) then
+      local readable = {}
+      for _, r in ipairs(list) do readable[r.outputs.Y] = true end
+      for _, n in ipairs(A.prologue) do for _, uid in pairs(n.outputs) do readable[uid] = true end end
+      take_epilogue(A, g.by_uid[list[1].inputs.input].dims, readable, g.by_uid[list[1].outputs.Y].dims)
     end
   end
   -- siblings: pointwise groups over the same element space merge into one kernel when no
@@ -559,6 +578,8 @@ end
 -- plan.route falls back to when the default leaves a group without an engine.
 -- opts.fuse_reductions(list, b, g): whether reduction b joins the kernel of the reductions
 -- `list` (an engine's rule, engines.fuse_reductions); none merge without it.
+-- opts.reduction_epilogue(list, g): whether the kernel of the reductions `list` takes element
+-- ops after them (engines.reduction_epilogue); none do without it.
 function M.lower(g, opts)
   -- a graph routed before (another target) had its crossing tensors made scratch: start over
   for _, t in ipairs(g.tensors) do if t.role == "scratch" then t.role = "virtual" end end

@@ -19,7 +19,9 @@ function M.target(arch)
 end
 
 local function route_groups(g, target, opts)
-  local groups, all = lower.lower(g, { strict = opts.strict, fuse_reductions = not opts.strict and engines.fuse_reductions }), true
+  local fused = not opts.strict
+  local groups, all = lower.lower(g, { strict = opts.strict, fuse_reductions = fused and engines.fuse_reductions,
+    reduction_epilogue = fused and not opts.no_reduction_epilogue and engines.reduction_epilogue }), true
   for _, grp in ipairs(groups) do
     grp.plan, grp.report = engines.route(grp, g, target)
     all = all and grp.plan ~= nil
@@ -30,16 +32,19 @@ end
 -- Routes every group of the graph the kernels are made from (decompose.graph: g, or g with
 -- its decomposable ops replaced); returns the groups annotated with .plan and .report, and
 -- that graph. Where the default fusion leaves a group without an engine (a prologue from
--- memory an engine cannot read), the conservative one is taken if every group has an engine
--- there; else the default's reasons stand. KILN_FUSE=strict (read at build time, for
--- measuring) takes the conservative fusion always.
+-- memory an engine cannot read), the default without element ops after row reductions is
+-- taken, else the conservative one, if every group has an engine there; else the default's
+-- reasons stand. KILN_FUSE=strict (read at build time, for measuring) takes the conservative
+-- fusion always, KILN_FUSE=rowsplit the default without element ops after row reductions.
 function M.route(g, target)
   g = decompose.graph(g)
-  if require("kiln.settings").pick("KILN_FUSE", { "strict" }) == "strict" then
-    return (route_groups(g, target, { strict = true })), g
-  end
+  local fuse = require("kiln.settings").pick("KILN_FUSE", { "strict", "rowsplit" })
+  if fuse == "strict" then return (route_groups(g, target, { strict = true })), g end
+  if fuse == "rowsplit" then return (route_groups(g, target, { no_reduction_epilogue = true })), g end
   local groups, all = route_groups(g, target, {})
   if all then return groups, g end
+  local plain, plain_all = route_groups(g, target, { no_reduction_epilogue = true })
+  if plain_all then return plain, g end
   local strict, strict_all = route_groups(g, target, { strict = true })
   if strict_all then return strict, g end
   return (route_groups(g, target, {})), g

@@ -23,6 +23,15 @@ function M.fuse_reductions(list, b, g)
   return false
 end
 
+-- Whether the kernel of the reductions `list` takes element ops after them (lower's
+-- reduction epilogue): an engine that holds their rows says so (E.maps).
+function M.reduction_epilogue(list, g)
+  for _, engine in ipairs(M.list) do
+    if engine.maps and engine.maps(list, g) then return true end
+  end
+  return false
+end
+
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
 function M.route(group, g, target)
   local report, best = {}, nil

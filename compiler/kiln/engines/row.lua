@@ -204,6 +204,8 @@ local function analyze(group, g, cluster)
   if ok then ok, why = pw.supported(rowpw, g) end
   if not ok then return nil, why end
   if #rowred > 0 and kind ~= "norm" then return fail("per-row reductions in the epilogue are built for the forward norms only") end
+  -- element ops after a row reduction (lower's reduction epilogue): the row held or re-read
+  info.maps = kind == "reduce" and #epilogue + #rowpw + #amax > 0 or nil
   for _, r in ipairs(rowred) do
     if not REDUCE[r.attrs.mode] then return fail("reduction mode %s is not supported", r.attrs.mode) end
   end
@@ -239,6 +241,7 @@ local function analyze(group, g, cluster)
   for i, d in ipairs(Edims) do info.stats_dims[i] = i > #Edims - nsuffix and 1 or d end
   -- per-row reductions: one value per row; the per-row ops read only per-row values
   local per_row_made = {}
+  if kind == "reduce" then for _, r in ipairs(group.reductions or { a }) do per_row_made[r.outputs.Y] = true end end
   for _, r in ipairs(rowred) do
     local y = g.by_uid[r.outputs.Y]
     if not pw.dims_equal(y.dims, info.stats_dims) then
@@ -321,6 +324,17 @@ local function analyze(group, g, cluster)
       end
     end
     if info.op == "softmax" then hold = hold + 4 * V end
+  elseif info.maps then
+    -- the memory rows the prologue and the reductions read: the epilogue's pass computes the
+    -- prologue again from them
+    local ein = {}
+    for _, r in ipairs(group.reductions or { a }) do ein[#ein + 1] = r.inputs.input end
+    for _, uid in ipairs(rowgen.sources(prologue, ein, rowgen.made(group), {})) do
+      if info.access[uid] == "full" then
+        held[uid] = true
+        hold = hold + V * dtypes.size(g.by_uid[uid].dtype)
+      end
+    end
   end
   info.held = held
   local max_n = E.MAX_N
@@ -339,7 +353,7 @@ local function analyze(group, g, cluster)
   -- what a thread may hold: its share of the register file less 40 registers for addresses
   -- and temporaries (a 1024-thread CTA has 64 registers per thread: 96 bytes)
   local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
-  info.strategy = kind == "reduce" and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
+  info.strategy = kind == "reduce" and not info.maps and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
   -- A 16-bit row held by 1024 threads over 32 registers a thread runs one CTA an SM, which
   -- loads, reduces and stores one row at a time (H = 24576, 32768: 62-75% of copy). Plain
   -- bf16 RMSNorm is held to 32 registers instead, two CTAs an SM (fp16's conversions spill
@@ -462,6 +476,15 @@ function E.fuses(list, b, g)
   local x, y = rowgen.siblings_alike(list, b, g)
   local nsuffix = x and reduce_suffix(x, y)
   -- (a row length this engine builds: compile-time)
+  return nsuffix ~= nil and rowgen.suffix(x.dims, nsuffix) ~= nil
+end
+
+-- Whether the kernel of the reductions `list` takes element ops after them (lower's reduction
+-- epilogue): rows this engine reduces, their length compile-time.
+function E.maps(list, g)
+  local a = list[1]
+  local x, y = g.by_uid[a.inputs.input], g.by_uid[a.outputs.Y]
+  local nsuffix = REDUCE[a.attrs.mode] and reduce_suffix(x, y)
   return nsuffix ~= nil and rowgen.suffix(x.dims, nsuffix) ~= nil
 end
 
@@ -735,6 +758,24 @@ function E.build(plan, group, g, target, symbol)
       base[uid] = "q" .. uid
     end
   end
+  -- a tensor whose row is a contiguous block read per sample or channel (adaptive layer norm's
+  -- scale [B, 1, D]): its row's start once per row, then vector loads like a column tensor's
+  local starts = {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    local terms = info.access[uid] == "gather" and rowgen.col_block(t, info) and rowgen.row_offset(t, info)
+    local parts = {}
+    for _, tm in ipairs(terms or {}) do
+      if type(tm.stride) ~= "number" or tm.stride % L.V ~= 0 then terms = nil; break end
+      local e = tm.div == 1 and "row" or string.format("(row / %dLL)", tm.div)
+      if tm.mod then e = string.format("(%s %% %dLL)", e, tm.mod) end
+      parts[#parts + 1] = string.format("%s * %dLL", e, tm.stride)
+    end
+    if terms then
+      K:add("  const kiln_i64 s%d_ = %s;", uid, #parts > 0 and table.concat(parts, " + ") or "0")
+      starts[uid] = string.format("s%d_", uid)
+    end
+  end
   local function reset_values()
     K.value = {}
     for uid, v in pairs(base) do K.value[uid] = v end
@@ -743,7 +784,7 @@ function E.build(plan, group, g, target, symbol)
   local function sources_of(nodes, extra)
     local loads, gathers = {}, {}
     for _, uid in ipairs(rowgen.sources(nodes, extra, made, base)) do
-      if info.access[uid] == "full" or info.access[uid] == "col" then loads[#loads + 1] = uid
+      if info.access[uid] == "full" or info.access[uid] == "col" or starts[uid] then loads[#loads + 1] = uid
       else gathers[#gathers + 1] = uid end
     end
     return loads, gathers
@@ -804,19 +845,30 @@ function E.build(plan, group, g, target, symbol)
 
   -- The anchor's element-space inputs: memory tensors or prologue values. In "regs" they
   -- stay in registers: the first pass's load arrays, or h_<uid> for computed ones.
+  -- (a reduction's: every sibling's input)
   local ein = {}
-  for _, p in ipairs(spec.ins) do
-    local uid = a.inputs[p]
-    local dup = false
-    for _, e in ipairs(ein) do if e == uid then dup = true end end
-    if not dup then ein[#ein + 1] = uid end
+  local function add_ein(uid)
+    for _, e in ipairs(ein) do if e == uid then return end end
+    ein[#ein + 1] = uid
+  end
+  for _, p in ipairs(spec.ins) do add_ein(a.inputs[p]) end
+  if kind == "reduce" then for _, r in ipairs(group.reductions or { a }) do add_ein(r.inputs.input) end end
+  -- What a thread holds between passes: the anchor's element inputs, or (a reduction's
+  -- epilogue, info.maps) the memory rows its prologue reads, from which the output pass
+  -- computes the prologue again (`replay`; the re-read row always does).
+  local replay = not regs or info.maps
+  local hold_list = ein
+  if info.maps then
+    hold_list = {}
+    for uid in pairs(info.held) do hold_list[#hold_list + 1] = uid end
+    table.sort(hold_list)
   end
   local p1_fused = info.strategy == "reread" or L.N > 8
   local p2_fused = info.strategy == "reread" or L.N > 4
   local unroll = (info.strategy == "reread" and L.N > 4) and "4" or nil
   local hold_expr = {}
   if regs then
-    for _, uid in ipairs(ein) do
+    for _, uid in ipairs(hold_list) do
       local st = pw.storage(src, g.by_uid[uid].dtype)
       if made[uid] or info.access[uid] ~= "full" or p1_fused then
         K:add("  alignas(16) %s h_%d[%d][%d];", st.ctype, uid, L.N, L.V)
@@ -839,12 +891,12 @@ function E.build(plan, group, g, target, symbol)
     local loads, gathers = sources_of(prologue, want)
     local pre, stage, post = stager(outputs_of(prologue), ptag)
     rowgen.pass(K, L, {
-      tag = ptag, loads = loads, access = info.access, valid = pass_valid, fused = p1_fused, unroll = unroll,
+      tag = ptag, loads = loads, access = info.access, starts = starts, valid = pass_valid, fused = p1_fused, unroll = unroll,
       pre = function(lines, kx) pre(lines); if o.pre then o.pre(lines, kx) end end,
       body = function(lines, kx)
         gather_lines(lines, gathers)
         emit(lines, prologue)
-        for _, uid in ipairs(ein) do
+        for _, uid in ipairs(hold_list) do
           local h = hold_expr[uid]
           if h and h.store then lines[#lines + 1] = string.format("        %s[k][j] = %s;", h.arr, pw.fmt(h.st.store, K.value[uid])) end
         end
@@ -861,18 +913,15 @@ function E.build(plan, group, g, target, symbol)
     pass_no = pass_no + 1
     local ptag = tostring(pass_no)
     reset_values()
-    local loads, gathers = {}, {}
-    if not regs then loads, gathers = sources_of(prologue, ein) end
-    local l2, g2 = sources_of(o.nodes or {}, o.extra_loads)
-    local seen = {}
-    for _, uid in ipairs(loads) do seen[uid] = true end
-    for _, uid in ipairs(gathers) do seen[uid] = true end
-    for _, uid in ipairs(l2) do
-      if not seen[uid] and not (regs and info.held[uid]) then loads[#loads + 1] = uid; seen[uid] = true end
+    local loads, gathers, seen = {}, {}, {}
+    local function want(list, into)
+      for _, uid in ipairs(list) do
+        if not seen[uid] and not (regs and info.held[uid]) then into[#into + 1] = uid; seen[uid] = true end
+      end
     end
-    for _, uid in ipairs(g2) do
-      if not seen[uid] and not (regs and info.held[uid]) then gathers[#gathers + 1] = uid; seen[uid] = true end
-    end
+    local function want_both(l, gt) want(l, loads); want(gt, gathers) end
+    if replay then want_both(sources_of(prologue, ein)) end
+    want_both(sources_of(o.nodes or {}, o.extra_loads))
     table.sort(loads)
     table.sort(gathers)
     local pre, stage, post = stager(o.outs or {}, ptag)
@@ -889,18 +938,19 @@ function E.build(plan, group, g, target, symbol)
       ptr_of = function(uid) return fresh[uid] end
     end
     rowgen.pass(K, L, {
-      tag = ptag, loads = loads, access = info.access, valid = pass_valid, fused = p2_fused, unroll = unroll, ptr_of = ptr_of,
+      tag = ptag, loads = loads, access = info.access, starts = starts, valid = pass_valid, fused = p2_fused, unroll = unroll,
+      ptr_of = ptr_of,
       pre = function(lines, kx) pre(lines); if o.pre then o.pre(lines, kx) end end,
       body = function(lines, kx)
         if regs then
-          for _, uid in ipairs(ein) do
+          for _, uid in ipairs(hold_list) do
             local h = hold_expr[uid]
             lines[#lines + 1] = string.format("        const float v%d = %s;", uid, pw.fmt(h.st.load, h.arr .. "[k][j]"))
             K.value[uid] = "v" .. uid
           end
         end
         gather_lines(lines, gathers)
-        if not regs then emit(lines, prologue) end
+        if replay then emit(lines, prologue) end
         o.extra(lines, kx, stage)
       end,
       post = function(lines, kx) post(lines); if o.post then o.post(lines, kx) end end,
@@ -931,11 +981,28 @@ function E.build(plan, group, g, target, symbol)
       end
     end
   end
+  -- The per-row ops (group.rowpw) once per row on the per-row results in `base`, which their
+  -- values join; the reciprocals of the per-row divisors; the per-row outputs among `late`.
+  local function row_ops(late)
+    reset_values()
+    local lines = {}
+    pw.emit_nodes(group.rowpw or {}, K.value, lines, { g = g, src = src, space = info.E, index = "(row * " .. H .. "LL)",
+                                                      indent = "  ", read_later = read_later })
+    for _, line in ipairs(lines) do K:add("%s", line) end
+    for _, n in ipairs(group.rowpw or {}) do for _, uid in pairs(n.outputs) do base[uid] = K.value[uid] end end
+    for _, uid in ipairs(rowgen.row_divisors(group)) do
+      K:add("  const float rcp%d = __frcp_rn(%s);", uid, base[uid])
+      reciprocal[uid] = "rcp" .. uid
+    end
+    for uid in pairs(late) do
+      if info.out_kind[uid] == "row" then stats_out[uid] = base[uid] end
+    end
+  end
   -- The per-row reductions of epilogue values (group.rowred): a pass over the row that makes
   -- the epilogue values they read, the reductions over the row, then the per-row ops
   -- (group.rowpw) once per row. Their results become per-row values (base) of the passes after.
   local function rowred_pass(anchor_lines, o)
-    local rowred, rowpw = group.rowred or {}, group.rowpw or {}
+    local rowred = group.rowred or {}
     if #rowred == 0 then return end
     src:need("common/nanmax.cuh")
     local early, late = rowgen.rowred_split(group)
@@ -957,19 +1024,7 @@ function E.build(plan, group, g, target, symbol)
       if mode.fin then K:add("  %s = %s;", vars[i], subst(mode.fin, { a = vars[i], n = render.float_literal(H) })) end
       base[r.outputs.Y] = vars[i]
     end
-    reset_values()
-    local lines = {}
-    pw.emit_nodes(rowpw, K.value, lines, { g = g, src = src, space = info.E, index = "(row * " .. H .. "LL)", indent = "  ",
-                                           read_later = read_later })
-    for _, line in ipairs(lines) do K:add("%s", line) end
-    for _, n in ipairs(rowpw) do for _, uid in pairs(n.outputs) do base[uid] = K.value[uid] end end
-    for _, uid in ipairs(rowgen.row_divisors(group)) do
-      K:add("  const float rcp%d = __frcp_rn(%s);", uid, base[uid])
-      reciprocal[uid] = "rcp" .. uid
-    end
-    for uid in pairs(late) do
-      if info.out_kind[uid] == "row" then stats_out[uid] = base[uid] end
-    end
+    row_ops(late)
   end
   -- The per-element output pass: the anchor's output value(s) from `anchor_lines`, then the
   -- epilogue, the amax updates and the stores.
@@ -1194,6 +1249,20 @@ function E.build(plan, group, g, target, symbol)
     for i, r in ipairs(list) do
       local mode = REDUCE[r.attrs.mode]
       stats_out[r.outputs.Y] = mode.fin and subst(mode.fin, { a = vars[i], n = render.float_literal(H) }) or vars[i]
+    end
+    if info.maps then
+      -- the element ops after them read each result as its dtype holds it (as the reference does)
+      local late = {}
+      for _, r in ipairs(list) do
+        local y = r.outputs.Y
+        local st = pw.storage(src, g.by_uid[y].dtype)
+        local v = g.by_uid[y].dtype == "fp32" and stats_out[y] or pw.fmt(st.load, pw.fmt(st.store, stats_out[y]))
+        K:add("  const float y%d_ = %s;", y, v)
+        base[y], stats_out[y] = "y" .. y .. "_", "y" .. y .. "_"
+      end
+      for _, n in ipairs(group.rowpw or {}) do for _, uid in pairs(n.outputs) do late[uid] = true end end
+      row_ops(late)
+      output_pass(function() end, {})
     end
   end
 

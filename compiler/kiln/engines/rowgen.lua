@@ -237,7 +237,8 @@ function M.combine_add(a, b)
   return table.concat(t, " ")
 end
 
--- One pass over a row: loads of `loads` (uids read as vectors, "full" or "col"), then per
+-- One pass over a row: loads of `loads` (uids read as vectors, "full", "col", or a column
+-- block from the row start `starts[uid]`, a C expression), then per
 -- element `body(lines, kx)`; `pre(lines, kx)` / `post(lines, kx)` run per vector before and
 -- after the element loop (output staging and stores). With `fused` the loads sit in the same
 -- loop as the compute (large N); otherwise all loads of all N vectors are issued first, into
@@ -264,7 +265,8 @@ function M.pass(K, L, opts)
       local st = pw.storage(K.src, t.dtype)
       local size = dtypes.size(t.dtype)
       local how = opts.access[uid]
-      local off = how == "full" and string.format("row * %dLL + c", L.H) or "c"
+      local off = how == "full" and string.format("row * %dLL + c", L.H)
+        or (opts.starts and opts.starts[uid] and opts.starts[uid] .. " + c") or "c"
       local arr = string.format("r%s_%d", tag, uid)
       if opts.fused then lines[#lines + 1] = string.format("      alignas(16) %s %s[%d];", st.ctype, arr, L.V) end
       local ptr = opts.ptr_of and opts.ptr_of(uid) or K:ptr(uid)
@@ -615,13 +617,16 @@ function M.rowred_split(group)
   return early, late
 end
 
--- The per-row values (rowred results, rowpw outputs) that epilogue divisions divide by, in uid
+-- The per-row values (rowred results, rowpw outputs, a row reduction's results) that epilogue divisions divide by, in uid
 -- order: both forms multiply by their reciprocal, rounded once a row (rcp.rn), instead of an
 -- IEEE division an element (within 1.5 fp32 ulp of the quotient; ptxas spends 25-45 ms less
 -- on a kernel with 16 divisions a thread: docs/MEMORY_BOUND.md).
 function M.row_divisors(group)
   local per_row, seen, list = {}, {}, {}
   for _, n in ipairs(group.rowred or {}) do per_row[n.outputs.Y] = true end
+  if group.anchor and group.anchor.op == "reduction" then
+    for _, n in ipairs(group.reductions or { group.anchor }) do per_row[n.outputs.Y] = true end
+  end
   for _, n in ipairs(group.rowpw or {}) do for _, uid in pairs(n.outputs) do per_row[uid] = true end end
   for _, n in ipairs(group.epilogue or {}) do
     local b = n.inputs.b

@@ -60,16 +60,17 @@ return {
       return { y = g:rmsnorm(h, w, { epsilon = 1e-6 }), s = g:softmax(h) }
     end,
   },
-  -- a row's softmax (fp32 scratch) reduced over the rows, and a per-row max used again
+  -- a row's softmax (fp32 scratch) reduced over the rows, and a per-row max used again over
+  -- other rows (z's: not the reduction's own, which its kernel would take as its epilogue)
   k.graph "scratch_reductions" {
-    dims = { T = k.dynamic, H = 768 },
+    dims = { T = k.dynamic, H = 768, N = 256 },
     dtype = "fp16",
-    inputs = { x = { "T", "H" } },
-    body = function(g, x)
+    inputs = { x = { "T", "H" }, z = { "T", "N" } },
+    body = function(g, x, z)
       local p = g:softmax(x)
       local colmax = g:reduction(p, { mode = "max", dims = { 1, "H" } })
       local m = g:reduction(x, { mode = "amax", dims = { "T", 1 } })
-      return { colmax = g:cast(colmax, "fp32"), y = x / (m + 1.0) }
+      return { colmax = g:cast(colmax, "fp32"), y = z / (m + 1.0) }
     end,
   },
   -- a chain of three scratch tensors: the softmax's fp32 probabilities take the bytes of the
