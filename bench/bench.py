@@ -98,6 +98,7 @@ def speed_row(name, shape, mk, me, mc, nbytes, ceiling, width=16):
 
 def write_csv(out_dir, name, rows):
     """rows (dicts with the same keys) as out_dir/name."""
+    os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, name), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
