@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 172 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 175 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -510,6 +510,19 @@ ok "batchnorm_backward over [T, C]: the four column reductions in one kernel (co
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph sibling_reductions
 ok "sibling reductions: per channel (inner), over a middle axis (strided) and per row each one kernel; a max beside sums its own" \
   bash -c "grep -q 'plan axisreduce:v1:add+avg+norm2:inner:' '$OUTF' && grep -q 'plan axisreduce:v1:add+avg:strided:' '$OUTF' && grep -q 'group 2 (mul reduction reduction): plan row:v1:reductionx2:' '$OUTF' && grep -q 'group 3 (reduction): plan row:v1:reduction:' '$OUTF'"
+# a reduction over a middle axis: a persistent grid of (column block, row slice) items, the
+# rows of too few outputs split over several CTAs whose partials a second kernel adds
+run_kiln build tests/specs/mem/reduce_sweep.lua --graph middle_axis --set S=4096 --sm 90a -o "$TMP/middle.kpack"
+run_kiln pack inspect "$TMP/middle.kpack"
+ok "middle-axis reduction over 4096 rows: grid capped at 8 CTAs an SM, the slices' partials added by a second kernel (pdl)" \
+  bash -c "grep -q 'grid \[min(ceil(B\*8192/64), SMS\*8), 1, 1\]' '$OUTF' && grep -q 'kiln_middle_axis_k0_final .*:slices:final' '$OUTF' && grep -q 'params 4  pdl' '$OUTF'"
+run_kiln build tests/specs/mem/reduce_sweep.lua --graph middle_axis --set S=512 --sm 90a -o "$TMP/middle.kpack"
+run_kiln pack inspect "$TMP/middle.kpack"
+ok "and over 512 rows a CTA a column block, one kernel, no workspace" \
+  bash -c "grep -q 'grid \[ceil(B\*256/64), 1, 1\]' '$OUTF' && ! grep -q '_final' '$OUTF' && grep -q 'workspace: none' '$OUTF'"
+run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a
+ok "axisreduce reads a per-row value once a vector and a per-column one from one offset a vector (no index divided per element)" \
+  bash -c "grep -q 'const float v4 = p4\[(e / 12582912LL)' '$OUTF' && grep -q 'const float v3 = p3\[o3_ + j\];' '$OUTF' && ! grep -q '((e + j) /' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_bf16
 ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-row means and dx in one kernel, the per-sample sums in one" \
   bash -c "grep -q 'group 0 (sub mul mul mul reduction reduction sub mul sub mul mul identity): plan row:v1:reductionx2:[a-z0-9]*:regs' '$OUTF' && grep -q 'group 1 (sub mul mul mul mul reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"

@@ -6,6 +6,8 @@
 --            the rows RS ways (up to 32, as the row count allows) and take 256 / RS lanes of V
 --            adjacent outputs each (16-byte loads, adjacent lanes adjacent outputs), 4 rows in
 --            flight a thread; each thread's and then the splits' values combine in a fixed order.
+--            The grid is persistent over (column block, row slice) items; too few column blocks
+--            to fill it split their rows into slices whose partials a second kernel adds.
 --   inner    [Ro, K, Ri] with K compile-time: a leading and a trailing block (per-channel
 --            statistics, [N, C, H, W] -> [1, C, 1, 1]). CTA (s, k) folds the contiguous Ri
 --            values of rows s, s + G, ... of channel k as one run of vectors (G slices from the
@@ -26,6 +28,14 @@ E.BLOCK = 256        -- threads a CTA
 E.UNROLL = 4         -- accumulators (loads in flight) a thread
 E.SLICES_PER_SM = 4  -- inner: CTAs per SM the slices of all channels aim at (one wave: its launch bounds)
 E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
+-- strided: rows this many or more (or not compile-time) may split over up to E.MAX_SLICES CTAs,
+-- whose partials a second kernel adds in slice order, where the column blocks are too few to
+-- fill E.STRIDED_PER_SM CTAs an SM (a persistent grid). Measured on the H200 (bench/RESULTS.md,
+-- twenty-eighth session): adaptive layer norm's backward sums over 4096 rows 2.67x at one
+-- sample, 1.60x at four; over 512 rows 0.53-0.93x (the second kernel's launch outweighs).
+E.SLICE_MIN_ROWS = 2048
+E.STRIDED_PER_SM = 8
+E.MAX_SLICES = 32
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
@@ -105,6 +115,11 @@ local function analyze(group, g)
     -- the rows split over the CTA's threads as many ways as keep E.UNROLL rows in flight twice
     -- over (rows not compile-time: 8 ways), the rest of the threads along the outputs
     info.RS = rowgen.row_splits(info.R_c, E.UNROLL, E.MAX_SPLIT)
+    -- (no slices where the outputs alone fill the largest device)
+    local TW, Ko_c = (E.BLOCK // info.RS) * info.V, select(3, extent(x.dims, ko))
+    local blocks = Ko_c and Ki_c and (Ko_c * Ki_c + TW - 1) // TW
+    info.slices = (info.R_c == nil or info.R_c >= E.SLICE_MIN_ROWS)
+      and not (blocks and blocks >= sms.LARGE * E.STRIDED_PER_SM) or nil
   elseif form == "RKR" or form == "KR" then
     local ro, k, ri = table.unpack(form == "KR" and { nil, runs[1], runs[2] } or runs)
     info.form = "inner"
@@ -123,8 +138,8 @@ local function analyze(group, g)
     return fail("the reduced axes of %s form %s (kept K, reduced R): at most a leading and a trailing block, or one block inside",
       shape.format(x.dims), form)
   end
-  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d%s", E.version, table.concat(modes_of(info), "+"), info.form, E.BLOCK,
-    info.V, info.RS and string.format("s%d", info.RS) or "")
+  info.id = string.format("axisreduce:v%d:%s:%s:b%dv%d%s%s", E.version, table.concat(modes_of(info), "+"), info.form, E.BLOCK,
+    info.V, info.RS and string.format("s%d", info.RS) or "", info.slices and ":slices" or "")
   return info
 end
 
@@ -147,6 +162,14 @@ function E.propose(group, g, target)
   return { { id = info.id, knobs = { form = info.form }, rank = 1, info = info } }
 end
 
+-- The strided form's slice count, a C expression: enough (column block, row slice) items to
+-- fill E.STRIDED_PER_SM CTAs an SM, each slice at least U rows a thread, at most E.MAX_SLICES
+-- (1: the outputs alone fill the device). Both kernels compute it from the launch's dims.
+local function slices_expr(TW, RS, U)
+  return string.format("kiln_i64 C = (n_out + %d) / %d, G = sms * %d / C; if (G > R / %d) G = R / %d; " ..
+    "if (G > %d) G = %d; if (G < 1) G = 1;", TW - 1, TW, E.STRIDED_PER_SM, RS * U, RS * U, E.MAX_SLICES, E.MAX_SLICES)
+end
+
 local function build_strided(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
   local B, V, U, RS = E.BLOCK, info.V, E.UNROLL, info.RS
@@ -156,31 +179,48 @@ local function build_strided(plan, group, g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
   local comb = COMBINE[mode.comb]
-  -- thread t: the V outputs from o (lane t % LO: adjacent lanes adjacent outputs), the rows
-  -- s, s + RS, ... (s = t / LO)
-  K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
-  K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
-  K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
   local NR = #info.list
+  -- a persistent grid over items (column block cb, row slice sl): thread t takes the V outputs
+  -- from o (lane t % LO: adjacent lanes adjacent outputs) and the slice's rows r_lo + s, + RS,
+  -- ... (s = t / LO); one slice writes the outputs, several their partials to the workspace
+  -- (without slices: a CTA a column block, all its rows)
+  local split = info.slices
+  local ws
+  if split then
+    ws = K:workspace(0)
+    K.params[#K.params + 1] = "const kiln_i64 sms"
+    K.mparams[#K.mparams + 1] = { kind = "sms" }
+  end
+  K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
+  if split then K:add("  %s", slices_expr(TW, RS, U)) end
+  K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
+  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d][%d];", NR, RS, TW)
   K:add("  float acc_[%d][%d][%d];", NR, U, V)
+  if split then
+    K:add("  for (kiln_i64 w = blockIdx.x; w < C * G; w += gridDim.x) {")
+    K:add("  const kiln_i64 cb = w / G, sl = w - cb * G, r_hi = (sl + 1) * R / G;")
+  else
+    K:add("  {")
+    K:add("  const kiln_i64 cb = blockIdx.x, sl = 0, G = 1, r_hi = R;")
+  end
+  K:add("  const kiln_i64 o = cb * %d + lane * %d;", TW, V)
   K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int u = 0; u < %d; u++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[r][u][j] = %s;",
     NR, U, V, mode.init)
   K:add("  if (o < n_out) {")
   K:add("    const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
-  K:add("    kiln_i64 r = s;")
-  K:add("    for (; r + %d < R; r += %d) {", (U - 1) * RS, U * RS)
+  K:add("    kiln_i64 r = sl * R / G + s;")
+  K:add("    for (; r + %d < r_hi; r += %d) {", (U - 1) * RS, U * RS)
   K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", U)
   K:add("        const kiln_i64 e = base + (r + u * %d) * Ki;", RS)
   element(K, group, g, info, "e", "acc_[%r][u][j]", "        ", V)
   K:add("      }")
   K:add("    }")
-  K:add("    for (; r < R; r += %d) {", RS)
+  K:add("    for (; r < r_hi; r += %d) {", RS)
   K:add("      const kiln_i64 e = base + r * Ki;")
   element(K, group, g, info, "e", "acc_[%r][0][j]", "      ", V)
   K:add("    }")
   K:add("  }")
   K:add("  // in a fixed order: each thread's accumulators, then the row splits in turn")
-  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d][%d];", NR, RS, TW)
   K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int j = 0; j < %d; j++) {", NR, V)
   K:add("    float a = acc_[r][0][j];")
   K:add("#pragma unroll\n    for (int u = 1; u < %d; u++) { const float b = acc_[r][u][j]; %s }", U, comb({ "a" }, { "b" }))
@@ -188,7 +228,7 @@ local function build_strided(plan, group, g, symbol)
   K:add("  }")
   K:add("  __syncthreads();")
   K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", TW, B)
-  K:add("    const kiln_i64 q = (kiln_i64)blockIdx.x * %d + i;", TW)
+  K:add("    const kiln_i64 q = cb * %d + i;", TW)
   K:add("    if (q >= n_out) break;")
   for r, red in ipairs(info.list) do
     local st = pw.storage(K.src, red.y.dtype)
@@ -196,9 +236,16 @@ local function build_strided(plan, group, g, symbol)
     K:add("    {")
     K:add("      float a = red_[%d][0][i];", r - 1)
     K:add("      for (int k = 1; k < %d; k++) { const float b = red_[%d][k][i]; %s }", RS, r - 1, comb({ "a" }, { "b" }))
-    K:add("      %s[q] = %s;", K:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+    if split then
+      K:add("      if (G == 1) %s[q] = %s;", K:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+      K:add("      else %s[(sl * %d + %d) * n_out + q] = a;", ws, NR, r - 1)
+    else
+      K:add("      %s[q] = %s;", K:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+    end
     K:add("    }")
   end
+  K:add("  }")
+  if split then K:add("  __syncthreads();  // red_ is the next item's") end
   K:add("  }")
   local params = K:finish_params()
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
@@ -206,7 +253,52 @@ local function build_strided(plan, group, g, symbol)
       table.concat(modes_of(info), " and "), shape.format(info.E), TW, V, RS, U),
     block = B, minb = "", symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
-  return rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
+  local factors = {}
+  for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
+  for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
+  local main = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
+  if not split then return main end
+  main.grid[1] = sms.rule(rowgen.with_const(factors, E.MAX_SLICES), TW, sms.cap(E.STRIDED_PER_SM))
+  -- the slices' partials added in slice order (nothing to do where one slice took the rows)
+  local F = rowgen.kernel(g, symbol .. "_final")
+  F.src:need("common/pdl.cuh")
+  if mode.comb == "max" or mode.comb == "min" then F.src:need("common/nanmax.cuh") end
+  F:note_dyn(info.E)
+  local fws = F:workspace(0)
+  F.params[#F.params + 1] = "const kiln_i64 sms"
+  F.mparams[#F.mparams + 1] = { kind = "sms" }
+  F:add("  const kiln_i64 n_out = %s * %s, R = %s;", info.Ko, info.Ki, info.R)
+  F:add("  %s", slices_expr(TW, RS, U))
+  F:add("  kiln_pdl_wait();  // launched early (pdl): the partials are complete past this point")
+  F:add("  kiln_pdl_launch_dependents();")
+  F:add("  if (G == 1) return;")
+  F:add("  for (kiln_i64 q = (kiln_i64)blockIdx.x * %d + threadIdx.x; q < n_out; q += (kiln_i64)gridDim.x * %d) {", B, B)
+  for r, red in ipairs(info.list) do
+    local st = pw.storage(F.src, red.y.dtype)
+    local fin = red.mode.fin and subst(red.mode.fin, { a = "a", n = "(float)R" }) or "a"
+    F:add("    {")
+    F:add("      float a = %s[%d * n_out + q];", fws, r - 1)
+    F:add("      for (kiln_i64 k = 1; k < G; k++) { const float b = %s[(k * %d + %d) * n_out + q]; %s }", fws, NR, r - 1,
+      comb({ "a" }, { "b" }))
+    F:add("      %s[q] = %s;", F:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+    F:add("    }")
+  end
+  F:add("  }")
+  local fparams = F:finish_params()
+  F.src:add(rowgen.render_fill("axisreduce.cuh", {
+    what = "the row slices' partials of " .. table.concat(modes_of(info), " and ") .. " added in slice order",
+    block = B, minb = "", symbol = symbol .. "_final", params = fparams, shared = "", body = table.concat(F.lines, "\n"),
+  }))
+  local final = {
+    symbol = symbol .. "_final", engine = E.id, plan_id = plan.id .. ":final", source = F.src:text(), options = rowgen.OPTIONS,
+    block = { B, 1, 1 }, grid = { sms.rule(factors, B, sms.cap(E.STRIDED_PER_SM)), 1, 1 },
+    smem = 0, cluster = { 1, 1, 1 }, params = F.mparams, align = F.align, pdl = true,
+  }
+  -- G slices hold G * NR * n_out partials: G * C items fill at most STRIDED_PER_SM CTAs an SM
+  local cap = sms.cap(E.STRIDED_PER_SM * TW * NR * 4)
+  local workspace = { rule = sms.rule(rowgen.with_const(factors, E.MAX_SLICES * NR * 4), 1, cap),
+                      bytes_max = sms.at(cap, sms.MAX) }
+  return { kernels = { main, final }, workspace = workspace }
 end
 
 local function build_inner(plan, group, g, symbol)

@@ -462,8 +462,9 @@ local WORD = { [2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16]
 M.WORD = WORD
 
 -- The V elements from flat index `index` of `space` (lines into K, a block at `indent`): the
--- group's row-major tensors of that shape as one V-wide load, anything else gathered per
--- element, the prologue, then `tail(lines, value, indent)` per element j (value[uid]: the
+-- group's row-major tensors of that shape as one V-wide load, a tensor broadcast along the last
+-- axis once a vector and one contiguous along it from one offset a vector (where a vector lies
+-- in one row of the last axis), anything else gathered per element, the prologue, then `tail(lines, value, indent)` per element j (value[uid]: the
 -- element's values; the group's anchor input among them). `loaded(indent, words)`, if given,
 -- runs after the loads: words[uid] names the V loaded elements of a whole tensor (an array).
 function M.elements(K, group, g, space, index, indent, V, tail, loaded)
@@ -493,6 +494,25 @@ function M.elements(K, group, g, space, index, indent, V, tail, loaded)
     for _, uid in ipairs(whole) do words[uid] = string.format("r%d_", uid) end
     loaded(inner, words)
   end
+  -- (a vector inside one row of the last axis: a tensor broadcast along it is read once a
+  -- vector, one contiguous along it from the vector's offset, without an index per element)
+  local last = space[#space]
+  local in_row = type(last) == "number" and last % V == 0
+  local per_vector = {}
+  for _, uid in ipairs(gathered) do
+    local t = g.by_uid[uid]
+    local n = #t.dims
+    local how = not in_row and "gather" or (n == 0 or t.dims[n] == 1 and last ~= 1) and "once"
+      or t.strides[n] == 1 and "row" or "gather"
+    if how == "once" then
+      K:add("%sconst float v%d = %s;", inner, uid, pw.fmt(pw.storage(K.src, t.dtype).load,
+        string.format("%s[%s]", K:ptr(uid), pw.offset_expr(t, space, index))))
+      per_vector[uid], value[uid] = "once", "v" .. uid
+    elseif how == "row" then
+      K:add("%sconst kiln_i64 o%d_ = %s;", inner, uid, pw.offset_expr(t, space, index))
+      per_vector[uid] = "row"
+    end
+  end
   K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", inner, V)
   local lines, at = {}, string.format("(%s + j)", index)
   for _, uid in ipairs(whole) do
@@ -502,9 +522,12 @@ function M.elements(K, group, g, space, index, indent, V, tail, loaded)
   end
   for _, uid in ipairs(gathered) do
     local t = g.by_uid[uid]
-    lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid,
-      pw.fmt(pw.storage(K.src, t.dtype).load, string.format("%s[%s]", K:ptr(uid), pw.offset_expr(t, space, at))))
-    value[uid] = "v" .. uid
+    if per_vector[uid] ~= "once" then
+      local off = per_vector[uid] == "row" and string.format("o%d_ + j", uid) or pw.offset_expr(t, space, at)
+      lines[#lines + 1] = string.format("%s  const float v%d = %s;", inner, uid,
+        pw.fmt(pw.storage(K.src, t.dtype).load, string.format("%s[%s]", K:ptr(uid), off)))
+      value[uid] = "v" .. uid
+    end
   end
   pw.emit_nodes(group.prologue or {}, value, lines, { g = g, src = K.src, space = space, index = at, indent = inner .. "  ",
                                                       read_later = pw.read_set(group.nodes) })

@@ -39,6 +39,16 @@ graphs[#graphs + 1] = k.graph "middle_ragged" {
              mn = g:reduction(x, { mode = "min", dims = { "B", 1, "H" }, dtype = "fp32" }) }
   end,
 }
+-- rows not compile-time and few outputs: the rows split over CTAs (slices), a second kernel
+-- adding their partials in slice order; ragged rows of 200
+graphs[#graphs + 1] = k.graph "middle_slices" {
+  dims = { B = { 3 }, S = k.dynamic, H = { 200 } }, dtype = "fp16",
+  inputs = { x = { "B", "S", "H" } },
+  body = function(g, x)
+    return { sum = g:reduction(x, { mode = "add", dims = { "B", 1, "H" }, dtype = "fp32" }),
+             mx = g:reduction(x, { mode = "max", dims = { "B", 1, "H" }, dtype = "fp32" }) }
+  end,
+}
 graphs[#graphs + 1] = k.graph "leading_axes" {
   dims = { B = k.dynamic, S = { 33 }, H = { 1000 } }, dtype = "fp16",
   inputs = { x = { "B", "S", "H" } },
