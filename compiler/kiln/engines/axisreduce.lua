@@ -170,6 +170,12 @@ local function slices_expr(TW, RS, U)
     "if (G > %d) G = %d; if (G < 1) G = 1;", TW - 1, TW, E.STRIDED_PER_SM, RS * U, RS * U, E.MAX_SLICES, E.MAX_SLICES)
 end
 
+-- What reduction red stores from its accumulator `a` over R rows: its final map, its dtype.
+local function stored(src, red)
+  local fin = red.mode.fin and subst(red.mode.fin, { a = "a", n = "(float)R" }) or "a"
+  return pw.fmt(pw.storage(src, red.y.dtype).store, fin)
+end
+
 local function build_strided(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
   local B, V, U, RS = E.BLOCK, info.V, E.UNROLL, info.RS
@@ -231,16 +237,14 @@ local function build_strided(plan, group, g, symbol)
   K:add("    const kiln_i64 q = cb * %d + i;", TW)
   K:add("    if (q >= n_out) break;")
   for r, red in ipairs(info.list) do
-    local st = pw.storage(K.src, red.y.dtype)
-    local fin = red.mode.fin and subst(red.mode.fin, { a = "a", n = "(float)R" }) or "a"
     K:add("    {")
     K:add("      float a = red_[%d][0][i];", r - 1)
     K:add("      for (int k = 1; k < %d; k++) { const float b = red_[%d][k][i]; %s }", RS, r - 1, comb({ "a" }, { "b" }))
     if split then
-      K:add("      if (G == 1) %s[q] = %s;", K:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+      K:add("      if (G == 1) %s[q] = %s;", K:ptr(red.y.uid, true), stored(K.src, red))
       K:add("      else %s[(sl * %d + %d) * n_out + q] = a;", ws, NR, r - 1)
     else
-      K:add("      %s[q] = %s;", K:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+      K:add("      %s[q] = %s;", K:ptr(red.y.uid, true), stored(K.src, red))
     end
     K:add("    }")
   end
@@ -253,11 +257,11 @@ local function build_strided(plan, group, g, symbol)
       table.concat(modes_of(info), " and "), shape.format(info.E), TW, V, RS, U),
     block = B, minb = "", symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
+  local main = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
+  if not split then return main end
   local factors = {}
   for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
   for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
-  local main = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
-  if not split then return main end
   main.grid[1] = sms.rule(rowgen.with_const(factors, E.MAX_SLICES), TW, sms.cap(E.STRIDED_PER_SM))
   -- the slices' partials added in slice order (nothing to do where one slice took the rows)
   local F = rowgen.kernel(g, symbol .. "_final")
@@ -274,13 +278,11 @@ local function build_strided(plan, group, g, symbol)
   F:add("  if (G == 1) return;")
   F:add("  for (kiln_i64 q = (kiln_i64)blockIdx.x * %d + threadIdx.x; q < n_out; q += (kiln_i64)gridDim.x * %d) {", B, B)
   for r, red in ipairs(info.list) do
-    local st = pw.storage(F.src, red.y.dtype)
-    local fin = red.mode.fin and subst(red.mode.fin, { a = "a", n = "(float)R" }) or "a"
     F:add("    {")
     F:add("      float a = %s[%d * n_out + q];", fws, r - 1)
     F:add("      for (kiln_i64 k = 1; k < G; k++) { const float b = %s[(k * %d + %d) * n_out + q]; %s }", fws, NR, r - 1,
       comb({ "a" }, { "b" }))
-    F:add("      %s[q] = %s;", F:ptr(red.y.uid, true), pw.fmt(st.store, fin))
+    F:add("      %s[q] = %s;", F:ptr(red.y.uid, true), stored(F.src, red))
     F:add("    }")
   end
   F:add("  }")
