@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 175 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 176 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -520,6 +520,9 @@ run_kiln build tests/specs/mem/reduce_sweep.lua --graph middle_axis --set S=512 
 run_kiln pack inspect "$TMP/middle.kpack"
 ok "and over 512 rows a CTA a column block, one kernel, no workspace" \
   bash -c "grep -q 'grid \[ceil(B\*256/64), 1, 1\]' '$OUTF' && ! grep -q '_final' '$OUTF' && grep -q 'workspace: none' '$OUTF'"
+run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a
+ok "sibling reductions of one input and update share an accumulator (batch norm's backward: sums and means of dy and dy * x_hat, two)" \
+  bash -c "grep -q 'float acc_\[2\]\[4\];' '$OUTF' && grep -q 'ws\[gi \* 128LL + col\]' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a
 ok "axisreduce reads a per-row value once a vector and a per-column one from one offset a vector (no index divided per element)" \
   bash -c "grep -q 'const float v4 = p4\[(e / 12582912LL)' '$OUTF' && grep -q 'const float v3 = p3\[o3_ + j\];' '$OUTF' && ! grep -q '((e + j) /' '$OUTF'"

@@ -39,14 +39,30 @@ E.MAX_SLICES = 32
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
--- The V elements from flat input index `index` folded into each reduction's accumulator
--- (`acc` with %r the reduction's index; rowgen.elements).
+-- The V elements from flat input index `index` folded into each accumulator (`acc` with %r
+-- the accumulator's index; rowgen.elements).
 local function element(K, group, g, info, index, acc, indent, V)
   rowgen.elements(K, group, g, info.E, index, indent, V, function(lines, value, inner)
-    for r, red in ipairs(info.list) do
-      lines[#lines + 1] = inner .. subst(red.mode.upd, { a = acc:gsub("%%r", r - 1), v = value[red.anchor.inputs.input] })
+    for i, a in ipairs(info.acc) do
+      lines[#lines + 1] = inner .. subst(a.mode.upd, { a = acc:gsub("%%r", i - 1), v = value[a.input] })
     end
   end)
+end
+
+-- The accumulators of sibling reductions: one per input and update (batch norm's backward
+-- sums dy and dy * x_hat and takes their means: two, not four), info.acc_of[r] reduction r's;
+-- each output keeps its own final map.
+local function accumulators(info)
+  info.acc, info.acc_of = {}, {}
+  local index = {}
+  for r, red in ipairs(info.list) do
+    local key = red.anchor.inputs.input .. "|" .. red.mode.upd
+    if not index[key] then
+      info.acc[#info.acc + 1] = { input = red.anchor.inputs.input, mode = red.mode }
+      index[key] = #info.acc
+    end
+    info.acc_of[r] = index[key]
+  end
 end
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
@@ -104,6 +120,7 @@ local function analyze(group, g)
   end
   local runs, form = form_of(x, y)
   local info = { anchor = a, mode = mode, E = x.dims, list = red.list }
+  accumulators(info)
   if form == "RK" or form == "KRK" then
     local ko, r, ki = table.unpack(form == "RK" and { nil, runs[1], runs[2] } or runs)
     info.form = "strided"
@@ -185,7 +202,7 @@ local function build_strided(plan, group, g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
   local comb = COMBINE[mode.comb]
-  local NR = #info.list
+  local NR = #info.acc
   -- a persistent grid over items (column block cb, row slice sl): thread t takes the V outputs
   -- from o (lane t % LO: adjacent lanes adjacent outputs) and the slice's rows r_lo + s, + RS,
   -- ... (s = t / LO); one slice writes the outputs, several their partials to the workspace
@@ -236,15 +253,19 @@ local function build_strided(plan, group, g, symbol)
   K:add("  for (int i = threadIdx.x; i < %d; i += %d) {", TW, B)
   K:add("    const kiln_i64 q = cb * %d + i;", TW)
   K:add("    if (q >= n_out) break;")
-  for r, red in ipairs(info.list) do
+  for ai in ipairs(info.acc) do
+    local stores = {}
+    for r, red in ipairs(info.list) do
+      if info.acc_of[r] == ai then stores[#stores + 1] = string.format("%s[q] = %s;", K:ptr(red.y.uid, true), stored(K.src, red)) end
+    end
     K:add("    {")
-    K:add("      float a = red_[%d][0][i];", r - 1)
-    K:add("      for (int k = 1; k < %d; k++) { const float b = red_[%d][k][i]; %s }", RS, r - 1, comb({ "a" }, { "b" }))
+    K:add("      float a = red_[%d][0][i];", ai - 1)
+    K:add("      for (int k = 1; k < %d; k++) { const float b = red_[%d][k][i]; %s }", RS, ai - 1, comb({ "a" }, { "b" }))
     if split then
-      K:add("      if (G == 1) %s[q] = %s;", K:ptr(red.y.uid, true), stored(K.src, red))
-      K:add("      else %s[(sl * %d + %d) * n_out + q] = a;", ws, NR, r - 1)
+      K:add("      if (G == 1) { %s }", table.concat(stores, " "))
+      K:add("      else %s[(sl * %d + %d) * n_out + q] = a;", ws, NR, ai - 1)
     else
-      K:add("      %s[q] = %s;", K:ptr(red.y.uid, true), stored(K.src, red))
+      K:add("      %s", table.concat(stores, " "))
     end
     K:add("    }")
   end
@@ -277,12 +298,14 @@ local function build_strided(plan, group, g, symbol)
   F:add("  kiln_pdl_launch_dependents();")
   F:add("  if (G == 1) return;")
   F:add("  for (kiln_i64 q = (kiln_i64)blockIdx.x * %d + threadIdx.x; q < n_out; q += (kiln_i64)gridDim.x * %d) {", B, B)
-  for r, red in ipairs(info.list) do
+  for ai in ipairs(info.acc) do
     F:add("    {")
-    F:add("      float a = %s[%d * n_out + q];", fws, r - 1)
-    F:add("      for (kiln_i64 k = 1; k < G; k++) { const float b = %s[(k * %d + %d) * n_out + q]; %s }", fws, NR, r - 1,
+    F:add("      float a = %s[%d * n_out + q];", fws, ai - 1)
+    F:add("      for (kiln_i64 k = 1; k < G; k++) { const float b = %s[(k * %d + %d) * n_out + q]; %s }", fws, NR, ai - 1,
       comb({ "a" }, { "b" }))
-    F:add("      %s[q] = %s;", F:ptr(red.y.uid, true), stored(F.src, red))
+    for r, red in ipairs(info.list) do
+      if info.acc_of[r] == ai then F:add("      %s[q] = %s;", F:ptr(red.y.uid, true), stored(F.src, red)) end
+    end
     F:add("    }")
   end
   F:add("  }")
@@ -305,7 +328,7 @@ end
 
 local function build_inner(plan, group, g, symbol)
   local info, mode = plan.info, plan.info.mode
-  local B, V, U, NR = E.BLOCK, info.V, E.UNROLL, #info.list
+  local B, V, U, NR = E.BLOCK, info.V, E.UNROLL, #info.acc
   local K = rowgen.kernel(g, symbol)
   K.src:need("common/nanmax.cuh")
   K:note_dyn(info.E)
@@ -353,7 +376,7 @@ local function build_inner(plan, group, g, symbol)
   local params = K:finish_params()
   local outs = {}
   for r, red in ipairs(info.list) do
-    outs[r] = { uid = red.y.uid, first = (r - 1) * info.K, count = info.K, fin = red.mode.fin or false }
+    outs[r] = { uid = red.y.uid, first = (info.acc_of[r] - 1) * info.K, count = info.K, fin = red.mode.fin or false }
   end
   local what = table.concat(modes_of(info), " and ")
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
