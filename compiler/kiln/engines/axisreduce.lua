@@ -31,7 +31,7 @@ E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest o
 -- strided: rows this many or more (or not compile-time) may split over up to E.MAX_SLICES CTAs,
 -- whose partials a second kernel adds in slice order, where the column blocks are too few to
 -- fill E.STRIDED_PER_SM CTAs an SM (a persistent grid). Measured on the H200 (bench/RESULTS.md,
--- twenty-eighth session): adaptive layer norm's backward sums over 4096 rows 2.67x at one
+-- twenty-eighth session): adaptive layer norm's backward sums over 4096 rows 2.65x at one
 -- sample, 1.60x at four; over 512 rows 0.53-0.93x (the second kernel's launch outweighs).
 E.SLICE_MIN_ROWS = 2048
 E.STRIDED_PER_SM = 8
@@ -204,7 +204,7 @@ local function build_strided(plan, group, g, symbol)
   local comb = COMBINE[mode.comb]
   local NR = #info.acc
   -- a persistent grid over items (column block cb, row slice sl): thread t takes the V outputs
-  -- from o (lane t % LO: adjacent lanes adjacent outputs) and the slice's rows r_lo + s, + RS,
+  -- from o (lane t % LO: adjacent lanes adjacent outputs) and the slice's rows sl * R / G + s, + RS,
   -- ... (s = t / LO); one slice writes the outputs, several their partials to the workspace
   -- (without slices: a CTA a column block, all its rows)
   local split = info.slices
