@@ -762,17 +762,9 @@ function E.build(plan, group, g, target, symbol)
   -- scale [B, 1, D]): its row's start once per row, then vector loads like a column tensor's
   local starts = {}
   for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    local terms = info.access[uid] == "gather" and rowgen.col_block(t, info) and rowgen.row_offset(t, info)
-    local parts = {}
-    for _, tm in ipairs(terms or {}) do
-      if type(tm.stride) ~= "number" or tm.stride % L.V ~= 0 then terms = nil; break end
-      local e = tm.div == 1 and "row" or string.format("(row / %dLL)", tm.div)
-      if tm.mod then e = string.format("(%s %% %dLL)", e, tm.mod) end
-      parts[#parts + 1] = string.format("%s * %dLL", e, tm.stride)
-    end
-    if terms then
-      K:add("  const kiln_i64 s%d_ = %s;", uid, #parts > 0 and table.concat(parts, " + ") or "0")
+    local start = info.access[uid] == "gather" and rowgen.row_start(g.by_uid[uid], info, L.V)
+    if start then
+      K:add("  const kiln_i64 s%d_ = %s;", uid, start)
       starts[uid] = string.format("s%d_", uid)
     end
   end

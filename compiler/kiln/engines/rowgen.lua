@@ -419,6 +419,21 @@ function M.row_offset(t, info)
   return terms
 end
 
+-- The C expression (of `row`) where column block t's row starts, when every term of
+-- M.row_offset is a whole number of V-element vectors; else nil (t is gathered per element).
+function M.row_start(t, info, V)
+  local terms = M.col_block(t, info) and M.row_offset(t, info)
+  if not terms then return nil end
+  local parts = {}
+  for _, tm in ipairs(terms) do
+    if type(tm.stride) ~= "number" or tm.stride % V ~= 0 then return nil end
+    local e = tm.div == 1 and "row" or string.format("(row / %dLL)", tm.div)
+    if tm.mod then e = string.format("(%s %% %dLL)", e, tm.mod) end
+    parts[#parts + 1] = string.format("%s * %dLL", e, tm.stride)
+  end
+  return #parts > 0 and table.concat(parts, " + ") or "0"
+end
+
 -- Whether t's trailing axes are the row's, row-major: then its row is read by vectors like a
 -- column tensor's, from M.row_offset's start.
 function M.col_block(t, info)
