@@ -21,6 +21,7 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
+local partials_ptx = require "kiln.engines.partials_ptx"
 
 local E = { id = "axisreduce", version = 1 }
 
@@ -46,7 +47,72 @@ local function element(K, group, g, info, index, acc, indent, V)
     for i, a in ipairs(info.acc) do
       lines[#lines + 1] = inner .. subst(a.mode.upd, { a = acc:gsub("%%r", i - 1), v = value[a.input] })
     end
-  end)
+  end, nil, info.fixed)
+end
+
+-- The stride of tensor t along the strided form's rows (a number) where t is broadcast along
+-- the trailing kept axes and its offset grows linearly with the row index (a row's mean or
+-- rstd); else nil.
+local function per_row_stride(t, info)
+  local E, pad = info.E, #info.E - #t.dims
+  local rows, kept = info.runs[#info.runs - 1], info.runs[#info.runs]
+  for i = kept.from, kept.to do
+    local d = t.dims[i - pad]
+    if d ~= nil and d ~= 1 then return nil end
+  end
+  local last, want
+  for i = rows.to, rows.from, -1 do
+    if E[i] ~= 1 then
+      local d, st = t.dims[i - pad], t.strides[i - pad]
+      if d == nil or not pw.dims_equal({ d }, { E[i] }) or type(st) ~= "number" then return nil end
+      if last and st ~= want then return nil end
+      last = last or st
+      want = type(E[i]) == "number" and st * E[i] or -1  -- the next outer axis's stride, row-major
+    end
+  end
+  return last
+end
+
+-- The inputs the same for all rows a thread reads (broadcast along every reduced axis: a
+-- per-channel mean, a per-sample scale), loaded once before the row loop (lines at `indent`)
+-- from flat index `first` (the thread's first element); info.fixed[uid] names element j.
+local function hoist(K, group, g, info, first, indent, V)
+  local E, fixed = info.E, {}
+  local last = E[#E]
+  local in_row = type(last) == "number" and last % V == 0
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    local pad = #E - #t.dims
+    local gathered = t.role ~= "constant" and t.role ~= "scalar" and not pw.dims_equal(t.dims, E)
+    local varies = gathered
+    for _, run in ipairs(info.runs) do
+      for i = run.from, run.to do
+        local d = t.dims[i - pad]
+        if run.reduced and d ~= nil and d ~= 1 then varies = false end
+      end
+    end
+    local along = gathered and not varies and info.form == "strided" and per_row_stride(t, info)
+    if along then
+      -- (a per-row value of the strided form, e.g. a row's mean: from the thread's first
+      -- element's offset plus the row `row_` times its stride)
+      K:add("%sconst kiln_i64 o%d_ = %s;", indent, uid, pw.offset_expr(t, E, first))
+      fixed[uid] = pw.fmt(pw.storage(K.src, t.dtype).load, string.format("%s[o%d_ + row_ * %dLL]", K:ptr(uid), uid, along))
+    elseif varies then
+      local load, ptr, n = pw.storage(K.src, t.dtype).load, K:ptr(uid), #t.dims
+      if n == 0 or t.dims[n] == 1 or info.form == "inner" then
+        K:add("%sconst float f%d_ = %s;", indent, uid, pw.fmt(load, string.format("%s[%s]", ptr, pw.offset_expr(t, E, first))))
+        fixed[uid] = string.format("f%d_", uid)
+      else
+        -- (contiguous along the last axis inside one row: from one offset)
+        local at = (in_row and t.strides[n] == 1) and string.format("o%d_ + j", uid) or pw.offset_expr(t, E, "(" .. first .. " + j)")
+        if in_row and t.strides[n] == 1 then K:add("%sconst kiln_i64 o%d_ = %s;", indent, uid, pw.offset_expr(t, E, first)) end
+        K:add("%sfloat f%d_[%d];", indent, uid, V)
+        K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) f%d_[j] = %s;", indent, V, uid, pw.fmt(load, string.format("%s[%s]", ptr, at)))
+        fixed[uid] = string.format("f%d_[j]", uid)
+      end
+    end
+  end
+  info.fixed = fixed
 end
 
 -- The accumulators of sibling reductions: one per input and update (batch norm's backward
@@ -119,13 +185,13 @@ local function analyze(group, g)
     if not shape.is_row_major(r.y.dims, r.y.strides) then return fail("Y '%s' is not row-major", r.y.name) end
   end
   local runs, form = form_of(x, y)
-  local info = { anchor = a, mode = mode, E = x.dims, list = red.list }
+  local info = { anchor = a, mode = mode, E = x.dims, list = red.list, runs = runs }
   accumulators(info)
   if form == "RK" or form == "KRK" then
     local ko, r, ki = table.unpack(form == "RK" and { nil, runs[1], runs[2] } or runs)
     info.form = "strided"
     info.Ko, info.Ko_f = extent(x.dims, ko)
-    info.R, _, info.R_c = extent(x.dims, r)
+    info.R, info.R_f, info.R_c = extent(x.dims, r)
     local Ki_c
     info.Ki, info.Ki_f, Ki_c = extent(x.dims, ki)
     info.V = vector_width(group, g, x, Ki_c)
@@ -145,8 +211,8 @@ local function analyze(group, g)
     if not K then return fail("the kept axes of %s are not compile-time (specialize them)", shape.format(x.dims)) end
     if K > 65535 then return fail("%d channels: more than a grid's y extent", K) end
     info.K = K
-    local Ri, _, Ri_c = extent(x.dims, ri)
-    info.Ri = Ri
+    local Ri, Ri_f, Ri_c = extent(x.dims, ri)
+    info.Ri, info.Ri_f = Ri, Ri_f
     info.V = vector_width(group, g, x, Ri_c)
     info.cap = sms.cap(E.SLICES_PER_SM, K)
   elseif not form:find("R") then
@@ -193,7 +259,7 @@ local function stored(src, red)
   return pw.fmt(pw.storage(src, red.y.dtype).store, fin)
 end
 
-local function build_strided(plan, group, g, symbol)
+local function build_strided(plan, group, g, target, symbol)
   local info, mode = plan.info, plan.info.mode
   local B, V, U, RS = E.BLOCK, info.V, E.UNROLL, info.RS
   local LO = B // RS    -- lanes along the outputs
@@ -231,15 +297,17 @@ local function build_strided(plan, group, g, symbol)
     NR, U, V, mode.init)
   K:add("  if (o < n_out) {")
   K:add("    const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
+  hoist(K, group, g, info, "base", "    ", V)
   K:add("    kiln_i64 r = sl * R / G + s;")
-  K:add("    for (; r + %d < r_hi; r += %d) {", (U - 1) * RS, U * RS)
+  -- (the row loops rolled: NVVM unrolling them again doubles the kernel's compile, not its speed)
+  K:add("#pragma unroll 1\n    for (; r + %d < r_hi; r += %d) {", (U - 1) * RS, U * RS)
   K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", U)
-  K:add("        const kiln_i64 e = base + (r + u * %d) * Ki;", RS)
+  K:add("        const kiln_i64 row_ = r + u * %d, e = base + row_ * Ki;", RS)
   element(K, group, g, info, "e", "acc_[%r][u][j]", "        ", V)
   K:add("      }")
   K:add("    }")
-  K:add("    for (; r < r_hi; r += %d) {", RS)
-  K:add("      const kiln_i64 e = base + r * Ki;")
+  K:add("#pragma unroll 1\n    for (; r < r_hi; r += %d) {", RS)
+  K:add("      const kiln_i64 row_ = r, e = base + r * Ki;")
   element(K, group, g, info, "e", "acc_[%r][0][j]", "      ", V)
   K:add("    }")
   K:add("  }")
@@ -315,10 +383,21 @@ local function build_strided(plan, group, g, symbol)
     block = B, minb = "", symbol = symbol .. "_final", params = fparams, shared = "", body = table.concat(F.lines, "\n"),
   }))
   local final = {
-    symbol = symbol .. "_final", engine = E.id, plan_id = plan.id .. ":final", source = F.src:text(), options = rowgen.OPTIONS,
+    symbol = symbol .. "_final", engine = E.id, plan_id = plan.id .. ":final", options = rowgen.OPTIONS,
     block = { B, 1, 1 }, grid = { sms.rule(factors, B, sms.cap(E.STRIDED_PER_SM)), 1, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = F.mparams, align = F.align, pdl = true,
   }
+  -- the same in PTX, for a PTX module (no NVRTC)
+  local cuda, accs = F.src:text(), {}
+  for ai in ipairs(info.acc) do accs[ai] = {} end
+  for r, red in ipairs(info.list) do table.insert(accs[info.acc_of[r]], { uid = red.y.uid, fin = red.mode.fin }) end
+  local sopts = { n_out = factors, rows = info.R_f, TW = TW, rsu = RS * U, per_sm = E.STRIDED_PER_SM, most = E.MAX_SLICES,
+                  comb = mode.comb, init = mode.init, accs = accs }
+  if partials_ptx.slices_accept(g, sopts) then
+    F.lines, F.target = {}, target
+    partials_ptx.emit_slices(F, g, sopts)
+  end
+  rowgen.with_source(final, F, cuda, nil, true)
   -- G slices hold G * NR * n_out partials: G * C items fill at most STRIDED_PER_SM CTAs an SM
   local cap = sms.cap(E.STRIDED_PER_SM * TW * NR * 4)
   local workspace = { rule = sms.rule(rowgen.with_const(factors, E.MAX_SLICES * NR * 4), 1, cap),
@@ -326,7 +405,7 @@ local function build_strided(plan, group, g, symbol)
   return { kernels = { main, final }, workspace = workspace }
 end
 
-local function build_inner(plan, group, g, symbol)
+local function build_inner(plan, group, g, target, symbol)
   local info, mode = plan.info, plan.info.mode
   local B, V, U, NR = E.BLOCK, info.V, E.UNROLL, #info.acc
   local K = rowgen.kernel(g, symbol)
@@ -336,17 +415,18 @@ local function build_inner(plan, group, g, symbol)
   -- the slice's rows as one run of vectors: thread t takes vectors t, t + B, ... (U in flight)
   K:add("  const kiln_i64 Ro = %s, Ri = %s, VR = Ri / %d, G = gridDim.x;", info.Ro, info.Ri, V)
   K:add("  const int k = blockIdx.y;")
+  hoist(K, group, g, info, "((kiln_i64)k * Ri)", "  ", V)
   K:add("  const kiln_i64 n = (Ro - blockIdx.x + G - 1) / G * VR;  // the slice's vectors")
   K:add("  float acc_[%d][%d];", NR, U)
   K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int u = 0; u < %d; u++) acc_[r][u] = %s;", NR, U, mode.init)
   K:add("  kiln_i64 f = threadIdx.x;")
-  K:add("  for (; f + %d < n; f += %d) {", (U - 1) * B, U * B)
+  K:add("#pragma unroll 1\n  for (; f + %d < n; f += %d) {", (U - 1) * B, U * B)
   K:add("#pragma unroll\n    for (int u = 0; u < %d; u++) {", U)
   K:add("      const kiln_i64 fu = f + u * %d, e = ((blockIdx.x + fu / VR * G) * %dLL + k) * Ri + fu %% VR * %d;", B, info.K, V)
   element(K, group, g, info, "e", "acc_[%r][u]", "      ", V)
   K:add("    }")
   K:add("  }")
-  K:add("  for (; f < n; f += %d) {", B)
+  K:add("#pragma unroll 1\n  for (; f < n; f += %d) {", B)
   K:add("    const kiln_i64 e = ((blockIdx.x + f / VR * G) * %dLL + k) * Ri + f %% VR * %d;", info.K, V)
   element(K, group, g, info, "e", "acc_[%r][0]", "    ", V)
   K:add("  }")
@@ -391,16 +471,17 @@ local function build_inner(plan, group, g, symbol)
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
-    C = NR * info.K, outs = outs, rows = info.Ro, dims = info.E,
+    C = NR * info.K, outs = outs, rows = info.Ro, row_factors = info.Ro_f, dims = info.E,
     G = { div = 1, cap = info.cap }, comb = mode.comb, init = mode.init,
-    n = string.format("((float)%s * (float)%s)", info.Ro, info.Ri), what = what .. " per channel",
+    n = string.format("((float)%s * (float)%s)", info.Ro, info.Ri), n_factors = { info.Ro_f, info.Ri_f },
+    what = what .. " per channel", target = target,
   })
   return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.Ro_f, info.cap, NR * info.K) }
 end
 
 function E.build(plan, group, g, target, symbol)
-  if plan.info.form == "strided" then return build_strided(plan, group, g, symbol) end
-  return build_inner(plan, group, g, symbol)
+  if plan.info.form == "strided" then return build_strided(plan, group, g, target, symbol) end
+  return build_inner(plan, group, g, target, symbol)
 end
 
 return E

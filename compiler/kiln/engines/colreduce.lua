@@ -251,14 +251,16 @@ function E.build(plan, group, g, target, symbol)
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
   local n = info.full and string.format("((float)%s * %d.0f)", info.rows, C) or string.format("(float)%s", info.rows)
+  local n_factors = info.full and { info.row_factors, { C } } or { info.row_factors }
   local outs = { { uid = a.outputs.Y, first = 0, count = C } }
   if NR > 1 then
     for r, red in ipairs(info.list) do outs[r] = { uid = red.y.uid, first = (r - 1) * C, count = C, fin = red.mode.fin or false } end
   end
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
-    C = C * NR, outs = outs, rows = info.rows, dims = info.E,
-    G = { div = info.grid_div, cap = info.cap }, comb = mode.comb, init = mode.init, fin = NR == 1 and mode.fin or nil, n = n,
+    C = C * NR, outs = outs, rows = info.rows, row_factors = info.row_factors, dims = info.E,
+    G = { div = info.grid_div, cap = info.cap }, comb = mode.comb, init = mode.init, fin = NR == 1 and mode.fin or nil, n = n, n_factors = n_factors,
     fold = info.full, what = plan.id:match("^colreduce:v%d+:([^:]+)") .. (info.full and " of everything" or " per column"),
+    target = target,
   })
   return { kernels = { main, final }, workspace = rowgen.partials_workspace(info.row_factors, info.cap, C * NR) }
 end

@@ -1,24 +1,64 @@
--- kiln.engines.partials_ptx: the column sums' finalize (templates/partials.cuh) with its body
--- in PTX, so that it compiles as a PTX module (kiln.ptxmodule): the same adds in the same
--- order (8 strided slices per column, the first `per` partial rows of a slice loaded at once,
--- any more one at a time, then the slices in order), so the same bits. Taken for plain sums
--- into fp32/fp16/bf16 columns (the backward norms' dscale and dbias); anything else keeps the
--- CUDA template.
+-- kiln.engines.partials_ptx: the finalize of per-CTA partial rows (templates/partials.cuh)
+-- with its body in PTX, so that it compiles as a PTX module (kiln.ptxmodule) without NVRTC:
+-- the same combines in the same order (8 strided slices per column, the first `per` partial
+-- rows of a slice loaded at once, any more one at a time, then the slices in order), the same
+-- final maps (a mean's reciprocal of the count, a norm's square root) and roundings, so the same
+-- bits. Takes sums, products, maxima and minima into fp32/fp16/bf16 outputs, a fold of the
+-- columns into one value (colreduce over everything) and rows and counts that are products of
+-- dims; anything else keeps the CUDA template.
 local ptx = require "kiln.ptx"
 
 local M = {}
 
 local CVT = { bf16 = "cvt.rn.bf16.f32", fp16 = "cvt.rn.f16.f32" }
 
+-- The combines (rowgen.COMBINE) and neutral values (rowgen.REDUCE's init) in PTX.
+local COMB = { add = "add.f32", mul = "mul.f32", max = "max.NaN.f32", min = "min.NaN.f32" }
+local INIT = { ["0.0f"] = 0, ["1.0f"] = 1, ["__int_as_float(0x7f800000)"] = math.huge,
+               ["__int_as_float(0xff800000)"] = -math.huge }
+-- The final maps (rowgen.REDUCE's fin over %a and the count %n): a mean's and a norm's.
+local FIN = { ["%a * (1.0f / %n)"] = "mean", ["sqrtf(%a)"] = "sqrt" }
+
+-- An output's final map (rowgen.finalize's rule: its own, false for none, nil the finalize's).
+local function fin_of(o, opts)
+  local map = o.fin
+  if map == nil then map = opts.fin end
+  return map or nil
+end
+
 -- Whether the finalize of opts (rowgen.finalize) has this form.
 function M.accepts(g, opts)
-  if opts.fold or opts.fin or opts.comb ~= "add" or opts.init ~= "0.0f" then return false end
-  for _, o in ipairs(opts.outs) do if o.fin then return false end end
+  if not COMB[opts.comb] or INIT[opts.init] == nil or not opts.row_factors then return false end
+  if opts.fold and (opts.C > 32 or #opts.outs ~= 1) then return false end
   for _, o in ipairs(opts.outs) do
+    local map = fin_of(o, opts)
+    if map and (not FIN[map] or FIN[map] == "mean" and not opts.n_factors) then return false end
     local dt = g.by_uid[o.uid].dtype
     if dt ~= "fp32" and not CVT[dt] then return false end
   end
   return true
+end
+
+-- The product of launch factors (dim names and constants) as a b64 register.
+local function product(P, factors)
+  local x
+  for _, f in ipairs(factors) do
+    local v = type(f) == "number" and string.format("%d", f) or P:input("l", string.format("(kiln_i64)(dim_%s)", f))
+    x = x and P:def("b64", "mul.lo.s64 %s, %s, %s;", x, v) or type(f) ~= "number" and v or P:def("b64", "mov.b64 %s, %s;", v)
+  end
+  return x or P:def("b64", "mov.b64 %s, 1;")
+end
+
+-- The count of a mean as the CUDA form computes it: each factor list's integer product as
+-- fp32, multiplied in order.
+local function count(P, n_factors)
+  local n
+  for _, factors in ipairs(n_factors) do
+    local k = #factors == 1 and type(factors[1]) == "number" and factors[1] < 2 ^ 24 and factors[1]
+    local f = k and ptx.f32(k) or P:def("b32", "cvt.rn.f32.s64 %s, %s;", product(P, factors))
+    n = n and P:def("b32", "mul.f32 %s, %s, %s;", n, f) or f
+  end
+  return n
 end
 
 -- The body into K (rowgen.kernel whose params hold ws, the outputs and sms): a pdl entry and
@@ -31,7 +71,7 @@ function M.emit(K, g, opts, per)
   local ws = P:global(P:input("l", "ws"))
   local outs = {}
   for i, o in ipairs(opts.outs) do outs[i] = P:global(P:input("l", K:ptr(o.uid, true))) end
-  local rows = P:input("l", string.format("(kiln_i64)(%s)", opts.rows))
+  local rows = product(P, opts.row_factors)
   local nsms = P:input("l", "sms")
   local part = P:shared(P:input("l", "part_"))
   local tid = def("b32", "mov.u32 %s, %%tid.x;")
@@ -51,12 +91,14 @@ function M.emit(K, g, opts, per)
   G = def("b64", "min.s64 %s, %s, %s;", G, def("b64", "max.s64 %s, %s, 1;", most))
   -- (at most 256 SMs' CTAs: 32 bits from here)
   G = def("b32", "cvt.u32.u64 %s, %s;", G)
-  local a = def("b32", "mov.b32 %s, 0f00000000;")
+  local comb, init = COMB[opts.comb], ptx.f32(INIT[opts.init])
+  local a = def("b32", "mov.b32 %s, %s;", init)
   local inside = def("pred", "setp.lt.u32 %s, %s, %d;", col, C)
   local done = P:label()
   put("@!%s bra %s;", inside, done)
   local base = def("b64", "mad.wide.u32 %s, %s, 4, %s;", col, ws)
-  -- the slice's first `per` rows: every load issued before the first add (rows past G read 0),
+  -- the slice's first `per` rows: every load issued before the first combine (rows past G read
+  -- the neutral value),
   -- at offsets from the first one's address while they fit an immediate; the rows were
   -- complete before this kernel's wait, so they are read-only here (.nc)
   local left = def("b32", "sub.s32 %s, %s, %s;", G, sl)
@@ -66,17 +108,17 @@ function M.emit(K, g, opts, per)
     local off = 8 * (i - 1) * C * 4
     local addr = off < 2 ^ 31 and string.format("%s+%d", at, off) or def("b64", "add.s64 %s, %s, %d;", at, off)
     local ok = def("pred", "setp.gt.s32 %s, %s, %d;", left, 8 * (i - 1))
-    v[i] = def("b32", "mov.b32 %s, 0f00000000;")
+    v[i] = def("b32", "mov.b32 %s, %s;", init)
     put("@%s ld.global.nc.f32 %s, [%s];", ok, v[i], addr)
   end
-  for i = 1, per do put("add.f32 %s, %s, %s;", a, a, v[i]) end
+  for i = 1, per do put("%s %s, %s, %s;", comb, a, a, v[i]) end
   -- a larger GPU's further rows, one at a time
   local r = def("b32", "add.s32 %s, %s, %d;", sl, 8 * per)
   local loop = P:label()
   P:at(loop)
   local more = def("pred", "setp.lt.s32 %s, %s, %s;", r, G)
   put("@!%s bra %s;", more, done)
-  put("add.f32 %s, %s, %s;", a, a, def("b32", "ld.global.nc.f32 %s, [%s];", def("b64", "mad.wide.u32 %s, %s, %d, %s;", r, C * 4, base)))
+  put("%s %s, %s, %s;", comb, a, a, def("b32", "ld.global.nc.f32 %s, [%s];", def("b64", "mad.wide.u32 %s, %s, %d, %s;", r, C * 4, base)))
   put("add.s32 %s, %s, 8;", r, r)
   put("bra.uni %s;", loop)
   P:at(done)
@@ -87,26 +129,148 @@ function M.emit(K, g, opts, per)
   local last = P:label()
   put("@!%s bra %s;", def("pred", "and.pred %s, %s, %s;", first, inside), last)
   local lane4 = def("b32", "mad.lo.s32 %s, %s, 4, %s;", lane, part)
-  for s = 1, 7 do put("add.f32 %s, %s, %s;", a, a, def("b32", "ld.shared.f32 %s, [%s+%d];", lane4, s * 128)) end
-  for i, o in ipairs(opts.outs) do
-    local dt = g.by_uid[o.uid].dtype
-    local skip = P:label()
-    if not (o.first == 0 and o.count == C) then
-      local lo = def("pred", "setp.lt.u32 %s, %s, %d;", col, o.first)
-      local hi = def("pred", "setp.ge.u32 %s, %s, %d;", col, o.first + o.count)
-      put("@%s bra %s;", def("pred", "or.pred %s, %s, %s;", lo, hi), skip)
-    end
-    local k = def("b32", "sub.s32 %s, %s, %d;", col, o.first)
-    if dt == "fp32" then
-      put("st.global.f32 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 4, %s;", k, outs[i]), a)
-    else
-      local h = def("b16", CVT[dt] .. " %s, %s;", a)
-      put("st.global.b16 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 2, %s;", k, outs[i]), h)
-    end
-    P:at(skip)
+  for s = 1, 7 do put("%s %s, %s, %s;", comb, a, a, def("b32", "ld.shared.f32 %s, [%s+%d];", lane4, s * 128)) end
+  -- an output's value: its final map of a (a mean: a * (1 / n), rounded as the CUDA form's)
+  local recip
+  for _, o in ipairs(opts.outs) do
+    if FIN[fin_of(o, opts) or ""] == "mean" and not recip then recip = def("b32", "rcp.rn.f32 %s, %s;", count(P, opts.n_factors)) end
   end
-  P:at(last)
+  local function final(x, o)
+    local map = FIN[fin_of(o, opts) or ""]
+    if map == "sqrt" then return def("b32", "sqrt.rn.f32 %s, %s;", x) end
+    if map == "mean" then return def("b32", "mul.f32 %s, %s, %s;", x, recip) end
+    return x
+  end
+  local function store(o, i, index, x)
+    local dt = g.by_uid[o.uid].dtype
+    if dt == "fp32" then
+      put("st.global.f32 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 4, %s;", index, outs[i]), x)
+    else
+      local h = def("b16", CVT[dt] .. " %s, %s;", x)
+      put("st.global.b16 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 2, %s;", index, outs[i]), h)
+    end
+  end
+  if opts.fold then
+    -- the columns fold into one value, in column order, by thread 0
+    put("st.shared.f32 [%s], %s;", lane4, a)
+    P:at(last)
+    put("bar.sync 0;")
+    local skip = P:label()
+    put("@%s bra %s;", def("pred", "setp.ne.u32 %s, %s, 0;", tid), skip)
+    local f = def("b32", "ld.shared.f32 %s, [%s];", part)
+    for c = 1, C - 1 do put("%s %s, %s, %s;", comb, f, f, def("b32", "ld.shared.f32 %s, [%s+%d];", part, c * 4)) end
+    store(opts.outs[1], 1, def("b32", "mov.u32 %s, 0;"), final(f, opts.outs[1]))
+    P:at(skip)
+  else
+    for i, o in ipairs(opts.outs) do
+      local skip = P:label()
+      if not (o.first == 0 and o.count == C) then
+        local lo = def("pred", "setp.lt.u32 %s, %s, %d;", col, o.first)
+        local hi = def("pred", "setp.ge.u32 %s, %s, %d;", col, o.first + o.count)
+        put("@%s bra %s;", def("pred", "or.pred %s, %s, %s;", lo, hi), skip)
+      end
+      store(o, i, def("b32", "sub.s32 %s, %s, %d;", col, o.first), final(a, o))
+      P:at(skip)
+    end
+    P:at(last)
+  end
   K:add("  kiln_pdl_entry();  // launched early (pdl): the partial rows are complete past this point")
+  K:asm(P)
+end
+
+-- Whether the strided reduction's second kernel (axisreduce, its row slices) with opts (as
+-- M.emit_slices) has this form.
+function M.slices_accept(g, opts)
+  if not COMB[opts.comb] or INIT[opts.init] == nil then return false end
+  for _, acc in ipairs(opts.accs) do
+    for _, o in ipairs(acc) do
+      if o.fin and not FIN[o.fin] then return false end
+      local dt = g.by_uid[o.uid].dtype
+      if dt ~= "fp32" and not CVT[dt] then return false end
+    end
+  end
+  return true
+end
+
+-- The body of axisreduce's second kernel into K (whose params hold ws, sms and the outputs):
+-- the slices' partials ws[(k * NR + r) * n_out + q] of accumulator r added in slice order k =
+-- 0, 1, ... G - 1 (8 loads at once, the rest reading the neutral value), each output of the
+-- accumulator its final map (a mean's count: the rows R) and dtype. The slice count G as the
+-- main kernel computes it: min(sms * per_sm / column blocks, R / rsu, most), at least 1;
+-- nothing to do where it is 1. opts: n_out and rows (factor lists), TW (outputs a column block),
+-- rsu, per_sm, most, comb, init, accs = { { { uid, fin }, ... } per accumulator }.
+function M.emit_slices(K, g, opts)
+  local P = ptx.new()
+  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  local ws = P:global(P:input("l", "ws"))
+  local nsms = P:input("l", "sms")
+  local outs = {}
+  for r, acc in ipairs(opts.accs) do
+    outs[r] = {}
+    for i, o in ipairs(acc) do outs[r][i] = P:global(P:input("l", K:ptr(o.uid, true))) end
+  end
+  local n_out, R = product(P, opts.n_out), product(P, opts.rows)
+  -- (column blocks past 2^31 fill any device: one slice; rows past `most` slices' count as that)
+  local cb = def("b64", "add.s64 %s, %s, %d;", n_out, opts.TW - 1)
+  cb = ptx.pow2(opts.TW) and def("b64", "shr.u64 %s, %s, %d;", cb, ptx.log2(opts.TW)) or def("b64", "div.u64 %s, %s, %d;", cb, opts.TW)
+  cb = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "min.u64 %s, %s, 2147483647;", cb))
+  local G = def("b32", "div.u32 %s, %s, %s;", def("b32", "cvt.u32.u64 %s, %s;", def("b64", "mul.lo.s64 %s, %s, %d;", nsms, opts.per_sm)), cb)
+  local Rs = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "min.u64 %s, %s, %d;", R, opts.most * opts.rsu))
+  G = def("b32", "min.u32 %s, %s, %s;", G, def("b32", "div.u32 %s, %s, %d;", Rs, opts.rsu))
+  G = def("b32", "max.u32 %s, %s, 1;", def("b32", "min.u32 %s, %s, %d;", G, opts.most))
+  local DONE = P:label()
+  put("@%s bra %s;", def("pred", "setp.eq.u32 %s, %s, 1;", G), DONE)
+  local comb, init = COMB[opts.comb], ptx.f32(INIT[opts.init])
+  local NR = #opts.accs
+  local recip
+  for _, acc in ipairs(opts.accs) do
+    for _, o in ipairs(acc) do
+      if FIN[o.fin or ""] == "mean" and not recip then recip = def("b32", "rcp.rn.f32 %s, %s;", count(P, { opts.rows })) end
+    end
+  end
+  -- q: the thread's outputs, grid-strided
+  local q = def("b64", "mad.wide.u32 %s, %s, 256, %s;", def("b32", "mov.u32 %s, %%ctaid.x;"),
+    def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%tid.x;")))
+  local step = def("b64", "mul.wide.u32 %s, %s, 256;", def("b32", "mov.u32 %s, %%nctaid.x;"))
+  local slice = def("b64", "mul.lo.s64 %s, %s, %d;", n_out, NR * 4)  -- bytes from one slice's partial to the next's
+  local LOOP = P:label()
+  P:at(LOOP)
+  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", q, n_out), DONE)
+  for r, acc in ipairs(opts.accs) do
+    local first = def("b64", "mad.lo.s64 %s, %s, 4, %s;", def("b64", "mad.lo.s64 %s, %s, %d, %s;", n_out, r - 1, q), ws)
+    local a = def("b32", "ld.global.nc.f32 %s, [%s];", first)
+    -- slices 1, 2, ...: 8 loads issued, then added in order
+    local k, at = def("b32", "mov.u32 %s, 1;"), def("b64", "add.s64 %s, %s, %s;", first, slice)
+    local MORE, NEXT = P:label(), P:label()
+    P:at(MORE)
+    put("@%s bra %s;", def("pred", "setp.ge.u32 %s, %s, %s;", k, G), NEXT)
+    local v, addr = {}, at
+    for i = 1, 8 do
+      v[i] = def("b32", "mov.b32 %s, %s;", init)
+      put("@%s ld.global.nc.f32 %s, [%s];", def("pred", "setp.lt.u32 %s, %s, %s;", def("b32", "add.u32 %s, %s, %d;", k, i - 1), G), v[i], addr)
+      if i < 8 then addr = def("b64", "add.s64 %s, %s, %s;", addr, slice) end
+    end
+    for i = 1, 8 do put("%s %s, %s, %s;", comb, a, a, v[i]) end
+    put("add.u32 %s, %s, 8;", k, k)
+    put("add.s64 %s, %s, %s;", at, addr, slice)
+    put("bra.uni %s;", MORE)
+    P:at(NEXT)
+    for i, o in ipairs(acc) do
+      local map, x = FIN[o.fin or ""], a
+      if map == "sqrt" then x = def("b32", "sqrt.rn.f32 %s, %s;", a)
+      elseif map == "mean" then x = def("b32", "mul.f32 %s, %s, %s;", a, recip) end
+      local dt = g.by_uid[o.uid].dtype
+      if dt == "fp32" then
+        put("st.global.f32 [%s], %s;", def("b64", "mad.lo.s64 %s, %s, 4, %s;", q, outs[r][i]), x)
+      else
+        put("st.global.b16 [%s], %s;", def("b64", "mad.lo.s64 %s, %s, 2, %s;", q, outs[r][i]), def("b16", CVT[dt] .. " %s, %s;", x))
+      end
+    end
+  end
+  put("add.s64 %s, %s, %s;", q, q, step)
+  put("bra.uni %s;", LOOP)
+  P:at(DONE)
+  K:add("  kiln_pdl_entry();  // launched early (pdl): the partials are complete past this point")
   K:asm(P)
 end
 

@@ -126,11 +126,21 @@ function M.access(t, space, vec)
   local pad = R - #t.dims
   local last_d, last_s = t.dims[R - pad], t.strides[R - pad]
   local bcast_last = last_d == nil or (last_d == 1 and space[R] ~= 1)
+  if bcast_last then
+    -- one element a vector where each axis t varies along has a multiple of vec elements of the
+    -- output after it (a per-channel or per-row value: no offset per element)
+    for k = 1, #t.dims do
+      if not (t.dims[k] == 1 and space[k + pad] ~= 1) and space[k + pad] ~= 1
+          and select(2, shape.product(space, k + pad + 1, R)) % vec ~= 0 then
+        return "gather"
+      end
+    end
+    return "once"
+  end
   for k = 1, #t.dims - 1 do
     local d = t.dims[k]
     if not (d == 1 and space[k + pad] ~= 1) and M.const_factor(t.strides[k]) % vec ~= 0 then return "gather" end
   end
-  if bcast_last then return "once" end
   if last_s == 1 then return "row" end
   return "gather"
 end

@@ -482,11 +482,15 @@ M.WORD = WORD
 -- in one row of the last axis), anything else gathered per element, the prologue, then `tail(lines, value, indent)` per element j (value[uid]: the
 -- element's values; the group's anchor input among them). `loaded(indent, words)`, if given,
 -- runs after the loads: words[uid] names the V loaded elements of a whole tensor (an array).
-function M.elements(K, group, g, space, index, indent, V, tail, loaded)
+-- `fixed[uid]`, if given, is a tensor's element j as the caller loaded it before (an expression
+-- of j: a per-channel value or a row block fixed for the thread's rows).
+function M.elements(K, group, g, space, index, indent, V, tail, loaded, fixed)
   local value, whole, gathered = {}, {}, {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if t.role == "constant" or t.role == "scalar" then
+    if fixed and fixed[uid] then
+      value[uid] = fixed[uid]
+    elseif t.role == "constant" or t.role == "scalar" then
       value[uid] = K:scalar(uid)
     elseif pw.dims_equal(t.dims, space) and shape.is_row_major(t.dims, t.strides) then
       whole[#whole + 1] = uid
