@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 176 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 179 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -526,6 +526,16 @@ ok "sibling reductions of one input and update share an accumulator (batch norm'
 run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a
 ok "axisreduce reads a per-row value at its row's offset and a per-column block once before the row loop (no index divided per element or row)" \
   bash -c "grep -q 'p4\[o4_ + row_ \* 1LL\]' '$OUTF' && grep -q 'f3_\[j\] = p3\[o3_ + j\];' '$OUTF' && ! grep -q '((e + j) /' '$OUTF' && ! grep -q '(e / 12582912LL)' '$OUTF'"
+# the finalize of partial rows is a PTX module for every combine and final map, as is the
+# strided form's sum of its row slices (no NVRTC: a third of their cold compile)
+run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
+ok "the finalize of column means, maxima, products and a fold over everything: PTX modules (the mean's count a reciprocal, NaN-propagating maxima)" \
+  bash -c "for k in col_avg col_amax col_mul all_amax all_norm1; do grep -q \"kernel kiln_\${k}_k0_final, .*compiled as a PTX module\" '$OUTF' || exit 1; done; grep -q 'rcp.rn.f32' '$OUTF' && grep -q 'max.NaN.f32' '$OUTF' && grep -q 'mul.f32' '$OUTF'"
+run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a --ptx
+ok "axisreduce's row slices added by a PTX module" grep -q 'kernel kiln_adaln_bwd_4096x3072_k1_final, plan .*:slices:final, sm_90a, compiled as a PTX module' "$OUTF"
+run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a
+ok "a per-channel value read once a vector by the pointwise kernel and once a CTA by the per-channel sums (no index per element)" \
+  bash -c "grep -q 'const float v3 = p3\[((i0 / 3136LL) % 64LL)\];' '$OUTF' && grep -q 'const float f4_ = p4\[' '$OUTF' && ! grep -q '(i0 + j) / 3136' '$OUTF' && ! grep -q 'e / 3136' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_bf16
 ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-row means and dx in one kernel, the per-sample sums in one" \
   bash -c "grep -q 'group 0 (sub mul mul mul reduction reduction sub mul sub mul mul identity): plan row:v1:reductionx2:[a-z0-9]*:regs' '$OUTF' && grep -q 'group 1 (sub mul mul mul mul reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
