@@ -22,6 +22,7 @@ local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
 local partials_ptx = require "kiln.engines.partials_ptx"
+local axisreduce_ptx = require "kiln.engines.axisreduce_ptx"
 
 local E = { id = "axisreduce", version = 1 }
 
@@ -205,14 +206,14 @@ local function analyze(group, g)
       and not (blocks and blocks >= sms.LARGE * E.STRIDED_PER_SM) or nil
   elseif form == "RKR" or form == "KR" then
     local ro, k, ri = table.unpack(form == "KR" and { nil, runs[1], runs[2] } or runs)
-    info.form = "inner"
+    info.form, info.k_run = "inner", form == "KR" and 1 or 2
     info.Ro, info.Ro_f = extent(x.dims, ro)
     local _, _, K = extent(x.dims, k)
     if not K then return fail("the kept axes of %s are not compile-time (specialize them)", shape.format(x.dims)) end
     if K > 65535 then return fail("%d channels: more than a grid's y extent", K) end
     info.K = K
     local Ri, Ri_f, Ri_c = extent(x.dims, ri)
-    info.Ri, info.Ri_f = Ri, Ri_f
+    info.Ri, info.Ri_f, info.Ri_c = Ri, Ri_f, Ri_c
     info.V = vector_width(group, g, x, Ri_c)
     info.cap = sms.cap(E.SLICES_PER_SM, K)
   elseif not form:find("R") then
@@ -466,10 +467,18 @@ local function build_inner(plan, group, g, target, symbol)
     body = table.concat(K.lines, "\n"),
   }))
   local main = {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = K.src:text(), options = rowgen.OPTIONS,
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
     block = { B, 1, 1 }, grid = { sms.rule(info.Ro_f, 1, info.cap), info.K, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
+  -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
+  local cuda = K.src:text()
+  if axisreduce_ptx.accepts(group, g, info) then
+    K.lines, K.target = {}, target
+    K.shared = { string.format("  __shared__ __align__(16) float warps_[%d][%d];", NR, B // 32) }
+    axisreduce_ptx.emit(K, group, g, info, B, U)
+  end
+  rowgen.with_source(main, K, cuda, E.SLICES_PER_SM)
   local final = rowgen.finalize(g, symbol .. "_final", plan.id .. ":final", E.id, {
     C = NR * info.K, outs = outs, rows = info.Ro, row_factors = info.Ro_f, dims = info.E,
     G = { div = 1, cap = info.cap }, comb = mode.comb, init = mode.init,

@@ -16,6 +16,7 @@ local CVT = { bf16 = "cvt.rn.bf16.f32", fp16 = "cvt.rn.f16.f32" }
 local COMB = { add = "add.f32", mul = "mul.f32", max = "max.NaN.f32", min = "min.NaN.f32" }
 local INIT = { ["0.0f"] = 0, ["1.0f"] = 1, ["__int_as_float(0x7f800000)"] = math.huge,
                ["__int_as_float(0xff800000)"] = -math.huge }
+M.COMB, M.INIT = COMB, INIT
 -- The final maps (rowgen.REDUCE's fin over %a and the count %n): a mean's and a norm's.
 local FIN = { ["%a * (1.0f / %n)"] = "mean", ["sqrtf(%a)"] = "sqrt" }
 
@@ -40,7 +41,7 @@ function M.accepts(g, opts)
 end
 
 -- The product of launch factors (dim names and constants) as a b64 register.
-local function product(P, factors)
+function M.product(P, factors)
   local x
   for _, f in ipairs(factors) do
     local v = type(f) == "number" and string.format("%d", f) or P:input("l", string.format("(kiln_i64)(dim_%s)", f))
@@ -48,6 +49,7 @@ local function product(P, factors)
   end
   return x or P:def("b64", "mov.b64 %s, 1;")
 end
+local product = M.product
 
 -- The count of a mean as the CUDA form computes it: each factor list's integer product as
 -- fp32, multiplied in order.

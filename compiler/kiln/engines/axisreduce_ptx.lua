@@ -1,0 +1,218 @@
+-- kiln.engines.axisreduce_ptx: axisreduce's inner form (per-channel statistics: a leading and
+-- a trailing block reduced, [N, C, H, W] -> [1, C, 1, 1]) with its body written as PTX, so that
+-- it compiles as a PTX module (kiln.ptxmodule) by ptxas alone: the same work and order as the
+-- CUDA form (a slice's rows as one run of vectors, thread t the vectors t, t + B, ... with U in
+-- flight, each accumulator's elements in order, the warps' butterflies, then the warps in
+-- turn), so the same bits, without NVRTC's front end and NVVM and without a division per
+-- vector (the thread's row and vector in the run advance by constants). Taken where the
+-- trailing block is compile-time and a whole number of vectors, every input is the reduced
+-- tensor's shape, one value per channel, a scalar or a constant, the prologue's ops have PTX
+-- forms (ptxops) and the update is a sum, mean, norm, product, maximum or minimum; anything
+-- else keeps the CUDA form, as does KILN_ROW_CODE=cuda.
+local dtypes = require "kiln.dtypes"
+local shape = require "kiln.shape"
+local ptx = require "kiln.ptx"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local ptxops = require "kiln.engines.ptxops"
+local partials_ptx = require "kiln.engines.partials_ptx"
+
+local M = {}
+
+-- A reduction's update of accumulator a by element value v (rowgen.REDUCE's upd) in PTX.
+local UPD = {
+  ["%a += %v;"] = function(P, a, v) P:put("add.f32 %s, %s, %s;", a, a, v) end,
+  ["%a += fabsf(%v);"] = function(P, a, v) P:put("add.f32 %s, %s, %s;", a, a, P:def("b32", "abs.f32 %s, %s;", v)) end,
+  ["%a = fmaf(%v, %v, %a);"] = function(P, a, v) P:put("fma.rn.f32 %s, %s, %s, %s;", a, v, v, a) end,
+  ["%a *= %v;"] = function(P, a, v) P:put("mul.f32 %s, %s, %s;", a, a, v) end,
+  ["%a = kiln_fmin_nan(%a, %v);"] = function(P, a, v) P:put("min.NaN.f32 %s, %s, %s;", a, a, v) end,
+  ["%a = kiln_fmax_nan(%a, %v);"] = function(P, a, v) P:put("max.NaN.f32 %s, %s, %s;", a, a, v) end,
+  ["%a = kiln_fmax_nan(%a, fabsf(%v));"] = function(P, a, v)
+    P:put("max.NaN.f32 %s, %s, %s;", a, a, P:def("b32", "abs.f32 %s, %s;", v))
+  end,
+}
+
+-- Whether tensor t of the inner form's input shape E is one value per channel (broadcast along
+-- every reduced axis) at compile-time strides: its offset terms from the channel index k
+-- ({ div, mod, stride } each, as rowgen.row_offset's), or nil.
+local function channel_terms(t, info)
+  local E, k = info.E, info.runs[info.k_run]
+  local pad, terms = #E - #t.dims, {}
+  for i = 1, #E do
+    local d = t.dims[i - pad]
+    local varies = d ~= nil and d ~= 1 and E[i] ~= 1
+    if varies and (i < k.from or i > k.to) then return nil end
+  end
+  local div = 1
+  for i = k.to, k.from, -1 do
+    local d, st = t.dims[i - pad], t.strides[i - pad]
+    if d ~= nil and d ~= 1 and E[i] ~= 1 then
+      if type(st) ~= "number" then return nil end
+      terms[#terms + 1] = { div = div, mod = i > k.from and E[i] or nil, stride = st }
+    end
+    div = div * E[i]
+  end
+  return terms
+end
+
+-- Whether the inner form of info takes this form: true, or nil and why not.
+function M.accepts(group, g, info)
+  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  if type(info.Ri_c) ~= "number" or info.Ri_c % info.V ~= 0 then return nil, "the trailing block not compile-time" end
+  if info.V < 2 then return nil, "one element a vector" end
+  for _, a in ipairs(info.acc) do
+    if not UPD[a.mode.upd] or not partials_ptx.COMB[a.mode.comb] then return nil, "update " .. a.mode.upd end
+  end
+  local bad = ptxops.op_declines(group.prologue or {}, g)
+  if bad then return nil, bad end
+  bad = ptxops.read_again_declines(group.prologue or {}, g, pw.read_set(group.nodes))
+  if bad then return nil, bad end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not ptxops.IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
+      local whole = pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides)
+      if whole and (info.V * dtypes.size(t.dtype)) % 4 ~= 0 then return nil, "vectors narrower than a word" end
+      if not whole and not channel_terms(t, info) then return nil, t.name .. " is gathered" end
+    end
+  end
+  return true
+end
+
+-- An fp32 register of the 32- or 16-bit value at address `addr` (read-only).
+local function load_value(P, addr, dtype)
+  if dtype == "fp32" then return P:def("b32", "ld.global.nc.f32 %s, [%s];", addr) end
+  local h = P:def("b16", "ld.global.nc.b16 %s, [%s];", addr)
+  return dtype == "bf16" and P:def("b32", "mov.b32 %s, {0, %s};", h) or P:def("b32", "cvt.f32.f16 %s, %s;", h)
+end
+
+-- The body into K (axisreduce's inner kernel, its params those of the CUDA form: K:ptr of
+-- every input and the workspace `ws` already named), B threads a CTA, U vectors in flight, the
+-- shared array warps_[NR][B / 32] declared.
+function M.emit(K, group, g, info, B, U)
+  local P = ptx.new()
+  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  local E, V, NR, KC = info.E, info.V, #info.acc, info.K
+  local VR = info.Ri_c // V
+  local tid = def("b32", "mov.u32 %s, %%tid.x;")
+  local s = def("b32", "mov.u32 %s, %%ctaid.x;")
+  local k = def("b32", "mov.u32 %s, %%ctaid.y;")
+  local G = def("b32", "mov.u32 %s, %%nctaid.x;")
+  -- the sources: per-kernel values, one value per channel, the whole tensors' addresses
+  local base, whole = {}, {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" then base[uid] = ptx.f32(t.value)
+    elseif t.role == "scalar" then base[uid] = P:input("f", K:scalar(uid))
+    else
+      local ptr = P:global(P:input("l", K:ptr(uid)))
+      local terms = not pw.dims_equal(t.dims, E) and channel_terms(t, info)
+      if terms then
+        local z, addr = dtypes.size(t.dtype), ptr
+        for _, tm in ipairs(terms) do
+          local c = tm.div == 1 and k or def("b32", "div.u32 %s, %s, %d;", k, tm.div)
+          if tm.mod then c = def("b32", "rem.u32 %s, %s, %d;", c, tm.mod) end
+          addr = def("b64", "mad.wide.u32 %s, %s, %d, %s;", c, tm.stride * z, addr)
+        end
+        base[uid] = load_value(P, addr, t.dtype)
+      else
+        K:need_align(uid, V * dtypes.size(t.dtype))
+        whole[#whole + 1] = { uid = uid, ptr = ptr, dtype = t.dtype, z = dtypes.size(t.dtype) }
+      end
+    end
+  end
+  -- the slice's vectors: n = ceil((Ro - s) / G) rows of VR vectors
+  local Ro = partials_ptx.product(P, info.Ro_f)
+  local G64 = def("b64", "cvt.u64.u32 %s, %s;", G)
+  local left = def("b64", "sub.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %s;", Ro, G64), def("b64", "cvt.u64.u32 %s, %s;", s))
+  local n = def("b64", "mul.lo.s64 %s, %s, %d;", def("b64", "div.u64 %s, %s, %s;", def("b64", "add.s64 %s, %s, -1;", left), G64), VR)
+  -- vector f = q * VR + c of the run: row s + q * G, vector c of its channel k's block
+  local f = def("b64", "cvt.u64.u32 %s, %s;", tid)
+  local q = def("b32", "div.u32 %s, %s, %d;", tid, VR)
+  local c = def("b32", "rem.u32 %s, %s, %d;", tid, VR)
+  local chan = def("b64", "mul.wide.u32 %s, %s, %d;", k, info.Ri_c)  -- k * Ri
+  local dq, dc = B // VR, B % VR
+  -- the element offset of vector (q, c), and (q, c) B vectors on
+  local function offset(qq, cc)
+    local row = def("b64", "mad.wide.u32 %s, %s, %s, %s;", qq, G, def("b64", "cvt.u64.u32 %s, %s;", s))
+    local e = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, KC * info.Ri_c, chan)
+    return def("b64", "mad.wide.u32 %s, %s, %d, %s;", cc, V, e)
+  end
+  local function step(qq, cc)
+    local c2 = def("b32", "add.u32 %s, %s, %d;", cc, dc)
+    local wrap = def("pred", "setp.ge.u32 %s, %s, %d;", c2, VR)
+    local q2 = def("b32", "add.u32 %s, %s, %d;", qq, dq)
+    return def("b32", "selp.b32 %s, %s, %s, %s;", def("b32", "add.u32 %s, %s, 1;", q2), q2, wrap),
+      def("b32", "selp.b32 %s, %s, %s, %s;", def("b32", "sub.u32 %s, %s, %d;", c2, VR), c2, wrap)
+  end
+  local acc = {}
+  for r, a in ipairs(info.acc) do
+    acc[r] = {}
+    for u = 1, U do acc[r][u] = def("b32", "mov.b32 %s, %s;", ptx.f32(partials_ptx.INIT[a.mode.init])) end
+  end
+  local read_later = pw.read_set(group.nodes)
+  -- one vector at element offset e into accumulators acc[.][u]
+  local function vector(e, u)
+    local reads = {}
+    for _, w in ipairs(whole) do
+      local addr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", e, w.z, w.ptr)
+      reads[w.uid] = P:reader(P:load("global.nc", addr, 0, V * w.z), w.dtype)
+    end
+    for j = 0, V - 1 do
+      local value = {}
+      for uid, v in pairs(base) do value[uid] = v end
+      for uid, read in pairs(reads) do value[uid] = read(j) end
+      ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
+      for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc[r][u], value[a.input]) end
+    end
+  end
+  -- U vectors a trip while the run has them, then one at a time
+  local MAIN, REST, DONE = P:label(), P:label(), P:label()
+  P:at(MAIN)
+  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %d;", f, (U - 1) * B), n), REST)
+  local qs, cs = { q }, { c }
+  for u = 2, U do qs[u], cs[u] = step(qs[u - 1], cs[u - 1]) end
+  local es = {}
+  for u = 1, U do es[u] = offset(qs[u], cs[u]) end
+  for u = 1, U do vector(es[u], u) end
+  local qn, cn = step(qs[U], cs[U])
+  put("mov.b32 %s, %s;", q, qn)
+  put("mov.b32 %s, %s;", c, cn)
+  put("add.s64 %s, %s, %d;", f, f, U * B)
+  put("bra.uni %s;", MAIN)
+  P:at(REST)
+  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", f, n), DONE)
+  vector(offset(q, c), 1)
+  local q1, c1 = step(q, c)
+  put("mov.b32 %s, %s;", q, q1)
+  put("mov.b32 %s, %s;", c, c1)
+  put("add.s64 %s, %s, %d;", f, f, B)
+  put("bra.uni %s;", REST)
+  P:at(DONE)
+  -- the CTA's values in a fixed order: each thread's accumulators, the warp's by butterflies,
+  -- then the warps' in turn (thread r folds reduction r's), into the CTA's partial row
+  local warps = P:shared(P:input("l", "warps_"))
+  local lane0 = def("pred", "setp.eq.u32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
+  local wslot = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), warps)
+  for r, a in ipairs(info.acc) do
+    local op = partials_ptx.COMB[a.mode.comb]
+    local x = acc[r][1]
+    for u = 2, U do x = def("b32", op .. " %s, %s, %s;", x, acc[r][u]) end
+    x = P:butterfly(x, 32, op)
+    put("@%s st.shared.f32 [%s+%d], %s;", lane0, wslot, (r - 1) * (B // 32) * 4, x)
+  end
+  put("bar.sync 0;")
+  local OUT = P:label()
+  put("@%s bra %s;", def("pred", "setp.ge.u32 %s, %s, %d;", tid, NR), OUT)
+  local ws = P:global(P:input("l", "ws"))
+  -- (the accumulators combine alike: siblings share one combine)
+  local x = P:load_fold("shared", def("b32", "mad.lo.s32 %s, %s, %d, %s;", tid, (B // 32) * 4, warps), 0, B // 32,
+    partials_ptx.COMB[info.acc[1].mode.comb])
+  local slot = def("b64", "mad.wide.u32 %s, %s, %d, %s;", s, NR * KC, def("b64", "mad.wide.u32 %s, %s, %d, %s;", tid, KC,
+    def("b64", "cvt.u64.u32 %s, %s;", k)))
+  put("st.global.f32 [%s], %s;", def("b64", "mad.lo.s64 %s, %s, 4, %s;", slot, ws), x)
+  P:at(OUT)
+  K:asm(P)
+end
+
+return M
