@@ -137,12 +137,7 @@ function M.emit(K, g, opts, per)
   for _, o in ipairs(opts.outs) do
     if FIN[fin_of(o, opts) or ""] == "mean" and not recip then recip = def("b32", "rcp.rn.f32 %s, %s;", count(P, opts.n_factors)) end
   end
-  local function final(x, o)
-    local map = FIN[fin_of(o, opts) or ""]
-    if map == "sqrt" then return def("b32", "sqrt.rn.f32 %s, %s;", x) end
-    if map == "mean" then return def("b32", "mul.f32 %s, %s, %s;", x, recip) end
-    return x
-  end
+  local function final(x, o) return M.final(P, x, fin_of(o, opts), recip) end
   local function store(o, i, index, x)
     local dt = g.by_uid[o.uid].dtype
     if dt == "fp32" then
@@ -180,15 +175,49 @@ function M.emit(K, g, opts, per)
   K:asm(P)
 end
 
+-- The strided reduction's slice count G (b32) as its kernels compute it (axisreduce's
+-- slices_expr): min(sms * per_sm / column blocks, R / rsu, most), at least 1. opts: TW (outputs a
+-- column block), rsu, per_sm, most.
+function M.slice_count(P, nsms, n_out, R, opts)
+  local def = function(...) return P:def(...) end
+  -- (column blocks past 2^31 fill any device: one slice; rows past `most` slices' count as that)
+  local cb = def("b64", "add.s64 %s, %s, %d;", n_out, opts.TW - 1)
+  cb = ptx.pow2(opts.TW) and def("b64", "shr.u64 %s, %s, %d;", cb, ptx.log2(opts.TW)) or def("b64", "div.u64 %s, %s, %d;", cb, opts.TW)
+  cb = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "min.u64 %s, %s, 2147483647;", cb))
+  local G = def("b32", "div.u32 %s, %s, %s;", def("b32", "cvt.u32.u64 %s, %s;", def("b64", "mul.lo.s64 %s, %s, %d;", nsms, opts.per_sm)), cb)
+  local Rs = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "min.u64 %s, %s, %d;", R, opts.most * opts.rsu))
+  G = def("b32", "min.u32 %s, %s, %s;", G, def("b32", "div.u32 %s, %s, %d;", Rs, opts.rsu))
+  return def("b32", "max.u32 %s, %s, 1;", def("b32", "min.u32 %s, %s, %d;", G, opts.most))
+end
+
+-- A reduction output's value: its final map of a (FIN: a mean times `recip`, the reciprocal of
+-- its count), or a.
+function M.final(P, a, fin, recip)
+  local map = FIN[fin or ""]
+  if map == "sqrt" then return P:def("b32", "sqrt.rn.f32 %s, %s;", a) end
+  if map == "mean" then return P:def("b32", "mul.f32 %s, %s, %s;", a, recip) end
+  return a
+end
+
+-- Whether a reduction output of dtype dt with final map fin has a PTX form here.
+function M.output_ok(dt, fin) return (dt == "fp32" or CVT[dt] ~= nil) and (not fin or FIN[fin] ~= nil) end
+
+-- Stores fp32 value x as element `index` (b64) of the output at global address `out`.
+function M.store(P, out, index, x, dt)
+  if dt == "fp32" then
+    P:put("st.global.f32 [%s], %s;", P:def("b64", "mad.lo.s64 %s, %s, 4, %s;", index, out), x)
+  else
+    P:put("st.global.b16 [%s], %s;", P:def("b64", "mad.lo.s64 %s, %s, 2, %s;", index, out), P:def("b16", CVT[dt] .. " %s, %s;", x))
+  end
+end
+
 -- Whether the strided reduction's second kernel (axisreduce, its row slices) with opts (as
 -- M.emit_slices) has this form.
 function M.slices_accept(g, opts)
   if not COMB[opts.comb] or INIT[opts.init] == nil then return false end
   for _, acc in ipairs(opts.accs) do
     for _, o in ipairs(acc) do
-      if o.fin and not FIN[o.fin] then return false end
-      local dt = g.by_uid[o.uid].dtype
-      if dt ~= "fp32" and not CVT[dt] then return false end
+      if not M.output_ok(g.by_uid[o.uid].dtype, o.fin) then return false end
     end
   end
   return true
@@ -212,14 +241,7 @@ function M.emit_slices(K, g, opts)
     for i, o in ipairs(acc) do outs[r][i] = P:global(P:input("l", K:ptr(o.uid, true))) end
   end
   local n_out, R = product(P, opts.n_out), product(P, opts.rows)
-  -- (column blocks past 2^31 fill any device: one slice; rows past `most` slices' count as that)
-  local cb = def("b64", "add.s64 %s, %s, %d;", n_out, opts.TW - 1)
-  cb = ptx.pow2(opts.TW) and def("b64", "shr.u64 %s, %s, %d;", cb, ptx.log2(opts.TW)) or def("b64", "div.u64 %s, %s, %d;", cb, opts.TW)
-  cb = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "min.u64 %s, %s, 2147483647;", cb))
-  local G = def("b32", "div.u32 %s, %s, %s;", def("b32", "cvt.u32.u64 %s, %s;", def("b64", "mul.lo.s64 %s, %s, %d;", nsms, opts.per_sm)), cb)
-  local Rs = def("b32", "cvt.u32.u64 %s, %s;", def("b64", "min.u64 %s, %s, %d;", R, opts.most * opts.rsu))
-  G = def("b32", "min.u32 %s, %s, %s;", G, def("b32", "div.u32 %s, %s, %d;", Rs, opts.rsu))
-  G = def("b32", "max.u32 %s, %s, 1;", def("b32", "min.u32 %s, %s, %d;", G, opts.most))
+  local G = M.slice_count(P, nsms, n_out, R, opts)
   local DONE = P:label()
   put("@%s bra %s;", def("pred", "setp.eq.u32 %s, %s, 1;", G), DONE)
   local comb, init = COMB[opts.comb], ptx.f32(INIT[opts.init])
@@ -257,17 +279,7 @@ function M.emit_slices(K, g, opts)
     put("add.s64 %s, %s, %s;", at, addr, slice)
     put("bra.uni %s;", MORE)
     P:at(NEXT)
-    for i, o in ipairs(acc) do
-      local map, x = FIN[o.fin or ""], a
-      if map == "sqrt" then x = def("b32", "sqrt.rn.f32 %s, %s;", a)
-      elseif map == "mean" then x = def("b32", "mul.f32 %s, %s, %s;", a, recip) end
-      local dt = g.by_uid[o.uid].dtype
-      if dt == "fp32" then
-        put("st.global.f32 [%s], %s;", def("b64", "mad.lo.s64 %s, %s, 4, %s;", q, outs[r][i]), x)
-      else
-        put("st.global.b16 [%s], %s;", def("b64", "mad.lo.s64 %s, %s, 2, %s;", q, outs[r][i]), def("b16", CVT[dt] .. " %s, %s;", x))
-      end
-    end
+    for i, o in ipairs(acc) do M.store(P, outs[r][i], q, M.final(P, a, o.fin, recip), g.by_uid[o.uid].dtype) end
   end
   put("add.s64 %s, %s, %s;", q, q, step)
   put("bra.uni %s;", LOOP)
