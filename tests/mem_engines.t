@@ -532,7 +532,8 @@ run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
 ok "the finalize of column means, maxima, products and a fold over everything: PTX modules (the mean's count a reciprocal, NaN-propagating maxima)" \
   bash -c "for k in col_avg col_amax col_mul all_amax all_norm1; do grep -q \"kernel kiln_\${k}_k0_final, .*compiled as a PTX module\" '$OUTF' || exit 1; done; grep -q 'rcp.rn.f32' '$OUTF' && grep -q 'max.NaN.f32' '$OUTF' && grep -q 'mul.f32' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a --ptx
-ok "axisreduce's row slices added by a PTX module" grep -q 'kernel kiln_adaln_bwd_4096x3072_k1_final, plan .*:slices:final, sm_90a, compiled as a PTX module' "$OUTF"
+ok "axisreduce's strided form over row slices and their sum: PTX modules (no 64-bit division per row)" \
+  bash -c "grep -q 'kernel kiln_adaln_bwd_4096x3072_k1_final, plan .*:slices:final, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'kernel kiln_adaln_bwd_4096x3072_k1, plan .*:slices, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'mul.hi.u64' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a --ptx
 ok "per-channel sums (axisreduce's inner form) a PTX module: no division per vector, the per-channel values loaded once" \
   bash -c "grep -q 'kernel kiln_bn_bwd_64x3136_k0, plan axisreduce:.*:inner:.*compiled as a PTX module' '$OUTF' && grep -q '^\.minnctapersm 4' '$OUTF' && ! awk '/kiln_bn_bwd_64x3136_k0, a PTX/,/^}\$/' '$OUTF' | grep -q 'div.u64.*392\|rem.u64'"

@@ -195,6 +195,7 @@ local function analyze(group, g)
     info.R, info.R_f, info.R_c = extent(x.dims, r)
     local Ki_c
     info.Ki, info.Ki_f, Ki_c = extent(x.dims, ki)
+    info.Ki_c = Ki_c
     info.V = vector_width(group, g, x, Ki_c)
     -- the rows split over the CTA's threads as many ways as keep E.UNROLL rows in flight twice
     -- over (rows not compile-time: 8 ways), the rest of the threads along the outputs
@@ -348,6 +349,15 @@ local function build_strided(plan, group, g, target, symbol)
     block = B, minb = "", symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local main = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
+  -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
+  if axisreduce_ptx.accepts_strided(group, g, info) then
+    local cuda = main.source
+    K.lines, K.target = {}, target
+    K.shared = { string.format("  __shared__ __align__(16) float red_[%d][%d][%d];", NR, RS, TW) }
+    axisreduce_ptx.emit_strided(K, group, g, info, B, U,
+      { slices = split, TW = TW, rsu = RS * U, per_sm = E.STRIDED_PER_SM, most = E.MAX_SLICES })
+    rowgen.with_source(main, K, cuda)
+  end
   if not split then return main end
   local factors = {}
   for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end

@@ -215,4 +215,235 @@ function M.emit(K, group, g, info, B, U)
   K:asm(P)
 end
 
+-- The strided form ([Ko, R, Ki], a middle block reduced): how tensor t is read. Along each
+-- run of axes it is either broadcast or laid out as the input's run (its offset linear in the
+-- run's index): { K = stride along Ko, R = along the rows, I = along Ki (0: broadcast) },
+-- or nil.
+local function strided_access(t, info)
+  local E, pad = info.E, #info.E - #t.dims
+  local at = {}
+  for n, run in ipairs(info.runs) do
+    local name = #info.runs == 2 and ({ "R", "I" })[n] or ({ "K", "R", "I" })[n]
+    local stride, want, any = 0, nil, false
+    for i = run.to, run.from, -1 do
+      if E[i] ~= 1 then
+        local d, st = t.dims[i - pad], t.strides[i - pad]
+        local bcast = d == nil or d == 1
+        if not bcast and (not pw.dims_equal({ d }, { E[i] }) or type(st) ~= "number") then return nil end
+        if any and (bcast ~= (stride == 0) or not bcast and st ~= want) then return nil end
+        if not any then stride = bcast and 0 or st end
+        any = true
+        want = not bcast and type(E[i]) == "number" and st * E[i] or -1
+      end
+    end
+    at[name] = stride
+  end
+  at.K = at.K or 0
+  return at
+end
+
+-- Whether the strided form of info takes this form: true, or nil and why not.
+function M.accepts_strided(group, g, info)
+  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  if info.V < 2 or type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24 then return nil, "the kept block not compile-time vectors" end
+  for _, a in ipairs(info.acc) do
+    if not UPD[a.mode.upd] or not partials_ptx.COMB[a.mode.comb] then return nil, "update " .. a.mode.upd end
+  end
+  for _, red in ipairs(info.list) do
+    if not partials_ptx.output_ok(red.y.dtype, red.mode.fin) then return nil, "output " .. red.y.name end
+  end
+  local bad = ptxops.op_declines(group.prologue or {}, g)
+  if bad then return nil, bad end
+  bad = ptxops.read_again_declines(group.prologue or {}, g, pw.read_set(group.nodes))
+  if bad then return nil, bad end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not ptxops.IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
+      local at = strided_access(t, info)
+      if not at then return nil, t.name .. " is gathered" end
+      if at.I ~= 0 and (at.I ~= 1 or at.K % info.V ~= 0 or at.R % info.V ~= 0 or (info.V * dtypes.size(t.dtype)) % 4 ~= 0) then
+        return nil, t.name .. " is not read by vectors"
+      end
+    end
+  end
+  return true
+end
+
+-- floor(x / d) for a b64 x below 2^40 and a constant d below 2^24: a shift, or the high half of
+-- x * (floor(2^64 / d) + 1) (ptxas divides 64 bits by calling a routine)
+local function over(P, x, d)
+  if ptx.pow2(d) then return P:def("b64", "shr.u64 %s, %s, %d;", x, ptx.log2(d)) end
+  local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
+  return P:def("b64", "mul.hi.u64 %s, %s, 0x%016X;", x, m)
+end
+
+-- The strided form's body into K (its params those of the CUDA form): B threads a CTA, RS row
+-- splits, U rows in flight, the shared array red_[NR][RS][TW] declared; opts.slices: the
+-- persistent grid over (column block, row slice) items (opts the slice count's, as
+-- partials_ptx.slice_count), the partials to the workspace `ws`.
+function M.emit_strided(K, group, g, info, B, U, opts)
+  local P = ptx.new()
+  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  local E, V, NR, RS = info.E, info.V, #info.acc, info.RS
+  local LO = B // RS
+  local TW, Ki = LO * V, info.Ki_c
+  local tid = def("b32", "mov.u32 %s, %%tid.x;")
+  local srow = def("b32", "shr.u32 %s, %s, %d;", tid, ptx.log2(LO))
+  local lane = def("b32", "and.b32 %s, %s, %d;", tid, LO - 1)
+  local n_out = def("b64", "mul.lo.s64 %s, %s, %d;", partials_ptx.product(P, info.Ko_f), Ki)
+  local R = partials_ptx.product(P, info.R_f)
+  -- the sources: per-kernel values and the tensors' addresses and strides
+  local base, srcs = {}, {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" then base[uid] = ptx.f32(t.value)
+    elseif t.role == "scalar" then base[uid] = P:input("f", K:scalar(uid))
+    else
+      local at = strided_access(t, info)
+      if at.I ~= 0 then K:need_align(uid, V * dtypes.size(t.dtype)) end
+      srcs[#srcs + 1] = { uid = uid, ptr = P:global(P:input("l", K:ptr(uid))), dtype = t.dtype, z = dtypes.size(t.dtype), at = at }
+    end
+  end
+  local outs = {}
+  for r, red in ipairs(info.list) do outs[r] = P:global(P:input("l", K:ptr(red.y.uid, true))) end
+  local ws, G, w, total
+  local ITEM, END = P:label(), P:label()
+  local cb, sl, r_lo, r_hi
+  if opts.slices then
+    ws = P:global(P:input("l", "ws"))
+    G = partials_ptx.slice_count(P, P:input("l", "sms"), n_out, R, opts)
+    local G64 = def("b64", "cvt.u64.u32 %s, %s;", G)
+    local C = def("b64", "shr.u64 %s, %s, %d;", def("b64", "add.s64 %s, %s, %d;", n_out, TW - 1), ptx.log2(TW))
+    total = def("b64", "mul.lo.s64 %s, %s, %s;", C, G64)
+    w = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%ctaid.x;"))
+    P:at(ITEM)
+    put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", w, total), END)
+    cb = def("b64", "div.u64 %s, %s, %s;", w, G64)
+    sl = def("b64", "sub.s64 %s, %s, %s;", w, def("b64", "mul.lo.s64 %s, %s, %s;", cb, G64))
+    r_lo = def("b64", "div.u64 %s, %s, %s;", def("b64", "mul.lo.s64 %s, %s, %s;", sl, R), G64)
+    r_hi = def("b64", "div.u64 %s, %s, %s;", def("b64", "mad.lo.s64 %s, %s, %s, %s;", sl, R, R), G64)
+  else
+    cb = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%ctaid.x;"))
+    r_lo, r_hi = "0", R
+  end
+  -- thread t: the V outputs from o, the rows r_lo + t / LO, + RS, ...
+  local o = def("b64", "mad.lo.s64 %s, %s, %d, %s;", cb, TW, def("b64", "mul.wide.u32 %s, %s, %d;", lane, V))
+  local acc = {}
+  for r, a in ipairs(info.acc) do
+    acc[r] = {}
+    local init = ptx.f32(partials_ptx.INIT[a.mode.init])
+    for u = 1, U do
+      acc[r][u] = {}
+      for j = 1, V do acc[r][u][j] = def("b32", "mov.b32 %s, %s;", init) end
+    end
+  end
+  local COMBINE = P:label()
+  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", o, n_out), COMBINE)
+  local ko = over(P, o, Ki)
+  local col = def("b64", "sub.s64 %s, %s, %s;", o, def("b64", "mul.lo.s64 %s, %s, %d;", ko, Ki))
+  -- each source's address at row 0 and its bytes a row; the rows' common ones loaded here
+  local row_read = {}
+  local function read(src, addr)
+    if src.at.I ~= 0 then return P:reader(P:load("global.nc", addr, 0, V * src.z), src.dtype) end
+    local v = load_value(P, addr, src.dtype)
+    return function() return v end
+  end
+  for _, src in ipairs(srcs) do
+    local a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, src.at.K * src.z, src.ptr)
+    if src.at.I ~= 0 then a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, src.at.I * src.z, a0) end
+    src.a0 = a0
+    if src.at.R == 0 then
+      local r = read(src, a0)
+      local vals = {}
+      for j = 0, V - 1 do vals[j] = r(j) end
+      row_read[src.uid] = vals
+    end
+  end
+  local read_later = pw.read_set(group.nodes)
+  -- row `row` (b64) into accumulators acc[.][u]
+  local function one_row(row, u)
+    local reads = {}
+    for _, src in ipairs(srcs) do
+      if src.at.R ~= 0 then reads[src.uid] = read(src, def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, src.at.R * src.z, src.a0)) end
+    end
+    for j = 0, V - 1 do
+      local value = {}
+      for uid, v in pairs(base) do value[uid] = v end
+      for uid, vals in pairs(row_read) do value[uid] = vals[j] end
+      for uid, rd in pairs(reads) do value[uid] = rd(j) end
+      ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
+      for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc[r][u][j + 1], value[a.input]) end
+    end
+  end
+  local r = def("b64", "add.s64 %s, %s, %s;", def("b64", "cvt.u64.u32 %s, %s;", srow), r_lo)
+  local MAIN, REST = P:label(), P:label()
+  P:at(MAIN)
+  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %d;", r, (U - 1) * RS), r_hi), REST)
+  for u = 1, U do one_row(u == 1 and r or def("b64", "add.s64 %s, %s, %d;", r, (u - 1) * RS), u) end
+  put("add.s64 %s, %s, %d;", r, r, U * RS)
+  put("bra.uni %s;", MAIN)
+  P:at(REST)
+  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", r, r_hi), COMBINE)
+  one_row(r, 1)
+  put("add.s64 %s, %s, %d;", r, r, RS)
+  put("bra.uni %s;", REST)
+  P:at(COMBINE)
+  -- in a fixed order: each thread's accumulators, then the row splits in turn
+  local red = P:shared(P:input("l", "red_"))
+  local mine = def("b32", "mad.lo.s32 %s, %s, %d, %s;", srow, TW * 4, def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * 4, red))
+  for ai, a in ipairs(info.acc) do
+    local op = partials_ptx.COMB[a.mode.comb]
+    local words = {}
+    for j = 1, V do
+      local x = acc[ai][1][j]
+      for u = 2, U do x = def("b32", op .. " %s, %s, %s;", x, acc[ai][u][j]) end
+      words[j] = x
+    end
+    P:store("shared", mine, (ai - 1) * RS * TW * 4, words)
+  end
+  put("bar.sync 0;")
+  local recip
+  for _, rd in ipairs(info.list) do
+    if rd.mode.fin and not recip then
+      recip = def("b32", "rcp.rn.f32 %s, %s;", def("b32", "cvt.rn.f32.s64 %s, %s;", R))
+    end
+  end
+  local STORED = P:label()
+  for it = 0, (TW - 1) // B do
+    local i = def("b32", "add.u32 %s, %s, %d;", tid, it * B)
+    if TW % B ~= 0 then put("@%s bra %s;", def("pred", "setp.ge.u32 %s, %s, %d;", i, TW), STORED) end
+    local q = def("b64", "mad.lo.s64 %s, %s, %d, %s;", cb, TW, def("b64", "cvt.u64.u32 %s, %s;", i))
+    put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", q, n_out), STORED)
+    local at = def("b32", "mad.lo.s32 %s, %s, 4, %s;", i, red)
+    for ai, a in ipairs(info.acc) do
+      local op = partials_ptx.COMB[a.mode.comb]
+      local x = def("b32", "ld.shared.f32 %s, [%s+%d];", at, (ai - 1) * RS * TW * 4)
+      for k = 1, RS - 1 do
+        put("%s %s, %s, %s;", op, x, x, def("b32", "ld.shared.f32 %s, [%s+%d];", at, ((ai - 1) * RS + k) * TW * 4))
+      end
+      local PARTIAL, NEXT = P:label(), P:label()
+      if opts.slices then put("@%s bra %s;", def("pred", "setp.ne.u32 %s, %s, 1;", G), PARTIAL) end
+      for ri, rd in ipairs(info.list) do
+        if info.acc_of[ri] == ai then partials_ptx.store(P, outs[ri], q, partials_ptx.final(P, x, rd.mode.fin, recip), rd.y.dtype) end
+      end
+      if opts.slices then
+        put("bra.uni %s;", NEXT)
+        P:at(PARTIAL)
+        local slot = def("b64", "mad.lo.s64 %s, %s, %s, %s;", def("b64", "mad.lo.s64 %s, %s, %d, %d;", sl, NR, ai - 1), n_out, q)
+        put("st.global.f32 [%s], %s;", def("b64", "mad.lo.s64 %s, %s, 4, %s;", slot, ws), x)
+        P:at(NEXT)
+      end
+    end
+  end
+  P:at(STORED)
+  if opts.slices then
+    put("bar.sync 0;")  -- (red_ is the next item's)
+    put("add.s64 %s, %s, %s;", w, w, def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%nctaid.x;")))
+    put("bra.uni %s;", ITEM)
+    P:at(END)
+  end
+  K:asm(P)
+end
+
 return M
