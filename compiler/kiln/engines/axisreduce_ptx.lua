@@ -218,22 +218,29 @@ end
 -- The strided form ([Ko, R, Ki], a middle block reduced): how tensor t is read. Along each
 -- run of axes it is either broadcast or laid out as the input's run (its offset linear in the
 -- run's index): { K = stride along Ko, R = along the rows, I = along Ki (0: broadcast) },
--- or nil.
+-- or nil. Only K may be a product of dims (a dynamic row count: "S*1000"), where its run has one
+-- axis of t.
 local function strided_access(t, info)
   local E, pad = info.E, #info.E - #t.dims
   local at = {}
   for n, run in ipairs(info.runs) do
     local name = #info.runs == 2 and ({ "R", "I" })[n] or ({ "K", "R", "I" })[n]
     local stride, want, any = 0, nil, false
+    local axes = 0
+    for i = run.from, run.to do
+      local d = t.dims[i - pad]
+      if E[i] ~= 1 and d ~= nil and d ~= 1 then axes = axes + 1 end
+    end
     for i = run.to, run.from, -1 do
       if E[i] ~= 1 then
         local d, st = t.dims[i - pad], t.strides[i - pad]
         local bcast = d == nil or d == 1
-        if not bcast and (not pw.dims_equal({ d }, { E[i] }) or type(st) ~= "number") then return nil end
+        local dynamic_ok = name == "K" and axes == 1 and type(st) == "string"
+        if not bcast and (not pw.dims_equal({ d }, { E[i] }) or type(st) ~= "number" and not dynamic_ok) then return nil end
         if any and (bcast ~= (stride == 0) or not bcast and st ~= want) then return nil end
         if not any then stride = bcast and 0 or st end
         any = true
-        want = not bcast and type(E[i]) == "number" and st * E[i] or -1
+        want = not bcast and type(E[i]) == "number" and type(st) == "number" and st * E[i] or -1
       end
     end
     at[name] = stride
@@ -262,7 +269,8 @@ function M.accepts_strided(group, g, info)
       if not ptxops.IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
       local at = strided_access(t, info)
       if not at then return nil, t.name .. " is gathered" end
-      if at.I ~= 0 and (at.I ~= 1 or at.K % info.V ~= 0 or at.R % info.V ~= 0 or (info.V * dtypes.size(t.dtype)) % 4 ~= 0) then
+      if at.I ~= 0 and (at.I ~= 1 or pw.const_factor(at.K) % info.V ~= 0 or at.R % info.V ~= 0
+          or (info.V * dtypes.size(t.dtype)) % 4 ~= 0) then
         return nil, t.name .. " is not read by vectors"
       end
     end
@@ -350,7 +358,16 @@ function M.emit_strided(K, group, g, info, B, U, opts)
     return function() return v end
   end
   for _, src in ipairs(srcs) do
-    local a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, src.at.K * src.z, src.ptr)
+    local a0 = src.ptr
+    if type(src.at.K) == "string" then
+      -- (a product of dims: "S*1000")
+      local factors = {}
+      for f in src.at.K:gmatch("[^*]+") do factors[#factors + 1] = tonumber(f) or f end
+      factors[#factors + 1] = src.z
+      a0 = def("b64", "mad.lo.s64 %s, %s, %s, %s;", ko, partials_ptx.product(P, factors), a0)
+    elseif src.at.K ~= 0 then
+      a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, src.at.K * src.z, a0)
+    end
     if src.at.I ~= 0 then a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, src.at.I * src.z, a0) end
     src.a0 = a0
     if src.at.R == 0 then
