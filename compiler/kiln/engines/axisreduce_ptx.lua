@@ -80,9 +80,10 @@ function M.accepts(group, g, info)
 end
 
 -- An fp32 register of the 32- or 16-bit value at address `addr` (read-only).
-local function load_value(P, addr, dtype)
-  if dtype == "fp32" then return P:def("b32", "ld.global.nc.f32 %s, [%s];", addr) end
-  local h = P:def("b16", "ld.global.nc.b16 %s, [%s];", addr)
+local function load_value(P, addr, dtype, off)
+  off = off and off ~= 0 and "+" .. off or ""
+  if dtype == "fp32" then return P:def("b32", "ld.global.nc.f32 %s, [%s%s];", addr, off) end
+  local h = P:def("b16", "ld.global.nc.b16 %s, [%s%s];", addr, off)
   return dtype == "bf16" and P:def("b32", "mov.b32 %s, {0, %s};", h) or P:def("b32", "cvt.f32.f16 %s, %s;", h)
 end
 
@@ -352,9 +353,9 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   local col = def("b64", "sub.s64 %s, %s, %s;", o, def("b64", "mul.lo.s64 %s, %s, %d;", ko, Ki))
   -- each source's address at row 0 and its bytes a row; the rows' common ones loaded here
   local row_read = {}
-  local function read(src, addr)
-    if src.at.I ~= 0 then return P:reader(P:load("global.nc", addr, 0, V * src.z), src.dtype) end
-    local v = load_value(P, addr, src.dtype)
+  local function read(src, addr, off)
+    if src.at.I ~= 0 then return P:reader(P:load("global.nc", addr, off or 0, V * src.z), src.dtype) end
+    local v = load_value(P, addr, src.dtype, off)
     return function() return v end
   end
   for _, src in ipairs(srcs) do
@@ -378,11 +379,24 @@ function M.emit_strided(K, group, g, info, B, U, opts)
     end
   end
   local read_later = pw.read_set(group.nodes)
-  -- row `row` (b64) into accumulators acc[.][u]
-  local function one_row(row, u)
+  -- each source's address at row `row` (b64): its row is k rows of the split on, at an
+  -- immediate offset where it fits
+  local function at_row(row)
+    local addr = {}
+    for _, src in ipairs(srcs) do
+      if src.at.R ~= 0 then addr[src.uid] = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, src.at.R * src.z, src.a0) end
+    end
+    return addr
+  end
+  -- row k of the split from the rows at `addr` into accumulators acc[.][u]
+  local function one_row(addr, k, u)
     local reads = {}
     for _, src in ipairs(srcs) do
-      if src.at.R ~= 0 then reads[src.uid] = read(src, def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, src.at.R * src.z, src.a0)) end
+      if src.at.R ~= 0 then
+        local off = k * RS * src.at.R * src.z
+        if off < 2 ^ 31 then reads[src.uid] = read(src, addr[src.uid], off)
+        else reads[src.uid] = read(src, def("b64", "add.s64 %s, %s, %d;", addr[src.uid], off)) end
+      end
     end
     for j = 0, V - 1 do
       local value = {}
@@ -397,12 +411,13 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   local MAIN, REST = P:label(), P:label()
   P:at(MAIN)
   put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %d;", r, (U - 1) * RS), r_hi), REST)
-  for u = 1, U do one_row(u == 1 and r or def("b64", "add.s64 %s, %s, %d;", r, (u - 1) * RS), u) end
+  local trip = at_row(r)
+  for u = 1, U do one_row(trip, u - 1, u) end
   put("add.s64 %s, %s, %d;", r, r, U * RS)
   put("bra.uni %s;", MAIN)
   P:at(REST)
   put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", r, r_hi), COMBINE)
-  one_row(r, 1)
+  one_row(at_row(r), 0, 1)
   put("add.s64 %s, %s, %d;", r, r, RS)
   put("bra.uni %s;", REST)
   P:at(COMBINE)
