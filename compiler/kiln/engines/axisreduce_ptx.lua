@@ -55,11 +55,9 @@ local function channel_terms(t, info)
   return terms
 end
 
--- Whether the inner form of info takes this form: true, or nil and why not.
-function M.accepts(group, g, info)
+-- What both forms ask: PTX forms wanted, updates and the prologue's ops with PTX forms here.
+local function common_accepts(group, g, info)
   if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
-  if type(info.Ri_c) ~= "number" or info.Ri_c % info.V ~= 0 then return nil, "the trailing block not compile-time" end
-  if info.V < 2 then return nil, "one element a vector" end
   for _, a in ipairs(info.acc) do
     if not UPD[a.mode.upd] or not partials_ptx.COMB[a.mode.comb] then return nil, "update " .. a.mode.upd end
   end
@@ -67,6 +65,15 @@ function M.accepts(group, g, info)
   if bad then return nil, bad end
   bad = ptxops.read_again_declines(group.prologue or {}, g, pw.read_set(group.nodes))
   if bad then return nil, bad end
+  return true
+end
+
+-- Whether the inner form of info takes this form: true, or nil and why not.
+function M.accepts(group, g, info)
+  local ok, why = common_accepts(group, g, info)
+  if not ok then return nil, why end
+  if type(info.Ri_c) ~= "number" or info.Ri_c % info.V ~= 0 then return nil, "the trailing block not compile-time" end
+  if info.V < 2 then return nil, "one element a vector" end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
@@ -252,18 +259,12 @@ end
 
 -- Whether the strided form of info takes this form: true, or nil and why not.
 function M.accepts_strided(group, g, info)
-  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  local ok, why = common_accepts(group, g, info)
+  if not ok then return nil, why end
   if info.V < 2 or type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24 then return nil, "the kept block not compile-time vectors" end
-  for _, a in ipairs(info.acc) do
-    if not UPD[a.mode.upd] or not partials_ptx.COMB[a.mode.comb] then return nil, "update " .. a.mode.upd end
-  end
   for _, red in ipairs(info.list) do
     if not partials_ptx.output_ok(red.y.dtype, red.mode.fin) then return nil, "output " .. red.y.name end
   end
-  local bad = ptxops.op_declines(group.prologue or {}, g)
-  if bad then return nil, bad end
-  bad = ptxops.read_again_declines(group.prologue or {}, g, pw.read_set(group.nodes))
-  if bad then return nil, bad end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
