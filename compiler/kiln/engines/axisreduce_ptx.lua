@@ -86,6 +86,18 @@ function M.accepts(group, g, info)
   return true
 end
 
+-- One element into the accumulators: the prologue over its sources' values (`value`, by uid),
+-- then each accumulator's update (register acc_of(r)).
+local function fold(P, group, g, info, value, read_later, acc_of)
+  ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
+  for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc_of(r), value[a.input]) end
+end
+
+-- A constant's or a runtime scalar's fp32 value (an immediate or an operand).
+local function kernel_value(P, K, t)
+  return t.role == "constant" and ptx.f32(t.value) or P:input("f", K:scalar(t.uid))
+end
+
 -- An fp32 register of the 32- or 16-bit value at address `addr` (read-only).
 local function load_value(P, addr, dtype, off)
   off = off and off ~= 0 and "+" .. off or ""
@@ -110,8 +122,7 @@ function M.emit(K, group, g, info, B, U)
   local base, whole = {}, {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if t.role == "constant" then base[uid] = ptx.f32(t.value)
-    elseif t.role == "scalar" then base[uid] = P:input("f", K:scalar(uid))
+    if t.role == "constant" or t.role == "scalar" then base[uid] = kernel_value(P, K, t)
     else
       local ptr = P:global(P:input("l", K:ptr(uid)))
       local terms = not pw.dims_equal(t.dims, E) and channel_terms(t, info)
@@ -170,8 +181,7 @@ function M.emit(K, group, g, info, B, U)
       local value = {}
       for uid, v in pairs(base) do value[uid] = v end
       for uid, read in pairs(reads) do value[uid] = read(j) end
-      ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
-      for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc[r][u], value[a.input]) end
+      fold(P, group, g, info, value, read_later, function(r) return acc[r][u] end)
     end
   end
   -- U vectors a trip while the run has them, then one at a time
@@ -307,8 +317,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   local base, srcs = {}, {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if t.role == "constant" then base[uid] = ptx.f32(t.value)
-    elseif t.role == "scalar" then base[uid] = P:input("f", K:scalar(uid))
+    if t.role == "constant" or t.role == "scalar" then base[uid] = kernel_value(P, K, t)
     else
       local at = strided_access(t, info)
       if at.I ~= 0 then K:need_align(uid, V * dtypes.size(t.dtype)) end
@@ -404,8 +413,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
       for uid, v in pairs(base) do value[uid] = v end
       for uid, vals in pairs(row_read) do value[uid] = vals[j] end
       for uid, rd in pairs(reads) do value[uid] = rd(j) end
-      ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
-      for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc[r][u][j + 1], value[a.input]) end
+      fold(P, group, g, info, value, read_later, function(r) return acc[r][u][j + 1] end)
     end
   end
   local r = def("b64", "add.s64 %s, %s, %s;", def("b64", "cvt.u64.u32 %s, %s;", srow), r_lo)
