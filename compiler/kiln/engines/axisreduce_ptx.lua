@@ -170,13 +170,16 @@ function M.emit(K, group, g, info, B, U)
     for u = 1, U do acc[r][u] = def("b32", "mov.b32 %s, %s;", ptx.f32(partials_ptx.INIT[a.mode.init])) end
   end
   local read_later = pw.read_set(group.nodes)
-  -- one vector at element offset e into accumulators acc[.][u]
-  local function vector(e, u)
+  -- the loads of the vector at element offset e, then its elements into accumulators acc[.][u]
+  local function load_vector(e)
     local reads = {}
     for _, w in ipairs(whole) do
       local addr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", e, w.z, w.ptr)
       reads[w.uid] = P:reader(P:load("global.nc", addr, 0, V * w.z), w.dtype)
     end
+    return reads
+  end
+  local function fold_vector(reads, u)
     for j = 0, V - 1 do
       local value = {}
       for uid, v in pairs(base) do value[uid] = v end
@@ -192,7 +195,10 @@ function M.emit(K, group, g, info, B, U)
   for u = 2, U do qs[u], cs[u] = step(qs[u - 1], cs[u - 1]) end
   local es = {}
   for u = 1, U do es[u] = offset(qs[u], cs[u]) end
-  for u = 1, U do vector(es[u], u) end
+  -- (every vector's loads first: all U in flight)
+  local vecs = {}
+  for u = 1, U do vecs[u] = load_vector(es[u]) end
+  for u = 1, U do fold_vector(vecs[u], u) end
   local qn, cn = step(qs[U], cs[U])
   put("mov.b32 %s, %s;", q, qn)
   put("mov.b32 %s, %s;", c, cn)
@@ -200,7 +206,7 @@ function M.emit(K, group, g, info, B, U)
   put("bra.uni %s;", MAIN)
   P:at(REST)
   put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", f, n), DONE)
-  vector(offset(q, c), 1)
+  fold_vector(load_vector(offset(q, c)), 1)
   local q1, c1 = step(q, c)
   put("mov.b32 %s, %s;", q, q1)
   put("mov.b32 %s, %s;", c, c1)
@@ -399,7 +405,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
     return addr
   end
   -- row k of the split from the rows at `addr` into accumulators acc[.][u]
-  local function one_row(addr, k, u)
+  local function load_row(addr, k)
     local reads = {}
     for _, src in ipairs(srcs) do
       if src.at.R ~= 0 then
@@ -408,6 +414,10 @@ function M.emit_strided(K, group, g, info, B, U, opts)
         else reads[src.uid] = read(src, def("b64", "add.s64 %s, %s, %d;", addr[src.uid], off)) end
       end
     end
+    return reads
+  end
+  -- a row's loaded values into accumulators acc[.][u]
+  local function fold_row(reads, u)
     for j = 0, V - 1 do
       local value = {}
       for uid, v in pairs(base) do value[uid] = v end
@@ -420,13 +430,15 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   local MAIN, REST = P:label(), P:label()
   P:at(MAIN)
   put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %d;", r, (U - 1) * RS), r_hi), REST)
-  local trip = at_row(r)
-  for u = 1, U do one_row(trip, u - 1, u) end
+  -- (every row's loads first: ptxas keeps their order, and all U rows are then in flight)
+  local trip, rows = at_row(r), {}
+  for u = 1, U do rows[u] = load_row(trip, u - 1) end
+  for u = 1, U do fold_row(rows[u], u) end
   put("add.s64 %s, %s, %d;", r, r, U * RS)
   put("bra.uni %s;", MAIN)
   P:at(REST)
   put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", r, r_hi), COMBINE)
-  one_row(at_row(r), 0, 1)
+  fold_row(load_row(at_row(r), 0), 1)
   put("add.s64 %s, %s, %d;", r, r, RS)
   put("bra.uni %s;", REST)
   P:at(COMBINE)
