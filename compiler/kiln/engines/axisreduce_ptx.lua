@@ -93,6 +93,20 @@ local function fold(P, group, g, info, value, read_later, acc_of)
   for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc_of(r), value[a.input]) end
 end
 
+-- floor(x / d) for a b64 x below 2^40 and a constant d below 2^24: a shift, or the high half of
+-- x * (floor(2^64 / d) + 1) (ptxas divides 64 bits by calling a routine)
+local function over(P, x, d)
+  if ptx.pow2(d) then return P:def("b64", "shr.u64 %s, %s, %d;", x, ptx.log2(d)) end
+  local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
+  return P:def("b64", "mul.hi.u64 %s, %s, 0x%016X;", x, m)
+end
+
+-- x / d and x % d for a 32-bit x and a constant d below 2^24 (the quotient by `over`).
+local function divmod32(P, x, d)
+  local q = P:def("b32", "cvt.u32.u64 %s, %s;", over(P, P:def("b64", "cvt.u64.u32 %s, %s;", x), d))
+  return q, P:def("b32", "sub.u32 %s, %s, %s;", x, P:def("b32", "mul.lo.u32 %s, %s, %d;", q, d))
+end
+
 -- A constant's or a runtime scalar's fp32 value (an immediate or an operand).
 local function kernel_value(P, K, t)
   return t.role == "constant" and ptx.f32(t.value) or P:input("f", K:scalar(t.uid))
@@ -129,8 +143,8 @@ function M.emit(K, group, g, info, B, U)
       if terms then
         local z, addr = dtypes.size(t.dtype), ptr
         for _, tm in ipairs(terms) do
-          local c = tm.div == 1 and k or def("b32", "div.u32 %s, %s, %d;", k, tm.div)
-          if tm.mod then c = def("b32", "rem.u32 %s, %s, %d;", c, tm.mod) end
+          local c = tm.div == 1 and k or (divmod32(P, k, tm.div))
+          if tm.mod then c = select(2, divmod32(P, c, tm.mod)) end
           addr = def("b64", "mad.wide.u32 %s, %s, %d, %s;", c, tm.stride * z, addr)
         end
         base[uid] = load_value(P, addr, t.dtype)
@@ -144,11 +158,16 @@ function M.emit(K, group, g, info, B, U)
   local Ro = partials_ptx.product(P, info.Ro_f)
   local G64 = def("b64", "cvt.u64.u32 %s, %s;", G)
   local left = def("b64", "sub.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %s;", Ro, G64), def("b64", "cvt.u64.u32 %s, %s;", s))
-  local n = def("b64", "mul.lo.s64 %s, %s, %d;", def("b64", "div.u64 %s, %s, %s;", def("b64", "add.s64 %s, %s, -1;", left), G64), VR)
+  -- (a 32-bit division where the rows fit 32 bits, as NVVM's form: ptxas's 64-bit one is a routine)
+  left = def("b64", "add.s64 %s, %s, -1;", left)
+  local rows = def("b64", "mov.b64 %s, 0;")
+  local narrow = def("pred", "setp.lt.u64 %s, %s, 4294967296;", left)
+  put("@%s cvt.u64.u32 %s, %s;", narrow, rows, def("b32", "div.u32 %s, %s, %s;", def("b32", "cvt.u32.u64 %s, %s;", left), G))
+  put("@!%s div.u64 %s, %s, %s;", narrow, rows, left, G64)
+  local n = def("b64", "mul.lo.s64 %s, %s, %d;", rows, VR)
   -- vector f = q * VR + c of the run: row s + q * G, vector c of its channel k's block
   local f = def("b64", "cvt.u64.u32 %s, %s;", tid)
-  local q = def("b32", "div.u32 %s, %s, %d;", tid, VR)
-  local c = def("b32", "rem.u32 %s, %s, %d;", tid, VR)
+  local q, c = divmod32(P, tid, VR)
   local chan = def("b64", "mul.wide.u32 %s, %s, %d;", k, info.Ri_c)  -- k * Ri
   local dq, dc = B // VR, B % VR
   -- the element offset of vector (q, c), and (q, c) B vectors on
@@ -294,14 +313,6 @@ function M.accepts_strided(group, g, info)
     end
   end
   return true
-end
-
--- floor(x / d) for a b64 x below 2^40 and a constant d below 2^24: a shift, or the high half of
--- x * (floor(2^64 / d) + 1) (ptxas divides 64 bits by calling a routine)
-local function over(P, x, d)
-  if ptx.pow2(d) then return P:def("b64", "shr.u64 %s, %s, %d;", x, ptx.log2(d)) end
-  local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
-  return P:def("b64", "mul.hi.u64 %s, %s, 0x%016X;", x, m)
 end
 
 -- The strided form's body into K (its params those of the CUDA form): B threads a CTA, RS row
