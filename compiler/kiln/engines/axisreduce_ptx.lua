@@ -3,8 +3,9 @@
 -- it compiles as a PTX module (kiln.ptxmodule) by ptxas alone: the same work and order as the
 -- CUDA form (a slice's rows as one run of vectors, thread t the vectors t, t + B, ... with U in
 -- flight, each accumulator's elements in order, the warps' butterflies, then the warps in
--- turn), so the same bits, without NVRTC's front end and NVVM and without a division per
--- vector (the thread's row and vector in the run advance by constants). Taken where the
+-- turn), without NVRTC's front end and NVVM and without a division per vector (the thread's
+-- row and vector in the run advance by constants). A trip's loads come before its arithmetic:
+-- ptxas keeps their order, and beside their arithmetic they had half the rows in flight. Taken where the
 -- trailing block is compile-time and a whole number of vectors, every input is the reduced
 -- tensor's shape, one value per channel, a scalar or a constant, the prologue's ops have PTX
 -- forms (ptxops) and the update is a sum, mean, norm, product, maximum or minimum; anything
