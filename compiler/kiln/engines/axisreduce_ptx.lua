@@ -87,11 +87,19 @@ function M.accepts(group, g, info)
   return true
 end
 
--- One element into the accumulators: the prologue over its sources' values (`value`, by uid),
--- then each accumulator's update (register acc_of(r)).
-local function fold(P, group, g, info, value, read_later, acc_of)
-  ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
-  for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc_of(r), value[a.input]) end
+-- V elements into the accumulators: element j's sources (`base`, by uid, then each table of
+-- `readers`: uid -> reader(j)), the prologue over them, then each accumulator's update
+-- (register acc_of(r, j)).
+local function fold(P, group, g, info, read_later, V, base, readers, acc_of)
+  for j = 0, V - 1 do
+    local value = {}
+    for uid, v in pairs(base) do value[uid] = v end
+    for _, t in ipairs(readers) do
+      for uid, rd in pairs(t) do value[uid] = rd(j) end
+    end
+    ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
+    for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc_of(r, j), value[a.input]) end
+  end
 end
 
 -- floor(x / d) for a b64 x below 2^40 and a constant d below 2^24: a shift, or the high half of
@@ -200,12 +208,7 @@ function M.emit(K, group, g, info, B, U)
     return reads
   end
   local function fold_vector(reads, u)
-    for j = 0, V - 1 do
-      local value = {}
-      for uid, v in pairs(base) do value[uid] = v end
-      for uid, read in pairs(reads) do value[uid] = read(j) end
-      fold(P, group, g, info, value, read_later, function(r) return acc[r][u] end)
-    end
+    fold(P, group, g, info, read_later, V, base, { reads }, function(r) return acc[r][u] end)
   end
   -- U vectors a trip while the run has them, then one at a time
   local MAIN, REST, DONE = P:label(), P:label(), P:label()
@@ -403,7 +406,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
       local r = read(src, a0)
       local vals = {}
       for j = 0, V - 1 do vals[j] = r(j) end
-      row_read[src.uid] = vals
+      row_read[src.uid] = function(j) return vals[j] end
     end
   end
   local read_later = pw.read_set(group.nodes)
@@ -430,14 +433,9 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   end
   -- a row's loaded values into accumulators acc[.][u]
   local function fold_row(reads, u)
-    for j = 0, V - 1 do
-      local value = {}
-      for uid, v in pairs(base) do value[uid] = v end
-      for uid, vals in pairs(row_read) do value[uid] = vals[j] end
-      for uid, rd in pairs(reads) do value[uid] = rd(j) end
-      fold(P, group, g, info, value, read_later, function(r) return acc[r][u][j + 1] end)
-    end
+    fold(P, group, g, info, read_later, V, base, { row_read, reads }, function(r, j) return acc[r][u][j + 1] end)
   end
+
   local r = def("b64", "add.s64 %s, %s, %s;", def("b64", "cvt.u64.u32 %s, %s;", srow), r_lo)
   local MAIN, REST = P:label(), P:label()
   P:at(MAIN)

@@ -138,15 +138,7 @@ function M.emit(K, g, opts, per)
     if FIN[fin_of(o, opts) or ""] == "mean" and not recip then recip = def("b32", "rcp.rn.f32 %s, %s;", count(P, opts.n_factors)) end
   end
   local function final(x, o) return M.final(P, x, fin_of(o, opts), recip) end
-  local function store(o, i, index, x)
-    local dt = g.by_uid[o.uid].dtype
-    if dt == "fp32" then
-      put("st.global.f32 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 4, %s;", index, outs[i]), x)
-    else
-      local h = def("b16", CVT[dt] .. " %s, %s;", x)
-      put("st.global.b16 [%s], %s;", def("b64", "mad.wide.u32 %s, %s, 2, %s;", index, outs[i]), h)
-    end
-  end
+  local function store(o, i, index, x) M.store(P, outs[i], index, x, g.by_uid[o.uid].dtype, true) end
   if opts.fold then
     -- the columns fold into one value, in column order, by thread 0
     put("st.shared.f32 [%s], %s;", lane4, a)
@@ -202,12 +194,15 @@ end
 -- Whether a reduction output of dtype dt with final map fin has a PTX form here.
 function M.output_ok(dt, fin) return (dt == "fp32" or CVT[dt] ~= nil) and (not fin or FIN[fin] ~= nil) end
 
--- Stores fp32 value x as element `index` (b64) of the output at global address `out`.
-function M.store(P, out, index, x, dt)
+-- Stores fp32 value x as element `index` of the output at global address `out` (index b64, or
+-- b32 with `wide`: a column of the finalize).
+function M.store(P, out, index, x, dt, wide)
+  local mad = wide and "mad.wide.u32" or "mad.lo.s64"
   if dt == "fp32" then
-    P:put("st.global.f32 [%s], %s;", P:def("b64", "mad.lo.s64 %s, %s, 4, %s;", index, out), x)
+    P:put("st.global.f32 [%s], %s;", P:def("b64", mad .. " %s, %s, 4, %s;", index, out), x)
   else
-    P:put("st.global.b16 [%s], %s;", P:def("b64", "mad.lo.s64 %s, %s, 2, %s;", index, out), P:def("b16", CVT[dt] .. " %s, %s;", x))
+    local h = P:def("b16", CVT[dt] .. " %s, %s;", x)
+    P:put("st.global.b16 [%s], %s;", P:def("b64", mad .. " %s, %s, 2, %s;", index, out), h)
   end
 end
 
