@@ -51,27 +51,11 @@ local function element(K, group, g, info, index, acc, indent, V)
   end, nil, info.fixed)
 end
 
--- The stride of tensor t along the strided form's rows (a number) where t is broadcast along
--- the trailing kept axes and its offset grows linearly with the row index (a row's mean or
--- rstd); else nil.
+-- The stride of tensor t along the strided form's rows where t is broadcast along the trailing
+-- kept axes and its offset grows linearly with the row index (a row's mean or rstd); else nil.
 local function per_row_stride(t, info)
-  local E, pad = info.E, #info.E - #t.dims
-  local rows, kept = info.runs[#info.runs - 1], info.runs[#info.runs]
-  for i = kept.from, kept.to do
-    local d = t.dims[i - pad]
-    if d ~= nil and d ~= 1 then return nil end
-  end
-  local last, want
-  for i = rows.to, rows.from, -1 do
-    if E[i] ~= 1 then
-      local d, st = t.dims[i - pad], t.strides[i - pad]
-      if d == nil or not pw.dims_equal({ d }, { E[i] }) or type(st) ~= "number" then return nil end
-      if last and st ~= want then return nil end
-      last = last or st
-      want = type(E[i]) == "number" and st * E[i] or -1  -- the next outer axis's stride, row-major
-    end
-  end
-  return last
+  local at = axisreduce_ptx.strided_access(t, info)
+  return at and at.I == 0 and at.R ~= 0 and at.R or nil
 end
 
 -- The inputs the same for all rows a thread reads (broadcast along every reduced axis: a

@@ -267,7 +267,7 @@ end
 -- run's index): { K = stride along Ko, R = along the rows, I = along Ki (0: broadcast) },
 -- or nil. Only K may be a product of dims (a dynamic row count: "S*1000"), where its run has one
 -- axis of t.
-local function strided_access(t, info)
+function M.strided_access(t, info)
   local E, pad = info.E, #info.E - #t.dims
   local at = {}
   for n, run in ipairs(info.runs) do
@@ -308,7 +308,7 @@ function M.accepts_strided(group, g, info)
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
       if not ptxops.IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
-      local at = strided_access(t, info)
+      local at = M.strided_access(t, info)
       if not at then return nil, t.name .. " is gathered" end
       if at.I ~= 0 and (at.I ~= 1 or pw.const_factor(at.K) % info.V ~= 0 or at.R % info.V ~= 0
           or (info.V * dtypes.size(t.dtype)) % 4 ~= 0) then
@@ -340,7 +340,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
     local t = g.by_uid[uid]
     if t.role == "constant" or t.role == "scalar" then base[uid] = kernel_value(P, K, t)
     else
-      local at = strided_access(t, info)
+      local at = M.strided_access(t, info)
       if at.I ~= 0 then K:need_align(uid, V * dtypes.size(t.dtype)) end
       srcs[#srcs + 1] = { uid = uid, ptr = P:global(P:input("l", K:ptr(uid))), dtype = t.dtype, z = dtypes.size(t.dtype), at = at }
     end
