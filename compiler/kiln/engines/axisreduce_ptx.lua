@@ -17,21 +17,9 @@ local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local ptxops = require "kiln.engines.ptxops"
 local partials_ptx = require "kiln.engines.partials_ptx"
+local reduce_ptx = require "kiln.engines.reduce_ptx"
 
 local M = {}
-
--- A reduction's update of accumulator a by element value v (rowgen.REDUCE's upd) in PTX.
-local UPD = {
-  ["%a += %v;"] = function(P, a, v) P:put("add.f32 %s, %s, %s;", a, a, v) end,
-  ["%a += fabsf(%v);"] = function(P, a, v) P:put("add.f32 %s, %s, %s;", a, a, P:def("b32", "abs.f32 %s, %s;", v)) end,
-  ["%a = fmaf(%v, %v, %a);"] = function(P, a, v) P:put("fma.rn.f32 %s, %s, %s, %s;", a, v, v, a) end,
-  ["%a *= %v;"] = function(P, a, v) P:put("mul.f32 %s, %s, %s;", a, a, v) end,
-  ["%a = kiln_fmin_nan(%a, %v);"] = function(P, a, v) P:put("min.NaN.f32 %s, %s, %s;", a, a, v) end,
-  ["%a = kiln_fmax_nan(%a, %v);"] = function(P, a, v) P:put("max.NaN.f32 %s, %s, %s;", a, a, v) end,
-  ["%a = kiln_fmax_nan(%a, fabsf(%v));"] = function(P, a, v)
-    P:put("max.NaN.f32 %s, %s, %s;", a, a, P:def("b32", "abs.f32 %s, %s;", v))
-  end,
-}
 
 -- Whether tensor t of the inner form's input shape E is one value per channel (broadcast along
 -- every reduced axis) at compile-time strides: its offset terms from the channel index k
@@ -56,22 +44,9 @@ local function channel_terms(t, info)
   return terms
 end
 
--- What both forms ask: PTX forms wanted, updates and the prologue's ops with PTX forms here.
-local function common_accepts(group, g, info)
-  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
-  for _, a in ipairs(info.acc) do
-    if not UPD[a.mode.upd] or not partials_ptx.COMB[a.mode.comb] then return nil, "update " .. a.mode.upd end
-  end
-  local bad = ptxops.op_declines(group.prologue or {}, g)
-  if bad then return nil, bad end
-  bad = ptxops.read_again_declines(group.prologue or {}, g, pw.read_set(group.nodes))
-  if bad then return nil, bad end
-  return true
-end
-
 -- Whether the inner form of info takes this form: true, or nil and why not.
 function M.accepts(group, g, info)
-  local ok, why = common_accepts(group, g, info)
+  local ok, why = reduce_ptx.accepts(group, g, info.acc)
   if not ok then return nil, why end
   if type(info.Ri_c) ~= "number" or info.Ri_c % info.V ~= 0 then return nil, "the trailing block not compile-time" end
   if info.V < 2 then return nil, "one element a vector" end
@@ -87,21 +62,6 @@ function M.accepts(group, g, info)
   return true
 end
 
--- V elements into the accumulators: element j's sources (`base`, by uid, then each table of
--- `readers`: uid -> reader(j)), the prologue over them, then each accumulator's update
--- (register acc_of(r, j)).
-local function fold(P, group, g, info, read_later, V, base, readers, acc_of)
-  for j = 0, V - 1 do
-    local value = {}
-    for uid, v in pairs(base) do value[uid] = v end
-    for _, t in ipairs(readers) do
-      for uid, rd in pairs(t) do value[uid] = rd(j) end
-    end
-    ptxops.run_nodes(P, group.prologue or {}, value, g, read_later)
-    for r, a in ipairs(info.acc) do UPD[a.mode.upd](P, acc_of(r, j), value[a.input]) end
-  end
-end
-
 -- floor(x / d) for a b64 x below 2^40 and a constant d below 2^24: a shift, or the high half of
 -- x * (floor(2^64 / d) + 1) (ptxas divides 64 bits by calling a routine)
 local function over(P, x, d)
@@ -114,19 +74,6 @@ end
 local function divmod32(P, x, d)
   local q = P:def("b32", "cvt.u32.u64 %s, %s;", over(P, P:def("b64", "cvt.u64.u32 %s, %s;", x), d))
   return q, P:def("b32", "sub.u32 %s, %s, %s;", x, P:def("b32", "mul.lo.u32 %s, %s, %d;", q, d))
-end
-
--- A constant's or a runtime scalar's fp32 value (an immediate or an operand).
-local function kernel_value(P, K, t)
-  return t.role == "constant" and ptx.f32(t.value) or P:input("f", K:scalar(t.uid))
-end
-
--- An fp32 register of the 32- or 16-bit value at address `addr` (read-only).
-local function load_value(P, addr, dtype, off)
-  off = off and off ~= 0 and "+" .. off or ""
-  if dtype == "fp32" then return P:def("b32", "ld.global.nc.f32 %s, [%s%s];", addr, off) end
-  local h = P:def("b16", "ld.global.nc.b16 %s, [%s%s];", addr, off)
-  return dtype == "bf16" and P:def("b32", "mov.b32 %s, {0, %s};", h) or P:def("b32", "cvt.f32.f16 %s, %s;", h)
 end
 
 -- The body into K (axisreduce's inner kernel, its params those of the CUDA form: K:ptr of
@@ -145,7 +92,7 @@ function M.emit(K, group, g, info, B, U)
   local base, whole = {}, {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if t.role == "constant" or t.role == "scalar" then base[uid] = kernel_value(P, K, t)
+    if t.role == "constant" or t.role == "scalar" then base[uid] = reduce_ptx.kernel_value(P, K, t)
     else
       local ptr = P:global(P:input("l", K:ptr(uid)))
       local terms = not pw.dims_equal(t.dims, E) and channel_terms(t, info)
@@ -156,7 +103,7 @@ function M.emit(K, group, g, info, B, U)
           if tm.mod then c = select(2, divmod32(P, c, tm.mod)) end
           addr = def("b64", "mad.wide.u32 %s, %s, %d, %s;", c, tm.stride * z, addr)
         end
-        base[uid] = load_value(P, addr, t.dtype)
+        base[uid] = reduce_ptx.load_value(P, addr, t.dtype)
       else
         K:need_align(uid, V * dtypes.size(t.dtype))
         whole[#whole + 1] = { uid = uid, ptr = ptr, dtype = t.dtype, z = dtypes.size(t.dtype) }
@@ -208,7 +155,7 @@ function M.emit(K, group, g, info, B, U)
     return reads
   end
   local function fold_vector(reads, u)
-    fold(P, group, g, info, read_later, V, base, { reads }, function(r) return acc[r][u] end)
+    reduce_ptx.fold(P, group, g, info.acc, read_later, V, base, { reads }, function(r) return acc[r][u] end)
   end
   -- U vectors a trip while the run has them, then one at a time
   local MAIN, REST, DONE = P:label(), P:label(), P:label()
@@ -298,7 +245,7 @@ end
 
 -- Whether the strided form of info takes this form: true, or nil and why not.
 function M.accepts_strided(group, g, info)
-  local ok, why = common_accepts(group, g, info)
+  local ok, why = reduce_ptx.accepts(group, g, info.acc)
   if not ok then return nil, why end
   if info.V < 2 or type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24 then return nil, "the kept block not compile-time vectors" end
   for _, red in ipairs(info.list) do
@@ -338,7 +285,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   local base, srcs = {}, {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if t.role == "constant" or t.role == "scalar" then base[uid] = kernel_value(P, K, t)
+    if t.role == "constant" or t.role == "scalar" then base[uid] = reduce_ptx.kernel_value(P, K, t)
     else
       local at = M.strided_access(t, info)
       if at.I ~= 0 then K:need_align(uid, V * dtypes.size(t.dtype)) end
@@ -386,7 +333,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   local row_read = {}
   local function read(src, addr, off)
     if src.at.I ~= 0 then return P:reader(P:load("global.nc", addr, off or 0, V * src.z), src.dtype) end
-    local v = load_value(P, addr, src.dtype, off)
+    local v = reduce_ptx.load_value(P, addr, src.dtype, off)
     return function() return v end
   end
   for _, src in ipairs(srcs) do
@@ -433,7 +380,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   end
   -- a row's loaded values into accumulators acc[.][u]
   local function fold_row(reads, u)
-    fold(P, group, g, info, read_later, V, base, { row_read, reads }, function(r, j) return acc[r][u][j + 1] end)
+    reduce_ptx.fold(P, group, g, info.acc, read_later, V, base, { row_read, reads }, function(r, j) return acc[r][u][j + 1] end)
   end
 
   local r = def("b64", "add.s64 %s, %s, %s;", def("b64", "cvt.u64.u32 %s, %s;", srow), r_lo)
