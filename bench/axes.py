@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """kiln's reductions over other axes (engines/axisreduce.lua) side by side with torch eager and
-torch.compile: per-channel sums of [N, C, HW] and the sum over the middle axis of [B, S, H]
-(tests/specs/bench/axes.lua), graph replays, medians of several rounds. Usage:
+torch.compile: per-channel sums of [N, C, HW], the sum over the middle axis of [B, S, H], and
+colreduce's column sums of [T, H] and amax of everything (tests/specs/bench/axes.lua), graph
+replays, medians of several rounds. Usage:
     kiln build tests/specs/bench/axes.lua --sm 90a -o axes.kpack
     python3 bench/axes.py --pack axes.kpack [--rounds 5] [--out DIR]
 Bandwidth counts the input once and the output once; the copy ceiling is bench.py's.
@@ -19,11 +20,19 @@ import kiln  # noqa: E402
 import torch  # noqa: E402
 from bench.bench import copy_ceiling, pack_args, side_by_side, speed_row, write_csv  # noqa: E402
 
-# graph, dynamic dim, its values, input shape from it, torch's reduction
+# graph, dynamic dim, its values, input shape from it, torch's reduction, kiln's output shape
+# from the input's
+def kept(*axes):
+    return lambda s: [s[i] if i in axes else 1 for i in range(len(s))]
+
+
 CASES = [
-    ("chan_fp32_64", "N", (64, 256), lambda n: (n, 64, 3136), torch.float32, lambda x: x.sum((0, 2), dtype=torch.float32)),
-    ("chan_bf16_256", "N", (64, 256), lambda n: (n, 256, 784), torch.bfloat16, lambda x: x.sum((0, 2), dtype=torch.float32)),
-    ("mid_bf16", "B", (16, 64, 256), lambda n: (n, 512, 1024), torch.bfloat16, lambda x: x.sum(1, dtype=torch.float32)),
+    ("chan_fp32_64", "N", (64, 256), lambda n: (n, 64, 3136), torch.float32, lambda x: x.sum((0, 2), dtype=torch.float32), kept(1)),
+    ("chan_bf16_256", "N", (64, 256), lambda n: (n, 256, 784), torch.bfloat16, lambda x: x.sum((0, 2), dtype=torch.float32), kept(1)),
+    ("mid_bf16", "B", (16, 64, 256), lambda n: (n, 512, 1024), torch.bfloat16, lambda x: x.sum(1, dtype=torch.float32), kept(0, 2)),
+    ("col_bf16_4096", "T", (4096, 32768), lambda n: (n, 4096), torch.bfloat16, lambda x: x.sum(0, dtype=torch.float32), kept(1)),
+    ("col_bf16_64", "T", (65536, 1048576), lambda n: (n, 64), torch.bfloat16, lambda x: x.sum(0, dtype=torch.float32), kept(1)),
+    ("all_amax_bf16", "T", (4096, 32768), lambda n: (n, 4096), torch.bfloat16, lambda x: x.abs().amax().float(), kept()),
 ]
 
 
@@ -33,14 +42,13 @@ def main():
     ceiling = copy_ceiling()
     print("copy ceiling %.2f TB/s" % ceiling)
     rows = []
-    for name, dim, values, shape_of, dtype, ref in CASES:
+    for name, dim, values, shape_of, dtype, ref, out_of in CASES:
         plan = next(p for p in pack.plans() if p.graph == name)
         compiled = torch.compile(ref)
         for n in values:
             x = torch.randn(shape_of(n), device="cuda", dtype=dtype)
             want = ref(x)
-            y = torch.full(want.shape, float("nan"), device="cuda").reshape(
-                [1 if i != 1 else s for i, s in enumerate(x.shape)] if name.startswith("chan") else (n, 1, x.shape[2]))
+            y = torch.full(out_of(x.shape), float("nan"), device="cuda")
             plan(x=x, y=y)
             err = ((y.reshape(want.shape) - want).abs().max() / want.abs().max()).item()
             assert err < 1e-4, "%s at %s=%d: relative error %g" % (name, dim, n, err)

@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 180 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 184 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -531,6 +531,15 @@ ok "axisreduce reads a per-row value at its row's offset and a per-column block 
 run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
 ok "the finalize of column means, maxima, products and a fold over everything: PTX modules (the mean's count a reciprocal, NaN-propagating maxima)" \
   bash -c "for k in col_avg col_amax col_mul all_amax all_norm1; do grep -q \"kernel kiln_\${k}_k0_final, .*compiled as a PTX module\" '$OUTF' || exit 1; done; grep -q 'rcp.rn.f32' '$OUTF' && grep -q 'max.NaN.f32' '$OUTF' && grep -q 'mul.f32' '$OUTF'"
+ok "colreduce's main kernels too (column sums, means, maxima, products; amax and norm of everything): PTX modules, the slots of a warp combined by a reduce-scatter (one value a lane after the shuffles)" \
+  bash -c "for k in col_avg col_amax col_mul all_amax all_norm1; do grep -q \"kernel kiln_\${k}_k0, .*compiled as a PTX module\" '$OUTF' || exit 1; done; awk '/kiln_all_amax_k0, a PTX/,/^}\$/' '$OUTF' > '$TMP/all_amax.ptx'; test \$(grep -c 'shfl.sync.bfly' '$TMP/all_amax.ptx') = 31"
+ok "column tiles (partial rows wider than shared memory) keep colreduce's CUDA form" \
+  bash -c "! grep -q 'kernel kiln_col_add_wide_k0, .*compiled as a PTX module' '$OUTF' && grep -q 'kernel kiln_col_add_wide_k0, plan .*:t22, sm_90a\$' '$OUTF'"
+run_kiln source tests/specs/mem/norm_bwd_axes.lua --sm 90a --ptx
+ok "sibling column reductions (batch norm's backward over [T, C]: 96 columns, 8 rows a warp): colreduce's PTX form" \
+  bash -c "grep -q 'plan colreduce:v1:avg+avg+add+add:lead:p8n3v4r64, sm_90a, compiled as a PTX module' '$OUTF'"
+KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
+ok "KILN_ROW_CODE=cuda: colreduce's CUDA form" bash -c "! grep -q 'kernel kiln_col_avg_k0, .*compiled as a PTX module' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a --ptx
 ok "axisreduce's strided form over row slices and their sum: PTX modules (no 64-bit division per row)" \
   bash -c "grep -q 'kernel kiln_adaln_bwd_4096x3072_k1_final, plan .*:slices:final, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'kernel kiln_adaln_bwd_4096x3072_k1, plan .*:slices, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'mul.hi.u64' '$OUTF'"

@@ -10,6 +10,7 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
+local colreduce_ptx = require "kiln.engines.colreduce_ptx"
 
 local E = { id = "colreduce", version = 1 }
 
@@ -250,6 +251,14 @@ function E.build(plan, group, g, target, symbol)
     block = { L.block, 1, 1 }, grid = { sms.rule(info.row_factors, info.grid_div, info.cap), info.tiles or 1, 1 },
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
+  -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
+  if colreduce_ptx.accepts(group, g, info) then
+    local cuda = main.source
+    K.lines, K.target = {}, target
+    K.shared = { string.format("  %s__shared__ __align__(16) float cs_[%s];", dyn_smem and "extern " or "", dyn_smem and "" or C * NR) }
+    colreduce_ptx.emit(K, group, g, info)
+    rowgen.with_source(main, K, cuda)
+  end
   local n = info.full and string.format("((float)%s * %d.0f)", info.rows, C) or string.format("(float)%s", info.rows)
   local n_factors = info.full and { info.row_factors, { C } } or { info.row_factors }
   local outs = { { uid = a.outputs.Y, first = 0, count = C } }
