@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""kiln's reductions over other axes (engines/axisreduce.lua) side by side with torch eager and
+"""kiln's reductions (axisreduce, colreduce, the row engine) side by side with torch eager and
 torch.compile: per-channel sums of [N, C, HW], the sum over the middle axis of [B, S, H], and
-colreduce's column sums of [T, H] and amax of everything (tests/specs/bench/axes.lua), graph
-replays, medians of several rounds. Usage:
+colreduce's column sums of [T, H] and amax of everything, and the row engine's sum and amax of
+each row (tests/specs/bench/axes.lua), graph replays, medians of several rounds. Usage:
     kiln build tests/specs/bench/axes.lua --sm 90a -o axes.kpack
     python3 bench/axes.py --pack axes.kpack [--rounds 5] [--out DIR]
 Bandwidth counts the input once and the output once; the copy ceiling is bench.py's.
@@ -33,6 +33,8 @@ CASES = [
     ("col_bf16_4096", "T", (4096, 32768), lambda n: (n, 4096), torch.bfloat16, lambda x: x.sum(0, dtype=torch.float32), kept(1)),
     ("col_bf16_64", "T", (65536, 1048576), lambda n: (n, 64), torch.bfloat16, lambda x: x.sum(0, dtype=torch.float32), kept(1)),
     ("all_amax_bf16", "T", (4096, 32768), lambda n: (n, 4096), torch.bfloat16, lambda x: x.abs().amax().float(), kept()),
+    ("row_sum_bf16", "T", (4096, 32768), lambda n: (n, 4096), torch.bfloat16, lambda x: x.sum(-1, keepdim=True, dtype=torch.float32), kept(0)),
+    ("row_amax_bf16", "T", (4096, 32768), lambda n: (n, 4096), torch.bfloat16, lambda x: x.abs().amax(-1, keepdim=True).float(), kept(0)),
 ]
 
 

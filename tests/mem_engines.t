@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 184 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 186 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -540,6 +540,11 @@ ok "sibling column reductions (batch norm's backward over [T, C]: 96 columns, 8 
   bash -c "grep -q 'plan colreduce:v1:avg+avg+add+add:lead:p8n3v4r64, sm_90a, compiled as a PTX module' '$OUTF'"
 KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
 ok "KILN_ROW_CODE=cuda: colreduce's CUDA form" bash -c "! grep -q 'kernel kiln_col_avg_k0, .*compiled as a PTX module' '$OUTF'"
+run_kiln source tests/specs/mem/reduce_sweep.lua --sm 90a --ptx
+ok "row reductions of every mode (siblings, products, ragged 1000, trips over 65536) compile as PTX modules in one pass" \
+  bash -c "test \$(grep -c '^// ---- row_.*plan row:v1:reduction.*:stream, sm_90a, compiled as a PTX module' '$OUTF') = 40 && ! grep '^// ---- row_' '$OUTF' | grep -vq 'PTX module' && grep -q 'setp.neu.f32' '$OUTF'"
+KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/reduce.lua --graph row_add --sm 90a
+ok "KILN_ROW_CODE=cuda: the row reduction's CUDA form" bash -c "grep -q 'kiln_row_add_k0, plan row:v1:reduction:p128n4v8r1:stream, sm_90a\$' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a --ptx
 ok "axisreduce's strided form over row slices and their sum: PTX modules (no 64-bit division per row)" \
   bash -c "grep -q 'kernel kiln_adaln_bwd_4096x3072_k1_final, plan .*:slices:final, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'kernel kiln_adaln_bwd_4096x3072_k1, plan .*:slices, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'mul.hi.u64' '$OUTF'"

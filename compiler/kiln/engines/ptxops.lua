@@ -1,7 +1,7 @@
 -- kiln.engines.ptxops: the fused pointwise ops written as PTX (kiln.ptx), for the kernels with
 -- their bodies in PTX (rowfwd_ptx: the forward norms' prologues and epilogues; pointwise_ptx:
 -- the pointwise kernels): add, sub, mul, div, max, min, neg, abs, identity (casts),
--- add_square, exp, sigmoid, swish, and GELU into a 16-bit or fp8 value. An op without a form
+-- add_square, exp, sigmoid, swish, sqrt, rsqrt, and GELU into a 16-bit or fp8 value. An op without a form
 -- here keeps its kernel's CUDA form.
 local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
@@ -49,6 +49,8 @@ M.OPS = {
   end,
   add = bin("add.f32"), sub = bin("sub.f32"), mul = bin("mul.f32"), div = bin("div.rn.f32"),
   max = bin("max.f32"), min = bin("min.f32"), neg = un("neg.f32"), abs = un("abs.f32"),
+  -- (rsqrtf and sqrtf as NVVM writes them without fast math)
+  rsqrt = un("rsqrt.approx.f32"), sqrt = un("sqrt.rn.f32"),
   identity = function(_, a) return a end,
   add_square = function(P, a, b) return P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", b, b, a) end,
 }

@@ -21,6 +21,7 @@ local rowbwd_colsum = require "kiln.engines.rowbwd_colsum"
 local rowfwd_ptx = require "kiln.engines.rowfwd_ptx"
 local rowfwd_staged_ptx = require "kiln.engines.rowfwd_staged_ptx"
 local rowsm_ptx = require "kiln.engines.rowsm_ptx"
+local rowred_ptx = require "kiln.engines.rowred_ptx"
 local rowbwd_smem_ptx = require "kiln.engines.rowbwd_smem_ptx"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
@@ -502,6 +503,8 @@ function E.propose(group, g, target)
     if (info.kind == "softmax" or info.kind == "softmax_bwd") and ptx_wanted then
       info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g)
     end
+    -- a row reduction's likewise (rowred_ptx.lua)
+    if info.kind == "reduce" and ptx_wanted then info.red_ptx, info.why_cuda = rowred_ptx.accepts(info, group, g, target) end
     return info
   end
   local info, why = forms(math.min(target.sm, target.pack_sm or target.sm) >= 90 and ptx_wanted and rowgen.cluster_setting())
@@ -657,7 +660,7 @@ end
 
 -- How a kernel with its body in PTX holds its row (the kernel's comment).
 local function ptx_strategy(info)
-  return (info.strategy == "reread" and "row re-read (L2)"
+  return (info.strategy == "reread" and "row re-read (L2)" or info.strategy == "stream" and "one pass"
     or info.L.CL and "row held in the cluster's registers, reductions through distributed shared memory"
     or "row held in registers") .. ", body in PTX"
 end
@@ -717,6 +720,10 @@ function E.build(plan, group, g, target, symbol)
   if info.sm_ptx then
     K.ptxas_level = E.ptxas_level(info, group)
     rowsm_ptx.emit(K, info, group, g)
+    return assemble(plan, symbol, K, {}, nil, { entry = true, strategy = ptx_strategy(info) })
+  end
+  if info.red_ptx then
+    rowred_ptx.emit(K, info, group, g)
     return assemble(plan, symbol, K, {}, nil, { entry = true, strategy = ptx_strategy(info) })
   end
   -- the plan's only kernel starts while the stream's previous kernel ends (pdl at entry)

@@ -17,25 +17,7 @@ local lower = require "kiln.lower"
 local M = {}
 
 
--- Per-row reductions (lower.lua's rowred) by mode: the start value, the combine `op` (also
--- the in-place update of acc by an element, of |x| with `abs`, of x * x with `sq`), what a lane
--- past a ragged row counts as, and the final map.
-local NEG_INF, POS_INF, ZERO = "0fFF800000", "0f7F800000", ptx.f32(0)
-local RED = {
-  -- |x|'s bits: their unsigned order is the float order, NaN above all (redux.sync per warp)
-  amax = { init = ZERO, op = "max.u32", abs = true },
-  max = { init = NEG_INF, other = NEG_INF, op = "max.NaN.f32" },
-  min = { init = POS_INF, other = POS_INF, op = "min.NaN.f32" },
-  add = { init = ZERO, op = "add.f32" },
-  avg = { init = ZERO, op = "add.f32", fin = function(P, v, H) return P:def("b32", "mul.f32 %s, %s, %s;", v, ptx.f32(1.0 / H)) end },
-  norm1 = { init = ZERO, op = "add.f32", abs = true },
-  norm2 = { init = ZERO, op = "add.f32", sq = true, fin = function(P, v) return P:def("b32", "sqrt.rn.f32 %s, %s;", v) end },
-}
-local function red_update(P, m, acc, x)
-  if m.sq then P:put("fma.rn.f32 %s, %s, %s, %s;", acc, x, x, acc) return end
-  if m.abs then x = P:def("b32", "abs.f32 %s, %s;", x) end
-  P:put("%s %s, %s, %s;", m.op, acc, acc, x)
-end
+local RED, red_update = rowptx.RED, rowptx.red_update
 
 -- Whether this form takes the forward norm (analyze's info with its layout): true, or nil
 -- and why (then row.lua writes the CUDA form).

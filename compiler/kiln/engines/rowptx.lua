@@ -14,6 +14,31 @@ local M = {}
 
 M.IN = require("kiln.engines.ptxops").IN
 
+-- Reductions over a row by mode (rowred_ptx: a row reduction; rowfwd_ptx: per-row reductions of
+-- a norm's epilogue values): the start value, the combine `op` (also the in-place update of acc
+-- by an element, of |x| with `abs`, of x * x with `sq`), what a lane past a ragged row counts
+-- as, and the final map.
+local NEG_INF, POS_INF, ZERO, ONE = "0fFF800000", "0f7F800000", ptx.f32(0), ptx.f32(1)
+M.RED = {
+  mul = { init = ONE, other = ONE, op = "mul.f32" },
+  -- (zeros count as ones; NaN is not zero: neu is C's !=)
+  mul_no_zeros = { init = ONE, other = ONE, op = "mul.f32", nonzero = true },
+  -- |x|'s bits: their unsigned order is the float order, NaN above all (redux.sync per warp)
+  amax = { init = ZERO, op = "max.u32", abs = true },
+  max = { init = NEG_INF, other = NEG_INF, op = "max.NaN.f32" },
+  min = { init = POS_INF, other = POS_INF, op = "min.NaN.f32" },
+  add = { init = ZERO, op = "add.f32" },
+  avg = { init = ZERO, op = "add.f32", fin = function(P, v, H) return P:def("b32", "mul.f32 %s, %s, %s;", v, ptx.f32(1.0 / H)) end },
+  norm1 = { init = ZERO, op = "add.f32", abs = true },
+  norm2 = { init = ZERO, op = "add.f32", sq = true, fin = function(P, v) return P:def("b32", "sqrt.rn.f32 %s, %s;", v) end },
+}
+function M.red_update(P, m, acc, x)
+  if m.sq then P:put("fma.rn.f32 %s, %s, %s, %s;", acc, x, x, acc) return end
+  if m.abs then x = P:def("b32", "abs.f32 %s, %s;", x) end
+  if m.nonzero then x = P:def("b32", "selp.f32 %s, %s, %s, %s;", x, ONE, P:def("pred", "setp.neu.f32 %s, %s, 0f00000000;", x)) end
+  P:put("%s %s, %s, %s;", m.op, acc, acc, x)
+end
+
 -- A tensor of one value in all.
 function M.one_value(t)
   for _, d in ipairs(t.dims) do if d ~= 1 then return false end end
@@ -49,14 +74,20 @@ function M.one_reduction()
   return v ~= "2"
 end
 
+-- Whether a pass over the row is a loop over trips of vectors (a row re-read from L2, or a
+-- row reduction's one pass of more than 8 vectors a thread), not unrolled.
+function M.loops(info)
+  return info.strategy == "reread" or info.strategy == "stream" and info.L.N > 8
+end
+
 -- Whether the layout and the inputs suit these forms: nil, or why not.
 function M.declines(info, group, g)
   local L = info.L
-  if info.strategy ~= "regs" and info.strategy ~= "reread" then return "strategy " .. info.strategy end
-  if not L.even and info.strategy ~= "regs" then return "a ragged row re-read (H not a multiple of the threads' vectors)" end
+  if info.strategy ~= "regs" and info.strategy ~= "reread" and info.strategy ~= "stream" then return "strategy " .. info.strategy end
+  if not L.even and M.loops(info) then return "a ragged row re-read (H not a multiple of the threads' vectors)" end
   if not ptx.pow2(L.P) or not ptx.pow2(L.RPC) then return "threads per row or rows per CTA not a power of two" end
   if info.strategy == "regs" and L.N > 4 then return "more than 4 vectors per thread held" end
-  if info.strategy == "reread" and L.N % math.min(L.N, 4) ~= 0 then return "vectors per thread not a multiple of 4" end
+  if M.loops(info) and L.N % math.min(L.N, 4) ~= 0 then return "vectors per thread not a multiple of 4" end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
@@ -178,7 +209,7 @@ function M.new(K, info, g, inputs, made, at)
   -- vector q of an element output. "regs": all N vectors' loads first, then the vectors
   -- unrolled (k = q). "reread": a loop over groups of U vectors, the sources read again from
   -- L2 in each pass; addresses advance by U vectors a trip.
-  local reread = info.strategy == "reread"
+  local reread = M.loops(info)
   local U = reread and M.trip(info) or N
   R.reread, R.U = reread, U
   -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores

@@ -1,7 +1,7 @@
 -- Reductions over other axes for bench/axes.py: per-channel sums of an NCHW activation (the
 -- statistics of a batch norm), the sum over the middle axis of [B, S, H] (a sequence pool),
--- column sums of [T, H] (a bias gradient; colreduce) and the amax of everything (a per-tensor
--- fp8 scale).
+-- column sums of [T, H] (a bias gradient; colreduce), the amax of everything (a per-tensor
+-- fp8 scale) and each row's sum and amax (the row engine).
 local k = require "kiln"
 local function per_channel(name, dtype, C, HW)
   return k.graph(name) {
@@ -28,4 +28,6 @@ return {
   column("col_bf16_4096", "add", 4096, { 1, "H" }),
   column("col_bf16_64", "add", 64, { 1, "H" }),
   column("all_amax_bf16", "amax", 4096, { 1, 1 }),
+  column("row_sum_bf16", "add", 4096, { "T", 1 }),
+  column("row_amax_bf16", "amax", 4096, { "T", 1 }),
 }

@@ -1,0 +1,162 @@
+-- kiln.engines.rowred_ptx: the row engine's reductions over the trailing axes (sum, mean, norms,
+-- maxima, minima, amax, products of each row, sibling reductions sharing the pass) with the
+-- kernel body written as PTX (kiln.ptx), so that it compiles as a PTX module by ptxas alone:
+-- one pass over the row (all of a thread's vectors loaded before they fold; past 8 vectors,
+-- trips of 4), the prologue's ops with PTX forms here (ptxops) and its element outputs stored,
+-- each reduction's accumulator over its row's threads (rowptx.allreduce) and its final map, one
+-- value a row written by the row's first thread. With a reduction's epilogue (lower's: element
+-- ops after the reductions, per-row ops between) the memory rows the prologue reads are held in
+-- registers (or read again from L2), and a second pass computes the prologue again and the
+-- epilogue from the results rounded to their dtypes, as row.lua's CUDA form does. amax outputs,
+-- column tiles and KILN_ROW_CODE=cuda keep the CUDA form.
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
+local ptxops = require "kiln.engines.ptxops"
+local lower = require "kiln.lower"
+
+local M = {}
+
+local RED = rowptx.RED
+
+-- The group's reductions: the anchor and its siblings.
+local function reductions(info, group) return group.reductions or { info.anchor } end
+
+-- Whether this form takes the row reduction (analyze's info with its layout): true, or nil and
+-- why (then row.lua writes the CUDA form).
+function M.accepts(info, group, g, target)
+  if info.kind ~= "reduce" then return nil, "not a row reduction" end
+  if info.L.CL then return nil, "a row over a cluster" end
+  if #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil, "amax or per-row reductions after the reduction" end
+  for _, r in ipairs(reductions(info, group)) do
+    if not RED[r.attrs.mode] then return nil, "a " .. r.attrs.mode .. " reduction" end
+  end
+  local why = rowptx.declines(info, group, g)
+  if why then return nil, why end
+  local read_later = pw.read_set(group.nodes)
+  for _, list in ipairs({ group.prologue or {}, group.epilogue or {}, group.rowpw or {} }) do
+    local bad = ptxops.op_declines(list, g)
+    if bad then return nil, bad end
+  end
+  local bad
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    local kind = info.out_kind[uid]
+    if kind == "elem" then bad = ptxops.output_declines(t, info.L.V, read_later, target)
+    elseif kind == "row" then bad = rowptx.row_output_declines(t)
+    else bad = "output " .. t.name .. " is " .. tostring(kind) end
+    if bad then return nil, bad end
+  end
+  bad = ptxops.read_again_declines(group.nodes, g, read_later)
+  if bad then return nil, bad end
+  return true
+end
+
+-- The element outputs that `nodes` write, by uid.
+local function element_outputs(info, g, nodes)
+  local list = {}
+  for _, n in ipairs(nodes) do
+    for _, uid in pairs(n.outputs) do
+      if info.out_kind[uid] == "elem" and lower.written(g.by_uid[uid]) then list[#list + 1] = uid end
+    end
+  end
+  table.sort(list)
+  return list
+end
+
+-- The uids of `list` not in `set`.
+local function besides(list, set)
+  local out = {}
+  for _, uid in ipairs(list) do if not set[uid] then out[#out + 1] = uid end end
+  return out
+end
+
+-- The kernel body (lines into K): a pdl entry (the plan's only kernel) and one PTX statement.
+function M.emit(K, info, group, g)
+  local L = info.L
+  local prologue, epilogue, rowpw = group.prologue or {}, group.epilogue or {}, group.rowpw or {}
+  local read_later = pw.read_set(group.nodes)
+  local made = rowgen.made(group)
+  local list = reductions(info, group)
+  rowgen.pdl_entry(K)
+  local R = rowptx.new(K, info, g, group.inputs, made)
+  local P, def = R.P, R.def
+  local pro_out = element_outputs(info, g, prologue)
+  local ein = {}
+  for _, r in ipairs(list) do ein[#ein + 1] = r.inputs.input end
+  -- the rows held for the epilogue's pass (info.held: what the prologue reads from memory)
+  local held = {}
+  if info.maps then
+    for uid in pairs(info.held) do held[#held + 1] = uid end
+    table.sort(held)
+  end
+  local held_set = {}
+  for _, uid in ipairs(held) do held_set[uid] = true end
+  local accs = {}
+  for i, r in ipairs(list) do accs[i] = def("b32", "mov.b32 %s, %s;", RED[r.attrs.mode].init) end
+  local function first_pass(q, value_at, store)
+    local outs = {}
+    for _, uid in ipairs(pro_out) do outs[uid] = {} end
+    for j = 0, L.V - 1 do
+      local value = value_at(j)
+      ptxops.run_nodes(P, prologue, value, g, read_later)
+      for _, uid in ipairs(pro_out) do outs[uid][j + 1] = value[uid] end
+      for i, r in ipairs(list) do
+        local m = RED[r.attrs.mode]
+        rowptx.red_update(P, m, accs[i], R.masked(q, value[r.inputs.input], m.other))
+      end
+    end
+    for _, uid in ipairs(pro_out) do store(uid, outs[uid]) end
+  end
+  -- (one pass: every source loaded; else the held rows kept, the rest loaded)
+  if #held == 0 then R.vectors(R.sources(prologue, ein), pro_out, first_pass)
+  else R.pass(held, pro_out, "prmt", first_pass, besides(R.sources(prologue, ein), held_set)) end
+  -- each result over the row; the epilogue reads it as its dtype holds it (as the reference)
+  local rowv, stats = {}, {}
+  for i, r in ipairs(list) do
+    local m = RED[r.attrs.mode]
+    local v = R.allreduce(accs[i], string.format("red%d_", i - 1), m.op)
+    if m.fin then v = m.fin(P, v, L.H) end
+    local dt = g.by_uid[r.outputs.Y].dtype
+    if info.maps and dt ~= "fp32" then v = P:round(v, dt) end
+    rowv[r.outputs.Y] = v
+    if lower.written(g.by_uid[r.outputs.Y]) then stats[#stats + 1] = { r.outputs.Y, v } end
+  end
+  if info.maps then
+    -- the per-row ops once a row, the per-row divisors' reciprocals, then the epilogue's pass
+    for uid, v in pairs(R.base) do if rowv[uid] == nil then rowv[uid] = v end end
+    ptxops.run_nodes(P, rowpw, rowv, g, read_later)
+    local recip = {}
+    for _, uid in ipairs(rowgen.row_divisors(group)) do recip[uid] = P:recip(rowv[uid]) end
+    for _, n in ipairs(rowpw) do
+      for _, uid in pairs(n.outputs) do
+        if info.out_kind[uid] == "row" and lower.written(g.by_uid[uid]) then stats[#stats + 1] = { uid, rowv[uid] } end
+      end
+    end
+    local outs = element_outputs(info, g, epilogue)
+    local srcs = {}
+    for _, uid in ipairs(R.sources(prologue, ein)) do srcs[#srcs + 1] = uid end
+    for _, uid in ipairs(R.sources(epilogue, {})) do srcs[#srcs + 1] = uid end
+    local again, seen = {}, {}
+    for _, uid in ipairs(besides(srcs, held_set)) do
+      if not seen[uid] and not rowv[uid] then again[#again + 1] = uid; seen[uid] = true end
+    end
+    R.pass(held, outs, nil, function(q, value_at, store)
+      local vals = {}
+      for _, uid in ipairs(outs) do vals[uid] = {} end
+      for j = 0, L.V - 1 do
+        local value = value_at(j)
+        ptxops.run_nodes(P, prologue, value, g, read_later)
+        for uid, v in pairs(rowv) do value[uid] = v end
+        ptxops.run_nodes(P, epilogue, value, g, read_later, recip)
+        for _, uid in ipairs(outs) do vals[uid][j + 1] = value[uid] end
+      end
+      for _, uid in ipairs(outs) do store(uid, vals[uid]) end
+    end, again)
+  end
+  table.sort(stats, function(x, y) return x[1] < y[1] end)
+  R.row_outputs(stats)
+  K:asm(P)
+end
+
+return M
