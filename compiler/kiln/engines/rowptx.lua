@@ -9,6 +9,7 @@ local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local settings = require "kiln.settings"
 local lower = require "kiln.lower"
+local partials_ptx = require "kiln.engines.partials_ptx"
 
 local M = {}
 
@@ -142,7 +143,10 @@ function M.new(K, info, g, inputs, made, at)
   if at then
     tid, lane, slot, row, valid = at.tid, at.lane, at.slot, at.row, at.valid
   else
-    local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
+    -- (a product of dims multiplied here: a PTX module takes one dim an operand)
+    local f = info.row_factors
+    local rows = (#f == 1 and type(f[1]) == "string") and P:input("l", string.format("(kiln_i64)(%s)", info.rows))
+      or partials_ptx.product(P, f)
     local cta
     tid, cta, lane, slot = P:place(Pn, RPC)
     if CL > 1 then
@@ -193,7 +197,8 @@ function M.new(K, info, g, inputs, made, at)
     if vbase[uid] then return vbase[uid] end
     local t = g.by_uid[uid]
     local z = dtypes.size(t.dtype)
-    local writable = lower.written(t)
+    -- (an element output of the kernel; a tensor another kernel wrote, scratch, is read as its access says)
+    local writable = info.access[uid] == nil and lower.written(t)
     K:need_align(uid, math.min(16, V * z))
     local b = def("b64", "mad.wide.u32 %s, %s, %d, %s;", col or lane, V * z, gptr(uid, writable))
     if writable or info.access[uid] == "full" then b = def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, H * z, b)

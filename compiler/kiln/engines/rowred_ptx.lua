@@ -8,7 +8,7 @@
 -- ops after the reductions, per-row ops between) the memory rows the prologue reads are held in
 -- registers (or read again from L2), and a second pass computes the prologue again and the
 -- epilogue from the results rounded to their dtypes, as row.lua's CUDA form does. amax outputs,
--- column tiles and KILN_ROW_CODE=cuda keep the CUDA form.
+-- rows of 1024 threads (measured slower) and KILN_ROW_CODE=cuda keep the CUDA form.
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
@@ -27,6 +27,9 @@ local function reductions(info, group) return group.reductions or { info.anchor 
 function M.accepts(info, group, g, target)
   if info.kind ~= "reduce" then return nil, "not a row reduction" end
   if info.L.CL then return nil, "a row over a cluster" end
+  -- (rows of 1024 threads measured 0.83-0.99x the CUDA form on the H200: H = 32768 and 65536,
+  -- fp32 and fp16, one pass and re-read; bench/RESULTS.md, thirtieth session)
+  if info.L.P >= 1024 then return nil, "a row of 1024 threads" end
   if #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil, "amax or per-row reductions after the reduction" end
   for _, r in ipairs(reductions(info, group)) do
     if not RED[r.attrs.mode] then return nil, "a " .. r.attrs.mode .. " reduction" end
