@@ -8,7 +8,8 @@
 -- ops after the reductions, per-row ops between) the memory rows the prologue reads are held in
 -- registers (or read again from L2), and a second pass computes the prologue again and the
 -- epilogue from the results rounded to their dtypes, as row.lua's CUDA form does. amax outputs,
--- rows of 1024 threads (measured slower) and KILN_ROW_CODE=cuda keep the CUDA form.
+-- rows of 1024 threads and ragged rows held by 128 threads for an epilogue (both measured
+-- slower) and KILN_ROW_CODE=cuda keep the CUDA form.
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
@@ -30,6 +31,10 @@ function M.accepts(info, group, g, target)
   -- (rows of 1024 threads measured 0.83-0.99x the CUDA form on the H200: H = 32768 and 65536,
   -- fp32 and fp16, one pass and re-read; bench/RESULTS.md, thirtieth session)
   if info.L.P >= 1024 then return nil, "a row of 1024 threads" end
+  -- (a ragged row held by 128 threads or fewer for the epilogue measured 0.92-0.97x: adaptive
+  -- layer norm's backward and a per-sample scale at 1152 columns, layer norm at 768; by 256
+  -- threads 1.00-1.09x: instance norm's backward at 3136, adaptive layer norm's at 3072)
+  if info.maps and not info.L.even and info.L.P <= 128 then return nil, "a ragged row held by 128 threads for the epilogue" end
   if #(group.amax or {}) + #(group.rowred or {}) > 0 then return nil, "amax or per-row reductions after the reduction" end
   for _, r in ipairs(reductions(info, group)) do
     if not RED[r.attrs.mode] then return nil, "a " .. r.attrs.mode .. " reduction" end
