@@ -22,34 +22,12 @@ local RED, red_update = rowptx.RED, rowptx.red_update
 -- Whether this form takes the forward norm (analyze's info with its layout): true, or nil
 -- and why (then row.lua writes the CUDA form).
 function M.accepts(info, group, g, target)
-  local L = info.L
   if info.kind ~= "norm" then return nil, "not a forward norm" end
   for _, r in ipairs(group.rowred or {}) do
     if not RED[r.attrs.mode] then return nil, "a per-row " .. r.attrs.mode .. " reduction" end
   end
-  local why = rowptx.declines(info, group, g)
+  local why = rowptx.declines(info, group, g) or rowptx.group_declines(info, group, g, target, { amax = true })
   if why then return nil, why end
-  local read_later = pw.read_set(group.nodes)
-  for _, list in ipairs({ group.prologue or {}, group.epilogue or {}, group.rowpw or {} }) do
-    local bad = ptxops.op_declines(list, g)
-    if bad then return nil, bad end
-  end
-  for _, uid in ipairs(group.outputs) do
-    local t = g.by_uid[uid]
-    local kind = info.out_kind[uid]
-    if kind == "elem" then
-      local bad = ptxops.output_declines(t, L.V, read_later, target)
-      if bad then return nil, bad end
-    elseif kind == "row" then
-      local bad = rowptx.row_output_declines(t)
-      if bad then return nil, bad end
-    elseif kind ~= "amax" then
-      return nil, "output " .. t.name .. " is " .. tostring(kind)
-    end
-  end
-  -- values computed inside the kernel and read again: their dtypes round in registers
-  local bad = ptxops.read_again_declines(group.nodes, g, read_later)
-  if bad then return nil, bad end
   return true
 end
 
@@ -79,16 +57,7 @@ function M.emit(K, info, group, g, target, amax_out)
   local sources, vectors, masked, reread, allreduce = R.sources, R.vectors, R.masked, R.reread, R.allreduce
   local recip = {}  -- per-row divisors' reciprocals (rowgen.row_divisors)
   local function run_nodes(nodes, value) ptxops.run_nodes(P, nodes, value, g, read_later, recip) end
-  local function element_outputs(nodes)
-    local list = {}
-    for _, n in ipairs(nodes) do
-      for _, uid in pairs(n.outputs) do
-        if info.out_kind[uid] == "elem" and lower.written(g.by_uid[uid]) then list[#list + 1] = uid end
-      end
-    end
-    table.sort(list)
-    return list
-  end
+  local function element_outputs(nodes) return rowptx.element_outputs(info, g, nodes) end
   -- sums over the row's elements: a chain of fresh registers when unrolled (regs), one register
   -- updated in place when a loop carries it (reread). acc_add(a, x) = a + x, acc_sq(a, x) = a + x * x
   local function acc_start() return reread and def("b32", "mov.b32 %s, %s;", ptx.f32(0)) or nil end

@@ -10,10 +10,12 @@ local rowgen = require "kiln.engines.rowgen"
 local settings = require "kiln.settings"
 local lower = require "kiln.lower"
 local partials_ptx = require "kiln.engines.partials_ptx"
+local ptxops = require "kiln.engines.ptxops"
+local pw = require "kiln.engines.pwexpr"
 
 local M = {}
 
-M.IN = require("kiln.engines.ptxops").IN
+M.IN = ptxops.IN
 
 -- Reductions over a row by mode (rowred_ptx: a row reduction; rowfwd_ptx: per-row reductions of
 -- a norm's epilogue values): the start value, the combine `op` (also the in-place update of acc
@@ -381,6 +383,40 @@ function M.new(K, info, g, inputs, made, at)
     end
   end
   return R
+end
+
+-- Why the fused ops or the outputs of a row kernel's group are beyond its PTX form (nil when
+-- they are not): the prologue's, epilogue's and per-row ops each with a PTX form (ptxops),
+-- element outputs ptxops can write, per-row outputs row_outputs can, other output kinds only
+-- those `kinds` names (a set), and the values read again rounded in registers.
+function M.group_declines(info, group, g, target, kinds)
+  local read_later = pw.read_set(group.nodes)
+  for _, list in ipairs({ group.prologue or {}, group.epilogue or {}, group.rowpw or {} }) do
+    local bad = ptxops.op_declines(list, g)
+    if bad then return bad end
+  end
+  for _, uid in ipairs(group.outputs) do
+    local t = g.by_uid[uid]
+    local kind = info.out_kind[uid]
+    local bad
+    if kind == "elem" then bad = ptxops.output_declines(t, info.L.V, read_later, target)
+    elseif kind == "row" then bad = M.row_output_declines(t)
+    elseif not (kinds and kinds[kind]) then bad = "output " .. t.name .. " is " .. tostring(kind) end
+    if bad then return bad end
+  end
+  return ptxops.read_again_declines(group.nodes, g, read_later)
+end
+
+-- The element outputs the kernel writes among the outputs of `nodes`, by uid.
+function M.element_outputs(info, g, nodes)
+  local list = {}
+  for _, n in ipairs(nodes) do
+    for _, uid in pairs(n.outputs) do
+      if info.out_kind[uid] == "elem" and lower.written(g.by_uid[uid]) then list[#list + 1] = uid end
+    end
+  end
+  table.sort(list)
+  return list
 end
 
 -- A per-row output row_outputs can write: nil, or why not.

@@ -39,38 +39,12 @@ function M.accepts(info, group, g, target)
   for _, r in ipairs(reductions(info, group)) do
     if not RED[r.attrs.mode] then return nil, "a " .. r.attrs.mode .. " reduction" end
   end
-  local why = rowptx.declines(info, group, g)
+  local why = rowptx.declines(info, group, g) or rowptx.group_declines(info, group, g, target)
   if why then return nil, why end
-  local read_later = pw.read_set(group.nodes)
-  for _, list in ipairs({ group.prologue or {}, group.epilogue or {}, group.rowpw or {} }) do
-    local bad = ptxops.op_declines(list, g)
-    if bad then return nil, bad end
-  end
-  local bad
-  for _, uid in ipairs(group.outputs) do
-    local t = g.by_uid[uid]
-    local kind = info.out_kind[uid]
-    if kind == "elem" then bad = ptxops.output_declines(t, info.L.V, read_later, target)
-    elseif kind == "row" then bad = rowptx.row_output_declines(t)
-    else bad = "output " .. t.name .. " is " .. tostring(kind) end
-    if bad then return nil, bad end
-  end
-  bad = ptxops.read_again_declines(group.nodes, g, read_later)
-  if bad then return nil, bad end
   return true
 end
 
--- The element outputs that `nodes` write, by uid.
-local function element_outputs(info, g, nodes)
-  local list = {}
-  for _, n in ipairs(nodes) do
-    for _, uid in pairs(n.outputs) do
-      if info.out_kind[uid] == "elem" and lower.written(g.by_uid[uid]) then list[#list + 1] = uid end
-    end
-  end
-  table.sort(list)
-  return list
-end
+local element_outputs = rowptx.element_outputs
 
 -- The uids of `list` not in `set`.
 local function besides(list, set)
