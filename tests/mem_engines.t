@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 189 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 193 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -543,6 +543,18 @@ ok "KILN_ROW_CODE=cuda: colreduce's CUDA form" bash -c "! grep -q 'kernel kiln_c
 run_kiln source tests/specs/mem/reduce_sweep.lua --sm 90a --ptx
 ok "row reductions of every mode (siblings, products, ragged 1000) compile as PTX modules in one pass; rows of 1024 threads (65536) keep the CUDA form" \
   bash -c "test \$(grep -c '^// ---- row_.*plan row:v1:reduction.*:stream, sm_90a, compiled as a PTX module' '$OUTF') = 30 && ! grep '^// ---- row_' '$OUTF' | grep -v 'H=65536' | grep -vq 'PTX module' && test \$(grep '^// ---- row_.*H=65536' '$OUTF' | grep -c 'PTX module') = 0 && grep -q 'setp.neu.f32' '$OUTF'"
+run_kiln source tests/specs/mem/reduce_sweep.lua --graph row_fp16_fp32 --set H=4096 --sm 90a --ptx
+ok "sibling row reductions meet in one barrier, and a sum and a mean of the same row share one accumulator (four reductions, three shared arrays)" \
+  bash -c "awk '/kiln_row_fp16_fp32_k0, a PTX/,/^}\$/' '$OUTF' > '$TMP/siblings.ptx' && grep -q 'kiln_row_fp16_fp32_k0, plan row:v1:reductionx4:' '$OUTF' && test \$(grep -c 'bar.sync' '$TMP/siblings.ptx') = 1 && test \$(grep -c '\.shared .*red[0-9]_\[' '$TMP/siblings.ptx') = 3"
+run_kiln source tests/specs/gpu/layernorm_offset.lua --graph layernorm_bf16 --set H=32768 --sm 90a --ptx
+ok "a re-read row's second pass walks it from its end (what the first pass read last is still in L2)" \
+  bash -c "grep -q 'plan row:v1:layernorm:p1024n4v8r1:reread, sm_90a, compiled as a PTX module' '$OUTF' && test \$(grep -c 'add.s64 %kd[0-9]*, %kd[0-9]*, -65536;' '$OUTF') = 4"
+KILN_ROW_BACK=0 run_kiln source tests/specs/gpu/layernorm_offset.lua --graph layernorm_bf16 --set H=32768 --sm 90a --ptx
+ok "KILN_ROW_BACK=0: every pass from the row's start" bash -c "! grep -q 'add.s64 %kd[0-9]*, %kd[0-9]*, -' '$OUTF'"
+run_kiln build tests/specs/bench/axes.lua --sm 90a -o "$TMP/axes.kpack"
+run_kiln pack inspect "$TMP/axes.kpack"
+ok "column sums of 64 columns take 512 rows a CTA (2 a slot), of 4096 columns 16" \
+  bash -c "grep -q 'grid \[min(ceil(T/512), SMS\*2), 1, 1\]' '$OUTF' && grep -q 'grid \[min(ceil(T/16), SMS\*2), 1, 1\]' '$OUTF'"
 run_kiln source tests/specs/mem/row_epilogue.lua --sm 90a
 ok "a reduction's epilogue: PTX modules over a held row (the one-pass layer norm at 2048, its rsqrt in PTX); a ragged row held by 128 threads keeps the CUDA form" \
   bash -c "grep -q 'kiln_layernorm_onepass_fp32_k0, plan row:v1:reductionx2:p256n2v4r1:regs, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'rsqrt.approx.f32' '$OUTF' && grep -q 'kiln_layernorm_onepass_fp32_k0, plan row:v1:reductionx2:p128n2v4r1:regs, sm_90a\$' '$OUTF'"

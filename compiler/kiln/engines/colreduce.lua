@@ -10,19 +10,36 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
+local settings = require "kiln.settings"
 local colreduce_ptx = require "kiln.engines.colreduce_ptx"
 
 local E = { id = "colreduce", version = 1 }
 
 E.BLOCK = 512
 E.CTAS_PER_SM = 2
-E.MIN_ROWS = 4       -- rows each slot takes at least
+-- rows each CTA takes at least: 4 a slot up to 16 (a partial row then costs the finalize at
+-- most an eighth of the 16-bit rows it read), and E.SLOT_ROWS a slot
+E.MIN_ROWS = 16
 E.SMEM_MAX = 160 * 1024
 -- column tiles (partial rows wider than SMEM_MAX): threads per CTA, CTAs that fill an SM,
 -- rows each CTA takes at least
 E.TILE_THREADS = 256
 E.TILE_PER_SM = 8
 E.TILE_MIN_ROWS = 16
+
+-- Rows each slot takes at least: E.SLOT_ROWS, or KILN_COL_ROWS=1|2|4|8 (read at build time, for
+-- measuring). Narrow columns (64: 256 slots a CTA) measured 1.08-1.20x at 2 against 4 over
+-- 4096-65536 rows (more CTAs), level past that; at 1, 0.95x at 65536 rows (more partial rows).
+E.SLOT_ROWS = 2
+function E.slot_rows()
+  return tonumber(settings.pick("KILN_COL_ROWS", { "1", "2", "4", "8" })) or E.SLOT_ROWS
+end
+
+-- CTAs per SM at most: E.CTAS_PER_SM, or KILN_COL_CTAS=1|2 (read at build time, for measuring;
+-- one a SM measured 1.1-1.3x for 64 columns but 0.85x for 4096 past 16384 rows).
+function E.ctas_per_sm()
+  return tonumber(settings.pick("KILN_COL_CTAS", { "1", "2" })) or E.CTAS_PER_SM
+end
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
@@ -111,8 +128,8 @@ local function analyze(group, g)
     L.block = L.P * L.RPC
     info.L = L
     info.smem = C * 4 * NR
-    info.cap = sms.cap(E.CTAS_PER_SM)
-    info.grid_div = L.RPC * E.MIN_ROWS
+    info.cap = sms.cap(E.ctas_per_sm())
+    info.grid_div = math.max(L.RPC * E.slot_rows(), math.min(L.RPC * 4, E.MIN_ROWS))
   end
   local L = info.L
   local modes = {}

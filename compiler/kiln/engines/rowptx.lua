@@ -69,6 +69,12 @@ function M.trip(info)
   return U
 end
 
+-- Whether a re-read row's second pass walks it from its end (the default); KILN_ROW_BACK=0
+-- (read at build time, for measuring) walks every pass from the start.
+function M.backward()
+  return settings.pick("KILN_ROW_BACK", { "0", "1" }) ~= "0"
+end
+
 -- Whether a forward row takes its two statistics in one reduction of pairs (layernorm's mean
 -- and M2, softmax's max and sum of exps): the default; KILN_ROW_REDUCTIONS=2 (read at build
 -- time, for measuring) reduces the first, then the second from it.
@@ -231,12 +237,22 @@ function M.new(K, info, g, inputs, made, at)
   end
   -- `again`: column tensors read with plain loads, not .nc (ptxas then keeps no register
   -- alive between a first read and this one: it loads the values again)
+  R.passes = 0
   function R.vectors(uids, outs, body, form, again)
     local cur = setmetatable({}, { __index = function(_, uid) return vaddr(uid) end })  -- unrolled: bases
     local TOP, trips
+    local back = false
     if reread then
-      for _, uid in ipairs(uids) do cur[uid] = def("b64", "mov.b64 %s, %s;", vaddr(uid)) end
-      for _, uid in ipairs(outs) do cur[uid] = def("b64", "mov.b64 %s, %s;", vaddr(uid)) end
+      -- (every second pass walks the row from its end: what it reads first, the previous pass
+      -- read last, still in L2; 1.06-1.09x on rows of 65536, level elsewhere)
+      R.passes = R.passes + 1
+      back = R.passes % 2 == 0 and M.backward()
+      local function start(uid)
+        if not back then return def("b64", "mov.b64 %s, %s;", vaddr(uid)) end
+        return def("b64", "add.s64 %s, %s, %d;", vaddr(uid), (N // U - 1) * U * KSTEP(dtypes.size(g.by_uid[uid].dtype)))
+      end
+      for _, uid in ipairs(uids) do cur[uid] = start(uid) end
+      for _, uid in ipairs(outs) do cur[uid] = start(uid) end
       trips = def("b32", "mov.b32 %s, 0;")
       TOP = P:label()
       P:at(TOP)
@@ -264,7 +280,7 @@ function M.new(K, info, g, inputs, made, at)
       end, words)
     end
     if reread then
-      for uid, r in pairs(cur) do put("add.s64 %s, %s, %d;", r, r, U * KSTEP(dtypes.size(g.by_uid[uid].dtype))) end
+      for uid, r in pairs(cur) do put("add.s64 %s, %s, %d;", r, r, (back and -U or U) * KSTEP(dtypes.size(g.by_uid[uid].dtype))) end
       put("add.s32 %s, %s, 1;", trips, trips)
       put("@%s bra.uni %s;", def("pred", "setp.lt.s32 %s, %s, %d;", trips, N // U), TOP)
     end
@@ -306,10 +322,40 @@ function M.new(K, info, g, inputs, made, at)
   -- A row's reduction of v over its P threads (`op`: add.f32, max.NaN.f32, or max.u32 with one
   -- redux.sync a warp): butterflies, then (P > 32) its warps in order through shared memory
   -- (array `tag`)
+  -- The warp's part of allreduce: v combined over the row's lanes of a warp.
+  local function warp_reduce(v, op)
+    if op == "max.u32" and Pn >= 32 then return def("b32", "redux.sync.max.u32 %s, %s, -1;", v) end
+    return P:butterfly(v, math.min(Pn, 32), op)
+  end
+  -- Several values over the row's threads in one meeting (list of { v, tag, op }): each warp's
+  -- leads store them all before one barrier, then each is folded as allreduce folds it (the
+  -- same bits); one value, or over a cluster, one allreduce each.
+  function R.allreduce_all(list)
+    local out = {}
+    if Pn <= 32 or CL > 1 or #list == 1 then
+      for i, a in ipairs(list) do out[i] = R.allreduce(a[1], a[2], a[3]) end
+      return out
+    end
+    local W, NW = Pn // 32, L.block // 32
+    local lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
+    local warp = def("b32", "shr.u32 %s, %s, 5;", tid)
+    local arrs = {}
+    for i, a in ipairs(list) do
+      local v = warp_reduce(a[1], a[3] or "add.f32")
+      K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", a[2], NW)
+      arrs[i] = P:shared(P:input("l", a[2]))
+      put("@%s st.shared.f32 [%s], %s;", lead, def("b32", "mad.lo.s32 %s, %s, 4, %s;", warp, arrs[i]), v)
+    end
+    put("bar.sync 0;")
+    for i, a in ipairs(list) do
+      local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arrs[i]) or arrs[i]
+      out[i] = P:load_fold("shared", first, 0, W, a[3] or "add.f32")
+    end
+    return out
+  end
   function R.allreduce(v, tag, op)
     op = op or "add.f32"
-    if op == "max.u32" and Pn >= 32 then v = def("b32", "redux.sync.max.u32 %s, %s, -1;", v)
-    else v = P:butterfly(v, math.min(Pn, 32), op) end
+    v = warp_reduce(v, op)
     if Pn <= 32 then return v end
     local W, NW = Pn // 32, L.block // 32
     K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, NW)

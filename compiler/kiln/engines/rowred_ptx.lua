@@ -74,8 +74,18 @@ function M.emit(K, info, group, g)
   end
   local held_set = {}
   for _, uid in ipairs(held) do held_set[uid] = true end
-  local accs = {}
-  for i, r in ipairs(list) do accs[i] = def("b32", "mov.b32 %s, %s;", RED[r.attrs.mode].init) end
+  -- one accumulator for reductions of the same input with the same update (a sum and a mean)
+  local accs, acc_of, shared, entries = {}, {}, {}, {}
+  for i, r in ipairs(list) do
+    local m = RED[r.attrs.mode]
+    local key = table.concat({ r.inputs.input, m.op, m.init, tostring(m.other), tostring(m.abs), tostring(m.sq), tostring(m.nonzero) }, ":")
+    if not acc_of[key] then
+      acc_of[key] = #accs + 1
+      accs[#accs + 1] = def("b32", "mov.b32 %s, %s;", m.init)
+      shared[#accs] = { mode = m, input = r.inputs.input }
+    end
+    entries[i] = { node = r, acc = acc_of[key] }
+  end
   local function first_pass(q, value_at, store)
     local outs = {}
     for _, uid in ipairs(pro_out) do outs[uid] = {} end
@@ -83,9 +93,8 @@ function M.emit(K, info, group, g)
       local value = value_at(j)
       ptxops.run_nodes(P, prologue, value, g, read_later)
       for _, uid in ipairs(pro_out) do outs[uid][j + 1] = value[uid] end
-      for i, r in ipairs(list) do
-        local m = RED[r.attrs.mode]
-        rowptx.red_update(P, m, accs[i], R.masked(q, value[r.inputs.input], m.other))
+      for i, a in ipairs(shared) do
+        rowptx.red_update(P, a.mode, accs[i], R.masked(q, value[a.input], a.mode.other))
       end
     end
     for _, uid in ipairs(pro_out) do store(uid, outs[uid]) end
@@ -95,9 +104,13 @@ function M.emit(K, info, group, g)
   else R.pass(held, pro_out, "prmt", first_pass, besides(R.sources(prologue, ein), held_set)) end
   -- each result over the row; the epilogue reads it as its dtype holds it (as the reference)
   local rowv, stats = {}, {}
-  for i, r in ipairs(list) do
+  local meet = {}
+  for i, a in ipairs(shared) do meet[i] = { accs[i], string.format("red%d_", i - 1), a.mode.op } end
+  local met = R.allreduce_all(meet)
+  for _, e in ipairs(entries) do
+    local r = e.node
     local m = RED[r.attrs.mode]
-    local v = R.allreduce(accs[i], string.format("red%d_", i - 1), m.op)
+    local v = met[e.acc]
     if m.fin then v = m.fin(P, v, L.H) end
     local dt = g.by_uid[r.outputs.Y].dtype
     if info.maps and dt ~= "fp32" then v = P:round(v, dt) end
