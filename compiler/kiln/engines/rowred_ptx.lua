@@ -29,7 +29,9 @@ function M.accepts(info, group, g, target)
   if info.kind ~= "reduce" then return nil, "not a row reduction" end
   if info.L.CL then return nil, "a row over a cluster" end
   -- (rows of 1024 threads measured 0.83-0.99x the CUDA form on the H200: H = 32768 and 65536,
-  -- fp32 and fp16, one pass and re-read; bench/RESULTS.md, thirtieth session)
+  -- fp32 and fp16, one pass and re-read; bench/RESULTS.md, thirtieth session; with the siblings'
+  -- one meeting 0.91-0.93x at 512 rows, and the re-read row at 2 CTAs an SM misses L2 twice as
+  -- often as the CUDA form at 1: thirty-first session)
   if info.L.P >= 1024 then return nil, "a row of 1024 threads" end
   -- (a ragged row held by 128 threads or fewer for the epilogue measured 0.92-0.97x: adaptive
   -- layer norm's backward and a per-sample scale at 1152 columns, layer norm at 768; by 256
