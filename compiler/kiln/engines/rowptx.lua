@@ -319,16 +319,26 @@ function M.new(K, info, g, inputs, made, at)
     end, nil, true)
   end
 
-  -- A row's reduction of v over its P threads (`op`: add.f32, max.NaN.f32, or max.u32 with one
-  -- redux.sync a warp): butterflies, then (P > 32) its warps in order through shared memory
-  -- (array `tag`)
   -- The warp's part of allreduce: v combined over the row's lanes of a warp.
   local function warp_reduce(v, op)
     if op == "max.u32" and Pn >= 32 then return def("b32", "redux.sync.max.u32 %s, %s, -1;", v) end
     return P:butterfly(v, math.min(Pn, 32), op)
   end
+  -- The shared array `tag` of a value a warp (declared there): its address.
+  local function warp_array(tag)
+    K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, L.block // 32)
+    return P:shared(P:input("l", tag))
+  end
+  -- Whether the thread is its warp's first lane (the one that stores the warp's value).
+  local function warp_lead() return def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid)) end
+  -- The row's warps' values in array `arr` folded in warp order (after the barrier).
+  local function fold_warps(arr, op)
+    local W = Pn // 32
+    local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arr) or arr
+    return P:load_fold("shared", first, 0, W, op)
+  end
   -- Several values over the row's threads in one meeting (list of { v, tag, op }): each warp's
-  -- leads store them all before one barrier, then each is folded as allreduce folds it (the
+  -- lead stores them all before one barrier, then each is folded as allreduce folds it (the
   -- same bits); one value, or over a cluster, one allreduce each.
   function R.allreduce_all(list)
     local out = {}
@@ -336,36 +346,30 @@ function M.new(K, info, g, inputs, made, at)
       for i, a in ipairs(list) do out[i] = R.allreduce(a[1], a[2], a[3]) end
       return out
     end
-    local W, NW = Pn // 32, L.block // 32
-    local lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
-    local warp = def("b32", "shr.u32 %s, %s, 5;", tid)
+    local lead, warp = warp_lead(), def("b32", "shr.u32 %s, %s, 5;", tid)
     local arrs = {}
     for i, a in ipairs(list) do
       local v = warp_reduce(a[1], a[3] or "add.f32")
-      K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", a[2], NW)
-      arrs[i] = P:shared(P:input("l", a[2]))
+      arrs[i] = warp_array(a[2])
       put("@%s st.shared.f32 [%s], %s;", lead, def("b32", "mad.lo.s32 %s, %s, 4, %s;", warp, arrs[i]), v)
     end
     put("bar.sync 0;")
-    for i, a in ipairs(list) do
-      local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arrs[i]) or arrs[i]
-      out[i] = P:load_fold("shared", first, 0, W, a[3] or "add.f32")
-    end
+    for i, a in ipairs(list) do out[i] = fold_warps(arrs[i], a[3] or "add.f32") end
     return out
   end
+  -- A row's reduction of v over its P threads (`op`: add.f32, max.NaN.f32, or max.u32 with one
+  -- redux.sync a warp): butterflies, then (P > 32) its warps in order through shared memory
+  -- (array `tag`)
   function R.allreduce(v, tag, op)
     op = op or "add.f32"
     v = warp_reduce(v, op)
     if Pn <= 32 then return v end
-    local W, NW = Pn // 32, L.block // 32
-    K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float %s[%d];", tag, NW)
-    local arr = P:shared(P:input("l", tag))
-    local lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
+    local arr = warp_array(tag)
+    local lead = warp_lead()
     local mine = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), arr)
     put("@%s st.shared.f32 [%s], %s;", lead, mine, v)
     put("bar.sync 0;")
-    local first = slot and def("b32", "mad.lo.s32 %s, %s, %d, %s;", slot, W * 4, arr) or arr
-    local s = P:load_fold("shared", first, 0, W, op)
+    local s = fold_warps(arr, op)
     if CL == 1 then return s end
     -- the cluster's CTAs: through each other's shared arrays (P:cluster_fold)
     local ctag = tag .. "c"
