@@ -171,9 +171,11 @@ local function fused_passes(R, info, group, g)
     for _, uid in ipairs(epi_out) do outs[#outs + 1] = uid end
     local vals = {}
     for _, uid in ipairs(outs) do vals[uid] = {} end
+    local yt = g.by_uid[y]
     for j = 0, V - 1 do
       local value = value_at(j)
-      value[y] = ys[j + 1]
+      -- (the epilogue reads y as its dtype holds it, as the CUDA form does)
+      value[y] = yt.dtype ~= "fp32" and read_later[y] and P:round(ys[j + 1], yt.dtype) or ys[j + 1]
       ptxops.run_nodes(P, epilogue, value, g, read_later)
       for _, uid in ipairs(outs) do vals[uid][j + 1] = value[uid] end
     end
