@@ -94,7 +94,6 @@ end
 -- true, or nil and why not.
 function M.accepts(group, g, vec, space, target)
   if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
-  if vec < 2 then return nil, "one element a thread" end
   for _, d in ipairs(space) do
     if type(d) ~= "number" and not tostring(d):match("^[%a_][%w_]*$") then return nil, "dim " .. tostring(d) end
   end
