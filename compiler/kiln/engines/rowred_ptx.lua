@@ -77,14 +77,14 @@ function M.emit(K, info, group, g)
   local held_set = {}
   for _, uid in ipairs(held) do held_set[uid] = true end
   -- one accumulator for reductions of the same input with the same update (a sum and a mean)
-  local accs, acc_of, shared, entries = {}, {}, {}, {}
+  local accs, acc_of, updates, entries = {}, {}, {}, {}
   for i, r in ipairs(list) do
     local m = RED[r.attrs.mode]
     local key = table.concat({ r.inputs.input, m.op, m.init, tostring(m.other), tostring(m.abs), tostring(m.sq), tostring(m.nonzero) }, ":")
     if not acc_of[key] then
       acc_of[key] = #accs + 1
       accs[#accs + 1] = def("b32", "mov.b32 %s, %s;", m.init)
-      shared[#accs] = { mode = m, input = r.inputs.input }
+      updates[#accs] = { mode = m, input = r.inputs.input }
     end
     entries[i] = { node = r, acc = acc_of[key] }
   end
@@ -95,7 +95,7 @@ function M.emit(K, info, group, g)
       local value = value_at(j)
       ptxops.run_nodes(P, prologue, value, g, read_later)
       for _, uid in ipairs(pro_out) do outs[uid][j + 1] = value[uid] end
-      for i, a in ipairs(shared) do
+      for i, a in ipairs(updates) do
         rowptx.red_update(P, a.mode, accs[i], R.masked(q, value[a.input], a.mode.other))
       end
     end
@@ -107,7 +107,7 @@ function M.emit(K, info, group, g)
   -- each result over the row; the epilogue reads it as its dtype holds it (as the reference)
   local rowv, stats = {}, {}
   local meet = {}
-  for i, a in ipairs(shared) do meet[i] = { accs[i], string.format("red%d_", i - 1), a.mode.op } end
+  for i, a in ipairs(updates) do meet[i] = { accs[i], string.format("red%d_", i - 1), a.mode.op } end
   local met = R.allreduce_all(meet)
   for _, e in ipairs(entries) do
     local r = e.node
