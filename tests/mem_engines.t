@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 193 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 196 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -418,21 +418,25 @@ ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP
 # pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by the PTX compiler library
 run_kiln source specs/swiglu.lua specs/scale_residual_cast.lua tests/specs/mem/pointwise.lua --sm 90a
 ok "the pointwise kernels take the PTX form, a repeating bias too (GELU into fp32 keeps the CUDA form)" \
-  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 11 &&
-           test \$(grep -c 'plan pointwise.*$BY_LIB\$' '$OUTF') = 11 &&
+  bash -c "test \$(grep -c '^// kiln pointwise engine: 8 elements a thread, 256 threads a CTA, body in PTX' '$OUTF') = 13 &&
+           test \$(grep -c 'plan pointwise.*$BY_LIB\$' '$OUTF') = 13 &&
            grep -q '^// ---- pw_gelu_fp32 .H=4096. .*, sm_90a$' '$OUTF' && grep -q '^// ---- pw_row_broadcast .H=1000. .*$BY_LIB$' '$OUTF'"
 run_kiln source specs/bias_gelu.lua --sm 90a --ptx
 ok "bias_gelu's bias: its vector masked in 32 bits, the count compared in vectors" \
   bash -c "grep -q 'and.b32 %kr[0-9]*, %kr[0-9]*, 1023;' '$OUTF' && grep -q 'mad.wide.u32 %kd[0-9]*, %kr[0-9]*, 16, %kd' '$OUTF' && grep -q 'mov.b64 %kd[0-9]*, 1024;' '$OUTF'"
 KILN_PW_REPEAT=cuda run_kiln source tests/specs/mem/pointwise.lua specs/bias_gelu.lua --sm 90a
 ok "KILN_PW_REPEAT=cuda: the repeating bias keeps the CUDA form (and bias_gelu)" \
-  test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 6
+  test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 8
 KILN_PW_REPEAT=ptx run_kiln build specs/bias_gelu.lua --sm 90a
 expect_err "E_USAGE.*KILN_PW_REPEAT=ptx: want cuda" "KILN_PW_REPEAT=ptx is E_USAGE, by name"
 KILN_ROW_CODE=cuda run_kiln source specs/swiglu.lua --sm 90a
 ok "KILN_ROW_CODE=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
-run_kiln source tests/specs/mem/variants.lua --sm 90a
-expect_out "softmax_backward; .*row held in registers\.$" "a softmax backward with a fused add keeps the CUDA form"
+run_kiln source tests/specs/mem/variants.lua --sm 90a --ptx
+ok "softmax, log_softmax and softmax's backward with fused ops (held rows and re-read): PTX modules" \
+  bash -c "for k in 'softmax_fused .H=1000.' 'softmax_fused .H=32768.' 'log_softmax_fused_fp32 .H=32768.' 'softmax_bwd_fused .H=4096.' 'softmax_bwd_residual'; do grep -q \"^// ---- \$k .*compiled as a PTX module\" '$OUTF' || exit 1; done"
+awk '/kiln_softmax_fused_k0, a PTX/{n++} n==3' "$OUTF" | awk '/^}$/{exit} 1' > "$TMP/sm_fused.ptx"
+ok "a re-read softmax with a prologue: its output stored by the first pass, the epilogue's by the second, y not written" \
+  test "$(grep -c 'st.global.v4.b32' "$TMP/sm_fused.ptx")" = 8
 KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua
 ok "KILN_ROW_CODE=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF'"
 KILN_ROW_CODE=asm run_kiln build specs/layernorm.lua --sm 90a
@@ -572,9 +576,15 @@ ok "axisreduce's strided form over row slices and their sum: PTX modules (no 64-
 run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a --ptx
 ok "per-channel sums (axisreduce's inner form) a PTX module: no division per vector, the per-channel values loaded once" \
   bash -c "grep -q 'kernel kiln_bn_bwd_64x3136_k0, plan axisreduce:.*:inner:.*compiled as a PTX module' '$OUTF' && grep -q '^\.minnctapersm 4' '$OUTF' && ! awk '/kiln_bn_bwd_64x3136_k0, a PTX/,/^}\$/' '$OUTF' | grep -q 'div.u64.*392\|rem.u64'"
-run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a
-ok "a per-channel value read once a vector by the pointwise kernel and once a CTA by the per-channel sums (no index per element)" \
+KILN_ROW_CODE=cuda run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a
+ok "CUDA forms: a per-channel value read once a vector by the pointwise kernel and once a CTA by the per-channel sums (no index per element)" \
   bash -c "grep -q 'const float v3 = p3\[((i0 / 3136LL) % 64LL)\];' '$OUTF' && grep -q 'const float f4_ = p4\[' '$OUTF' && ! grep -q '(i0 + j) / 3136' '$OUTF' && ! grep -q 'e / 3136' '$OUTF'"
+run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a --ptx
+ok "the pointwise kernel reading per-channel values once a vector is a PTX module: the channel by a multiply-high, once for its five inputs" \
+  bash -c "awk '/kiln_bn_bwd_64x3136_k1, a PTX/,/^}\$/' '$OUTF' > '$TMP/bn_dx.ptx' && grep -q 'kernel kiln_bn_bwd_64x3136_k1, plan pointwise:.*compiled as a PTX module' '$OUTF' && test \$(grep -c 'mul.hi.u64' '$TMP/bn_dx.ptx') = 1 && test \$(grep -c 'ld.global.nc.f32' '$TMP/bn_dx.ptx') = 5 && ! grep -q 'div\.' '$TMP/bn_dx.ptx'"
+run_kiln source tests/specs/bench/ten.lua --set H=1024 --sm 90a --ptx
+ok "relu has a PTX form (the start-up benchmark's relu(x) * x a PTX module)" \
+  bash -c "grep -q 'kernel kiln_ten_k0, plan pointwise:.*compiled as a PTX module' '$OUTF' && grep -q 'setp.le.f32' '$OUTF'"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_bf16
 ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-row means and dx in one kernel, the per-sample sums in one" \
   bash -c "grep -q 'group 0 (sub mul mul mul reduction reduction sub mul sub mul mul identity): plan row:v1:reductionx2:[a-z0-9]*:regs' '$OUTF' && grep -q 'group 1 (sub mul mul mul mul reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"

@@ -44,6 +44,14 @@ function M.new()
   end
   function P:at(label) self.lines[#self.lines + 1] = label .. ":" end
   -- a new register set by one instruction: P:def("b32", "add.s32 %s, %s, 1", x)
+  -- floor(x / d) for a b64 x below 2^40 and a constant d below 2^24: a shift, or the high half
+  -- of x * (floor(2^64 / d) + 1) (ptxas divides 64 bits by calling a routine, even by a constant)
+  function P:quotient(x, d)
+    if d == 1 then return x end
+    if M.pow2(d) then return self:def("b64", "shr.u64 %s, %s, %d;", x, M.log2(d)) end
+    local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
+    return self:def("b64", "mul.hi.u64 %s, %s, 0x%016X;", x, m)
+  end
   function P:def(t, fmt, ...)
     local r = self:reg(t)
     self:put(fmt, r, ...)

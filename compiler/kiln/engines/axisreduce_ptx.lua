@@ -62,17 +62,10 @@ function M.accepts(group, g, info)
   return true
 end
 
--- floor(x / d) for a b64 x below 2^40 and a constant d below 2^24: a shift, or the high half of
--- x * (floor(2^64 / d) + 1) (ptxas divides 64 bits by calling a routine)
-local function over(P, x, d)
-  if ptx.pow2(d) then return P:def("b64", "shr.u64 %s, %s, %d;", x, ptx.log2(d)) end
-  local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
-  return P:def("b64", "mul.hi.u64 %s, %s, 0x%016X;", x, m)
-end
 
--- x / d and x % d for a 32-bit x and a constant d below 2^24 (the quotient by `over`).
+-- x / d and x % d for a 32-bit x and a constant d below 2^24 (the quotient by P:quotient).
 local function divmod32(P, x, d)
-  local q = P:def("b32", "cvt.u32.u64 %s, %s;", over(P, P:def("b64", "cvt.u64.u32 %s, %s;", x), d))
+  local q = P:def("b32", "cvt.u32.u64 %s, %s;", P:quotient(P:def("b64", "cvt.u64.u32 %s, %s;", x), d))
   return q, P:def("b32", "sub.u32 %s, %s, %s;", x, P:def("b32", "mul.lo.u32 %s, %s, %d;", q, d))
 end
 
@@ -327,7 +320,7 @@ function M.emit_strided(K, group, g, info, B, U, opts)
   end
   local COMBINE = P:label()
   put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", o, n_out), COMBINE)
-  local ko = over(P, o, Ki)
+  local ko = P:quotient(o, Ki)
   local col = def("b64", "sub.s64 %s, %s, %s;", o, def("b64", "mul.lo.s64 %s, %s, %d;", ko, Ki))
   -- each source's address at row 0 and its bytes a row; the rows' common ones loaded here
   local row_read = {}

@@ -4,6 +4,7 @@
 -- module (kiln.ptxmodule) compiles by ptxas alone, so a JIT of pointwise specs need not load
 -- NVRTC. Takes inputs of the output's shape (row-major), single fp32 values, scalars and
 -- constants, inputs repeating along the leading dims (a bias; KILN_PW_REPEAT=cuda declines them),
+-- values read once a vector at compile-time places (per-channel: batch norm's scale and mean),
 -- fp32/fp16/bf16 tensors (fp8 outputs from sm_89); anything else keeps the CUDA form, as does
 -- KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
@@ -13,6 +14,7 @@ local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
 local ptxops = require "kiln.engines.ptxops"
+local reduce_ptx = require "kiln.engines.reduce_ptx"
 local settings = require "kiln.settings"
 
 local M = {}
@@ -41,9 +43,31 @@ local function repeat_wanted()
   return settings.pick("KILN_PW_REPEAT", { "cuda" }) ~= "cuda"
 end
 
+-- The place of a value read once a vector (pwexpr.access "once": a per-channel or per-row
+-- value) in t, as pwexpr.offset_expr writes it: terms { div, mod, stride } with the coordinate
+-- (vector / div) % mod (mod nil for the outermost axis), all compile-time and below 2^24
+-- (P:quotient's range); nil when some part is not.
+local function once_terms(t, space, vec)
+  local R = #space
+  local pad = R - #t.dims
+  local terms = {}
+  for k = 1, R do
+    local d, st = t.dims[k - pad], t.strides[k - pad]
+    if d ~= nil and not (d == 1 and space[k] ~= 1) and space[k] ~= 1 then
+      local names, inner = shape.product(space, k + 1, R)
+      local mod = k > 1 and space[k] or nil
+      if #names > 0 or type(st) ~= "number" or (mod and type(mod) ~= "number") then return nil end
+      if inner % vec ~= 0 or inner // vec >= 1 << 24 or (mod or 0) >= 1 << 24 then return nil end
+      terms[#terms + 1] = { div = inner // vec, mod = mod, stride = st }
+    end
+  end
+  return terms
+end
+
 -- How input t reaches the kernel: "full" (a vector of the output's shape), "suffix" (a vector of
 -- a tensor repeating along the leading dims, e.g. a bias over the last: at most 65536 vectors),
--- "one" (a single fp32 value), "value" (a scalar or a constant), or nil and why not.
+-- "one" (a single fp32 value), "once" (one value a vector: its place's terms), "value" (a scalar
+-- or a constant), or nil and why not.
 local function input_kind(t, space, vec)
   if t.role == "constant" or t.role == "scalar" then return "value" end
   if not IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
@@ -58,6 +82,11 @@ local function input_kind(t, space, vec)
     end
   end
   if rowptx.one_value(t) and t.dtype == "fp32" then return "one" end
+  if how == "once" then
+    local terms = once_terms(t, space, vec)
+    if terms then return "once", terms end
+    return nil, t.name .. " is read once a vector at a place with run-time factors"
+  end
   return nil, t.name .. " is broadcast"
 end
 
@@ -65,7 +94,6 @@ end
 -- true, or nil and why not.
 function M.accepts(group, g, vec, space, target)
   if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
-  if vec < 2 then return nil, "one element a thread" end
   for _, d in ipairs(space) do
     if type(d) ~= "number" and not tostring(d):match("^[%a_][%w_]*$") then return nil, "dim " .. tostring(d) end
   end
@@ -122,9 +150,26 @@ function M.emit(K, group, g, vec, block, space)
       local low = def("b32", "mad.lo.u32 %s, %s, %d, %s;", cta, block, tid)
       return def("b32", "and.b32 %s, %s, %d;", low, d - 1), true
     end
-    local m = ((((1 << 32) // d) << 32) + ((((1 << 32) % d) << 32) // d)) + 1
-    local q = def("b64", "mul.hi.u64 %s, %s, 0x%016X;", thread, m)
-    return def("b64", "sub.s64 %s, %s, %s;", thread, def("b64", "mul.lo.s64 %s, %s, %d;", q, d))
+    return def("b64", "sub.s64 %s, %s, %s;", thread, def("b64", "mul.lo.s64 %s, %s, %d;", P:quotient(thread, d), d))
+  end
+  -- the element offset of a value read once a vector (once_terms): the sum of the vector's
+  -- coordinates times the strides, made once for the inputs that share it (nil: 0)
+  local offsets = {}
+  local function once_offset(terms)
+    local key = {}
+    for i, tm in ipairs(terms) do key[i] = string.format("%d/%s*%d", tm.div, tostring(tm.mod), tm.stride) end
+    key = table.concat(key, "+")
+    if offsets[key] == nil then
+      local off = false
+      for _, tm in ipairs(terms) do
+        local c = P:quotient(thread, tm.div)
+        if tm.mod then c = def("b64", "sub.s64 %s, %s, %s;", c, def("b64", "mul.lo.s64 %s, %s, %d;", P:quotient(c, tm.mod), tm.mod)) end
+        if off then off = def("b64", "mad.lo.s64 %s, %s, %d, %s;", c, tm.stride, off)
+        else off = tm.stride == 1 and c or def("b64", "mul.lo.s64 %s, %s, %d;", c, tm.stride) end
+      end
+      offsets[key] = off
+    end
+    return offsets[key] or nil
   end
   local value = {}  -- value[j][uid]: element j's fp32 register
   for j = 0, vec - 1 do value[j] = {} end
@@ -136,6 +181,12 @@ function M.emit(K, group, g, vec, block, space)
       v = t.role == "constant" and ptx.f32(t.value) or P:input("f", K:scalar(uid))
     elseif kind == "one" then
       v = def("b32", "ld.global.nc.b32 %s, [%s];", P:global(P:input("l", K:ptr(uid))))
+    elseif kind == "once" then
+      local off = once_offset(d)
+      local z = dtypes.size(t.dtype)
+      K:need_align(uid, z)
+      local base = P:global(P:input("l", K:ptr(uid)))
+      v = reduce_ptx.load_value(P, off and def("b64", "mad.lo.s64 %s, %s, %d, %s;", off, z, base) or base, t.dtype)
     end
     if v then
       for j = 0, vec - 1 do value[j][uid] = v end

@@ -1,8 +1,8 @@
 -- kiln.engines.ptxops: the fused pointwise ops written as PTX (kiln.ptx), for the kernels with
 -- their bodies in PTX (rowfwd_ptx: the forward norms' prologues and epilogues; pointwise_ptx:
 -- the pointwise kernels): add, sub, mul, div, max, min, neg, abs, identity (casts),
--- add_square, exp, sigmoid, swish, sqrt, rsqrt, and GELU into a 16-bit or fp8 value. An op without a form
--- here keeps its kernel's CUDA form.
+-- add_square, exp, sigmoid, swish, sqrt, rsqrt, relu (with its clips and slope), the comparisons,
+-- and GELU into a 16-bit or fp8 value. An op without a form here keeps its kernel's CUDA form.
 local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
 
@@ -36,6 +36,10 @@ local function attr(attrs, name)
   if type(v) == "boolean" then v = v and 1 or 0 end
   return tonumber(v) or 0
 end
+-- a comparison's 0/1 (C's == and the ordered <, <=, >, >=: false with a NaN; != true: neu)
+local function cmp(test) return function(P, a, b)
+  return P:def("b32", "selp.f32 %s, 0f3F800000, 0f00000000, %s;", P:def("pred", "setp." .. test .. ".f32 %s, %s, %s;", a, b))
+end end
 M.OPS = {
   exp = function(P, a)
     local e, s = expf_parts(P, a)
@@ -52,6 +56,15 @@ M.OPS = {
   -- (rsqrtf and sqrtf as NVVM writes them without fast math)
   rsqrt = un("rsqrt.approx.f32"), sqrt = un("sqrt.rn.f32"),
   identity = function(_, a) return a end,
+  cmp_eq = cmp("eq"), cmp_neq = cmp("neu"), cmp_gt = cmp("gt"), cmp_ge = cmp("ge"), cmp_lt = cmp("lt"), cmp_le = cmp("le"),
+  -- a <= lower ? lower + slope (a - lower) : (a >= upper ? upper : a), the sum contracted as NVVM
+  -- does; a NaN passes through
+  relu = function(P, a, _, attrs)
+    local lo, up = ptx.f32(attr(attrs, "lower_clip")), ptx.f32(math.min(attr(attrs, "upper_clip"), 3.4028234663852886e38))
+    local leak = P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", ptx.f32(attr(attrs, "negative_slope")), P:def("b32", "sub.f32 %s, %s, %s;", a, lo), lo)
+    local high = P:def("b32", "selp.f32 %s, %s, %s, %s;", up, a, P:def("pred", "setp.ge.f32 %s, %s, %s;", a, up))
+    return P:def("b32", "selp.f32 %s, %s, %s, %s;", leak, high, P:def("pred", "setp.le.f32 %s, %s, %s;", a, lo))
+  end,
   add_square = function(P, a, b) return P:def("b32", "fma.rn.f32 %s, %s, %s, %s;", b, b, a) end,
 }
 
@@ -103,12 +116,13 @@ function M.op_declines(nodes, g)
   return nil
 end
 
--- Why the nodes' values read again cannot round to their dtypes in registers (nil when they can).
+-- Why the nodes' values read again cannot round to their dtypes in registers (nil when they can:
+-- fp32, fp16, bf16 and bool).
 function M.read_again_declines(nodes, g, read_later)
   for _, node in ipairs(nodes) do
     for _, uid in pairs(node.outputs) do
       local t = g.by_uid[uid]
-      if read_later[uid] and t.dtype ~= "fp32" and not M.IN[t.dtype] then return "a " .. t.dtype .. " value read again" end
+      if read_later[uid] and t.dtype ~= "fp32" and t.dtype ~= "bool" and not M.IN[t.dtype] then return "a " .. t.dtype .. " value read again" end
     end
   end
   return nil
@@ -124,7 +138,10 @@ function M.run_nodes(P, nodes, value, g, read_later, recip)
     local r = recip and node.def.name == "div" and recip[node.inputs.b]
     local v = r and P:def("b32", "mul.f32 %s, %s, %s;", args[1], r) or op_of(node, g)(P, args[1], args[2], node.attrs or {})
     local t = g.by_uid[out]
-    if t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
+    if t.dtype == "bool" and read_later[out] then
+      -- (as the CUDA form's store and load: 1 where the value is not 0)
+      v = P:def("b32", "selp.f32 %s, 0f3F800000, 0f00000000, %s;", P:def("pred", "setp.neu.f32 %s, %s, 0f00000000;", v))
+    elseif t.dtype ~= "fp32" and read_later[out] then v = P:round(v, t.dtype) end
     value[out] = v
   end
 end

@@ -501,7 +501,7 @@ function E.propose(group, g, target)
     if info.kind == "norm" and ptx_wanted then info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end
     -- softmax's likewise (rowsm_ptx.lua)
     if (info.kind == "softmax" or info.kind == "softmax_bwd") and ptx_wanted then
-      info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g)
+      info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g, target)
     end
     -- a row reduction's likewise (rowred_ptx.lua)
     if info.kind == "reduce" and ptx_wanted then info.red_ptx, info.why_cuda = rowred_ptx.accepts(info, group, g, target) end

@@ -2,12 +2,15 @@
 -- as PTX (kiln.ptx, rowptx.lua): the same passes and instructions as row.lua's CUDA form (the
 -- row held in registers or re-read from L2 with an online max and sum; the sink logit; the
 -- statistics outputs; expf's ex2.approx and logf's sequence), so NVRTC spends ptxas's time
--- only. Groups with fused pointwise ops keep the CUDA form. KILN_ROW_CODE=cuda keeps the CUDA
+-- only. A fused prologue (its element outputs stored by the first pass; a held row keeps the
+-- anchor's inputs as their dtypes round them, a re-read row computes them again) and an
+-- epilogue over the anchor's output take the ops of ptxops. KILN_ROW_CODE=cuda keeps the CUDA
 -- form everywhere (for measuring; rowgen.ptx_wanted).
-local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
+local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
+local ptxops = require "kiln.engines.ptxops"
 local lower = require "kiln.lower"
 
 local M = {}
@@ -16,25 +19,21 @@ local NEG_INF, POS_INF, LOG2E = "0fFF800000", "0f7F800000", ptx.f32(1.4426950408
 
 -- Whether this form takes the softmax group (analyze's info with its layout): true, or nil
 -- and why (then row.lua writes the CUDA form).
-function M.accepts(info, group, g)
+function M.accepts(info, group, g, target)
   if info.kind ~= "softmax" and info.kind ~= "softmax_bwd" then return nil, "not a softmax" end
-  if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) > 0 then return nil, "fused pointwise ops" end
-  local why = rowptx.declines(info, group, g)
-  if why then return nil, why end
-  for _, uid in ipairs(group.outputs) do
-    local t = g.by_uid[uid]
-    local kind = info.out_kind[uid]
-    if kind == "elem" then
-      if not rowptx.IN[t.dtype] or (info.L.V * dtypes.size(t.dtype)) % 4 ~= 0 then
-        return nil, "output " .. t.name .. " is " .. t.dtype
-      end
-    elseif kind == "row" then
-      local bad = rowptx.row_output_declines(t)
-      if bad then return nil, bad end
-    else
-      return nil, "output " .. t.name .. " is " .. tostring(kind)
+  if #(group.amax or {}) + #(group.rowred or {}) + #(group.rowpw or {}) > 0 then return nil, "amax or per-row ops after the softmax" end
+  -- (the output pass computes the epilogue from the anchor's output, the graph's tensors and its own values)
+  local from_prologue = rowgen.made(group)
+  for _, n in ipairs(group.epilogue or {}) do for _, uid in pairs(n.outputs) do from_prologue[uid] = nil end end
+  local a = info.anchor
+  local y = a.outputs.S or a.outputs.DX
+  for _, n in ipairs(group.epilogue or {}) do
+    for _, uid in pairs(n.inputs) do
+      if from_prologue[uid] and uid ~= y then return nil, "the epilogue reads a value of the prologue or a statistic" end
     end
   end
+  local why = rowptx.declines(info, group, g) or rowptx.group_declines(info, group, g, target)
+  if why then return nil, why end
   return true
 end
 
@@ -109,12 +108,90 @@ function M.lse(P, mx, z, log2)
   return log2 and P:def("b32", "mul.f32 %s, %s, %s;", lse, LOG2E) or lse
 end
 
+-- The passes over the row with the group's fused ops (R.pass's contract: pass(uids, outs, form,
+-- body) with body(q, value_at, store)): the first loads the prologue's sources, computes it,
+-- stores its element outputs and (a held row) keeps the anchor inputs `uids` as their dtypes
+-- hold them; later passes read those, or a re-read row loads and computes them again. Each
+-- pass loads the epilogue's sources too; value_at(j) is made once per element. Returns pass
+-- and finish(value_at, store, y, ys): the anchor's output y (values ys) through the epilogue
+-- into the element outputs. Without fused ops: R.pass and a store of y.
+local function fused_passes(R, info, group, g)
+  local P, V = R.P, info.L.V
+  local prologue, epilogue = group.prologue or {}, group.epilogue or {}
+  local written = function(uid) return uid and lower.written(g.by_uid[uid]) end
+  if #prologue + #epilogue == 0 then
+    return R.pass, function(_, store, y, ys) if written(y) then store(y, ys) end end
+  end
+  local read_later = pw.read_set(group.nodes)
+  local pro_out = rowptx.element_outputs(info, g, prologue)
+  local epi_out = rowptx.element_outputs(info, g, epilogue)
+  local epi_src = R.sources(epilogue, {})
+  local held, first = {}, true
+  local function pass(uids, outs, form, body)
+    local load = R.reread or first
+    local is_first = first
+    first = false
+    local srcs = load and R.sources(prologue, uids) or {}
+    for _, uid in ipairs(epi_src) do srcs[#srcs + 1] = uid end
+    local all = { table.unpack(outs) }
+    if is_first then for _, uid in ipairs(pro_out) do all[#all + 1] = uid end end
+    R.vectors(srcs, all, function(q, value_at, store, words)
+      local rd = {}
+      if not load then
+        for _, uid in ipairs(uids) do rd[uid] = P:reader(held[q][uid], g.by_uid[uid].dtype, form) end
+      end
+      local memo = {}
+      local function at(j)
+        if memo[j] then return memo[j] end
+        local value = value_at(j)
+        if load then ptxops.run_nodes(P, prologue, value, g, read_later)
+        else for uid, r in pairs(rd) do value[uid] = r(j) end end
+        memo[j] = value
+        return value
+      end
+      if is_first then
+        local vals = {}
+        for _, uid in ipairs(pro_out) do vals[uid] = {} end
+        for j = 0, V - 1 do for _, uid in ipairs(pro_out) do vals[uid][j + 1] = at(j)[uid] end end
+        for _, uid in ipairs(pro_out) do store(uid, vals[uid]) end
+        if not R.reread then
+          held[q] = {}
+          for _, uid in ipairs(uids) do
+            local xs = {}
+            for j = 0, V - 1 do xs[j + 1] = at(j)[uid] end
+            held[q][uid] = words[uid] and words[uid][q] or P:pack(xs, g.by_uid[uid].dtype)
+          end
+        end
+      end
+      body(q, at, store)
+    end, load and form or nil)
+  end
+  local function finish(value_at, store, y, ys)
+    local outs = written(y) and { y } or {}
+    for _, uid in ipairs(epi_out) do outs[#outs + 1] = uid end
+    local vals = {}
+    for _, uid in ipairs(outs) do vals[uid] = {} end
+    local yt = g.by_uid[y]
+    for j = 0, V - 1 do
+      local value = value_at(j)
+      -- (the epilogue reads y as its dtype holds it, as the CUDA form does)
+      value[y] = yt.dtype ~= "fp32" and read_later[y] and P:round(ys[j + 1], yt.dtype) or ys[j + 1]
+      ptxops.run_nodes(P, epilogue, value, g, read_later)
+      for _, uid in ipairs(outs) do vals[uid][j + 1] = value[uid] end
+    end
+    for _, uid in ipairs(outs) do store(uid, vals[uid]) end
+  end
+  return pass, finish, function(y) return written(y) and { y, table.unpack(epi_out) } or epi_out end
+end
+
 -- The kernel body (lines into K).
 function M.emit(K, info, group, g)
   local a = info.anchor
   rowgen.pdl_entry(K)  -- the plan's only kernel: pdl at entry
   local R = rowptx.new(K, info, g, group.inputs, rowgen.made(group))
-  local P, put, def, V, pass = R.P, R.put, R.def, info.L.V, R.pass
+  local P, put, def, V = R.P, R.put, R.def, info.L.V
+  local pass, finish, out_list = fused_passes(R, info, group, g)
+  out_list = out_list or function(y) return { y } end
 
   if info.kind == "softmax_bwd" then
     -- dx = y (dy - sum dy y); log_softmax: dx = dy - exp(y) sum dy (a lane past the row reads zeros)
@@ -129,7 +206,7 @@ function M.emit(K, info, group, g)
       end
     end)
     local s = R.allreduce(acc, "red0_")
-    pass({ dy, y }, { dx }, nil, function(_, value_at, store)
+    pass({ dy, y }, out_list(dx), nil, function(_, value_at, store)
       local out = {}
       for j = 0, V - 1 do
         local v = value_at(j)
@@ -140,7 +217,7 @@ function M.emit(K, info, group, g)
           out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", v[y], def("b32", "sub.f32 %s, %s, %s;", v[dy], s))
         end
       end
-      store(dx, out)
+      finish(value_at, store, dx, out)
     end)
     K:asm(P)
     return
@@ -204,24 +281,24 @@ function M.emit(K, info, group, g)
   end
   if is_log then
     local lz = logf(P, Z)
-    pass({ x }, { s_out }, nil, function(_, value_at, store)
+    pass({ x }, out_list(s_out), nil, function(_, value_at, store)
       local out = {}
       for j = 0, V - 1 do
         local v = def("b32", "sub.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", value_at(j)[x], Mx), lz)
         out[j + 1] = def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", v, ninf)
       end
-      store(s_out, out)
+      finish(value_at, store, s_out, out)
     end)
   else
     local iz = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(Z), ninf)
     if scale then iz = def("b32", "mul.f32 %s, %s, %s;", iz, scale) end
-    pass(R.reread and { x } or {}, { s_out }, nil, function(q, value_at, store)
+    pass(R.reread and { x } or {}, out_list(s_out), nil, function(q, value_at, store)
       local out = {}
       for j = 0, V - 1 do
         local ev = R.reread and exp_from(P, value_at(j)[x], mb) or e[q][j]
         out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", ev, iz)
       end
-      store(s_out, out)
+      finish(value_at, store, s_out, out)
     end)
   end
   -- per-row statistics

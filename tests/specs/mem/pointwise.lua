@@ -2,7 +2,7 @@
 -- fp32/fp16/bf16 tensors mixed, a runtime scalar, constants, a single fp32 value, casts, an fp8
 -- output, several outputs, a narrow value read again, GELU into bf16, rows repeating along T (a
 -- bias, a [1, H] scale: the CUDA form under KILN_PW_REPEAT=cuda), and one the PTX form declines
--- (GELU into fp32: erff).
+-- (GELU into fp32: erff); relu with clips and the comparisons read as 0/1.
 local k = require "kiln"
 local dims = { T = k.dynamic, H = { 1000, 4096 } }
 return {
@@ -24,6 +24,16 @@ return {
     body = function(g, x, r, c)
       local h = g:cast(x + r, "bf16")
       return { h = h, y = g:cast(h * 0.5 * r, "bf16"), z = x * c }
+    end,
+  },
+  k.graph "pw_relu_cmp" {
+    dims = dims, dtype = "bf16",
+    inputs = { a = { "T", "H" }, b = { "T", "H" } },
+    -- relu with its clips and slope, and comparisons whose 0/1 later ops read
+    body = function(g, a, b)
+      local r = g:relu(a, { lower_clip = -0.5, upper_clip = 1.25, negative_slope = 0.125 })
+      local m = g:cmp_gt(a, b) + g:cmp_le(b, 0.25) * 2.0 + g:cmp_neq(a, a) * 4.0
+      return { y = r * m + g:relu(b), z = g:cmp_lt(a, -0.75) - g:cmp_ge(b, 1.0) + g:cmp_eq(a, a) }
     end,
   },
   k.graph "pw_fp8" {

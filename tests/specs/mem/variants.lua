@@ -1,6 +1,6 @@
 -- Variants the memory-bound engines must get right: statistics outputs, sinks, biases,
 -- backward with dbias, fp32 and fp16 tensors, an fp32 prologue value held across passes, a
--- ragged fp32 softmax.
+-- ragged fp32 softmax, softmax, log_softmax and softmax's backward with fused ops.
 local k = require "kiln"
 local dims = { T = k.dynamic, H = { 1024 } }
 return {
@@ -42,6 +42,32 @@ return {
     body = function(g, x, w, b, r)
       local y = g:layernorm(x * 2.0 + r, w, b, { epsilon = 1e-5 })
       return { y = g:gelu(y) }
+    end,
+  },
+  -- softmax with fused ops: a prologue whose output is also written, an epilogue that alone
+  -- reads y (y not an output); held (1000 ragged, 4096) and re-read (32768) rows
+  k.graph "softmax_fused" {
+    dims = { T = k.dynamic, H = { 1000, 4096, 32768 } }, dtype = "bf16",
+    inputs = { x = { "T", "H" }, r = { "T", "H" }, s = { scalar = true, dtype = "fp32" } },
+    body = function(g, x, r, s)
+      local h = x * s + r
+      return { h = h, z = g:softmax(h) * 0.5 + 0.25 }
+    end,
+  },
+  k.graph "log_softmax_fused_fp32" {
+    dims = { T = k.dynamic, H = { 2048, 32768 } }, dtype = "fp32",
+    inputs = { x = { "T", "H" }, m = { "T", "H", dtype = "bf16" } },
+    body = function(g, x, m)
+      local y = g:log_softmax(g:max(x, m) - 1.5)
+      return { y = y, e = g:exp(y) }
+    end,
+  },
+  k.graph "softmax_bwd_fused" {
+    dims = { T = k.dynamic, H = { 1000, 4096 } }, dtype = "bf16",
+    inputs = { dy = { "T", "H" }, y = { "T", "H" }, m = { "T", "H" } },
+    body = function(g, dy, y, m)
+      local dx = g:softmax_backward(dy * m, y)
+      return { dx = dx, q = g:cast(dx * 4.0, "fp32") }
     end,
   },
   k.graph "softmax_fp32_ragged" {
