@@ -132,7 +132,9 @@ local function fused_passes(R, info, group, g)
     local is_first = first
     first = false
     local srcs = load and R.sources(prologue, uids) or {}
-    for _, uid in ipairs(epi_src) do srcs[#srcs + 1] = uid end
+    local seen = {}
+    for _, uid in ipairs(srcs) do seen[uid] = true end
+    for _, uid in ipairs(epi_src) do if not seen[uid] then srcs[#srcs + 1] = uid end end
     local all = { table.unpack(outs) }
     if is_first then for _, uid in ipairs(pro_out) do all[#all + 1] = uid end end
     R.vectors(srcs, all, function(q, value_at, store, words)
