@@ -15,6 +15,7 @@ local rowgen = require "kiln.engines.rowgen"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
 local dtypes = require "kiln.dtypes"
+local axissoftmax_ptx = require "kiln.engines.axissoftmax_ptx"
 
 local E = { id = "axissoftmax", version = 1 }
 
@@ -53,8 +54,11 @@ local function analyze(group, g)
   local info = { anchor = a, kind = kind, op = a.op, E = E_, axis = axis + 1 }
   info.Ko, info.Ko_f = rowgen.extent(E_, 1, axis)
   local R_c, Ki_c
-  info.R, _, R_c = rowgen.extent(E_, axis + 1, axis + 1)
+  info.R, info.R_f, R_c = rowgen.extent(E_, axis + 1, axis + 1)
   info.Ki, info.Ki_f, Ki_c = rowgen.extent(E_, axis + 2, n)
+  info.Ki_c = Ki_c
+  info.ins, info.out_uid = {}, a.outputs[spec.outs[1]]
+  for i, p in ipairs(spec.ins) do info.ins[i] = a.inputs[p] end
   -- what is read or written per element, whole: V from their dtypes
   local whole = {}
   for _, uid in ipairs(group.inputs) do
@@ -154,16 +158,14 @@ function E.build(plan, group, g, target, symbol)
   local a, V, RS, B, U = info.anchor, info.V, info.RS, E.BLOCK, E.STEP
   local LO = B // RS   -- lanes along the columns
   local TW = LO * V    -- columns a CTA
-  local spec = lower.ANCHORS[a.op]
-  local ins = {}
-  for i, p in ipairs(spec.ins) do ins[i] = a.inputs[p] end
+  local ins = info.ins
   local K = rowgen.kernel(g, symbol)
   K.src:need("common/nanmax.cuh")
   K.src:need("common/exp2.cuh")
   K:note_dyn(info.E)
   local staged = info.staged
   local read_later = pw.read_set(group.nodes)
-  local out_uid = a.outputs[spec.outs[1]]
+  local out_uid = info.out_uid
   K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
   K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
   K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
@@ -342,8 +344,14 @@ function E.build(plan, group, g, target, symbol)
   end
   -- the output words are declared once, before the pass
   for _, o in ipairs(stores) do K:add("  alignas(16) %s w%d_[%d];", o.st.ctype, o.uid, V) end
+  local yt = g.by_uid[out_uid]
   out_pass(function(lines, vals, inner, value)
-    lines[#lines + 1] = string.format("%sconst float v%d = %s;", inner, out_uid, value_of(vals))
+    lines[#lines + 1] = string.format("%sfloat v%d = %s;", inner, out_uid, value_of(vals))
+    if yt.dtype ~= "fp32" and read_later[out_uid] then
+      -- (y as its dtype holds it where the epilogue reads it, as the reference does)
+      local st = pw.storage(K.src, yt.dtype)
+      lines[#lines + 1] = string.format("%sv%d = %s;", inner, out_uid, pw.fmt(st.load, pw.fmt(st.store, "v" .. out_uid)))
+    end
     value[out_uid] = "v" .. out_uid
     pw.emit_nodes(group.epilogue or {}, value, lines, { g = g, src = K.src, space = info.E, index = "(e + j)",
                                                          indent = inner, read_later = read_later })
@@ -373,7 +381,18 @@ function E.build(plan, group, g, target, symbol)
       staged and "the CTA's values staged in shared memory" or "x read again from L2 for the output"),
     block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
-  return rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, info.smem or 0)
+  local k = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, info.smem or 0)
+  -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
+  if axissoftmax_ptx.accepts(group, g, info, target) then
+    local cuda = k.source
+    K.lines, K.target = {}, target
+    K.shared = {}
+    if RS > 1 then K.shared[1] = string.format("  __shared__ __align__(16) float red_[%d][%d];", RS, TW) end
+    if staged then K.shared[#K.shared + 1] = "  extern __shared__ __align__(16) kiln_u8 dsm_[];" end
+    axissoftmax_ptx.emit(K, group, g, info, B, U)
+    rowgen.with_source(k, K, cuda)
+  end
+  return k
 end
 
 return E

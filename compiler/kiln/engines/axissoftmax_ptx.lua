@@ -1,0 +1,421 @@
+-- kiln.engines.axissoftmax_ptx: the softmax over a non-last axis (axissoftmax.lua) with its body
+-- written as PTX, so that it compiles as a PTX module (kiln.ptxmodule) by ptxas alone, without
+-- NVRTC's front end and NVVM: the same work and order as the CUDA form (the rows split RS ways,
+-- each column's statistics folded over the splits in split order through shared memory, the
+-- staged values or x read again), its loads issued a trip ahead of their arithmetic. Taken where
+-- the columns after the axis are compile-time (below 2^24), every tensor is read as the input's
+-- layout or broadcast along runs of it (axisreduce_ptx.strided_access) by vectors of whole words,
+-- and the fused ops have PTX forms (ptxops); anything else keeps the CUDA form, as does
+-- KILN_ROW_CODE=cuda.
+local dtypes = require "kiln.dtypes"
+local ptx = require "kiln.ptx"
+local pw = require "kiln.engines.pwexpr"
+local rowgen = require "kiln.engines.rowgen"
+local ptxops = require "kiln.engines.ptxops"
+local partials_ptx = require "kiln.engines.partials_ptx"
+local reduce_ptx = require "kiln.engines.reduce_ptx"
+local axisreduce_ptx = require "kiln.engines.axisreduce_ptx"
+local rowsm_ptx = require "kiln.engines.rowsm_ptx"
+
+local M = {}
+
+local NEG_INF, LOG2E = rowsm_ptx.NEG_INF, rowsm_ptx.LOG2E
+
+-- The runs of info's axes as axisreduce_ptx.strided_access reads them: the axes before the
+-- softmax axis (when any), the axis, the axes after it.
+local function runs(info)
+  local n, ax = #info.E, info.axis
+  local r = {}
+  if ax > 1 then r[#r + 1] = { from = 1, to = ax - 1 } end
+  r[#r + 1] = { from = ax, to = ax }
+  r[#r + 1] = { from = ax + 1, to = n }
+  return { E = info.E, runs = r }
+end
+
+-- Whether this form takes the group (axissoftmax's info): true, or nil and why not.
+function M.accepts(group, g, info, target)
+  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  if type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24 then return nil, "the columns after the axis not compile-time" end
+  local nodes = {}
+  for _, n in ipairs(group.prologue or {}) do nodes[#nodes + 1] = n end
+  for _, n in ipairs(group.epilogue or {}) do nodes[#nodes + 1] = n end
+  local bad = ptxops.op_declines(nodes, g)
+  if bad then return nil, bad end
+  local read_later = pw.read_set(group.nodes)
+  bad = ptxops.read_again_declines(nodes, g, read_later)
+  if bad then return nil, bad end
+  local made = rowgen.made(group)
+  local V, layout = info.V, runs(info)
+  for _, uid in ipairs(info.elem) do
+    local t = g.by_uid[uid]
+    bad = ptxops.output_declines(t, V, read_later, target)
+    if bad then return nil, bad end
+    if info.staged and made[uid] then
+      for _, n in ipairs(group.prologue or {}) do
+        for _, o in pairs(n.outputs) do if o == uid then return nil, "a prologue value stored from staged values" end end
+      end
+    end
+  end
+  for _, uid in ipairs(info.stats) do
+    if not partials_ptx.output_ok(g.by_uid[uid].dtype) then return nil, "statistics output " .. g.by_uid[uid].name end
+  end
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then
+      if not ptxops.IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
+      local at = axisreduce_ptx.strided_access(t, layout)
+      if not at or type(at.R) ~= "number" or type(at.I) ~= "number" then return nil, t.name .. " is gathered" end
+      if at.I ~= 0 and (at.I ~= 1 or pw.const_factor(at.K) % V ~= 0 or at.R % V ~= 0
+          or (V * dtypes.size(t.dtype)) % 4 ~= 0) then
+        return nil, t.name .. " is not read by vectors of whole words"
+      end
+    end
+  end
+  return true
+end
+
+-- The body into K (axissoftmax's kernel, its params those of the CUDA form): B threads a CTA,
+-- U rows in flight a trip of a pass reading memory; the shared arrays red_ (RS > 1) and dsm_
+-- (staged) declared by the caller.
+function M.emit(K, group, g, info, B, U)
+  local P = ptx.new()
+  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
+  local a, V, RS, Ki = info.anchor, info.V, info.RS, info.Ki_c
+  local LO = B // RS
+  local TW = LO * V
+  local staged, is_fwd = info.staged, info.kind == "fwd"
+  local ins = info.ins
+  local out_uid = info.out_uid
+  local read_later = pw.read_set(group.nodes)
+  local layout = runs(info)
+
+  local tid = def("b32", "mov.u32 %s, %%tid.x;")
+  local srow = def("b32", "shr.u32 %s, %s, %d;", tid, ptx.log2(LO))
+  local lane = def("b32", "and.b32 %s, %s, %d;", tid, LO - 1)
+  local cta = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%ctaid.x;"))
+  local o = def("b64", "mad.lo.s64 %s, %s, %d, %s;", cta, TW, def("b64", "mul.wide.u32 %s, %s, %d;", lane, V))
+  local n_out = def("b64", "mul.lo.s64 %s, %s, %d;", partials_ptx.product(P, info.Ko_f), Ki)
+  local R = partials_ptx.product(P, info.R_f)
+  local dead = def("pred", "setp.ge.s64 %s, %s, %s;", o, n_out)
+  local ko = P:quotient(o, Ki)
+  local col = def("b64", "sub.s64 %s, %s, %s;", o, def("b64", "mul.lo.s64 %s, %s, %d;", ko, Ki))
+  -- element (r, column o) of a tensor of the input's layout: e0 + r * Ki
+  local e0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", def("b64", "mul.lo.s64 %s, %s, %s;", ko, R), Ki, col)
+
+  -- the sources: per-kernel values, then each tensor's address at row 0 and its bytes a row
+  local base, srcs = {}, {}
+  for _, uid in ipairs(group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" or t.role == "scalar" then base[uid] = reduce_ptx.kernel_value(P, K, t)
+    else
+      local at = axisreduce_ptx.strided_access(t, layout)
+      local z = dtypes.size(t.dtype)
+      if at.I ~= 0 then K:need_align(uid, V * z) end
+      local a0 = P:global(P:input("l", K:ptr(uid)))
+      if type(at.K) == "string" then
+        -- (a product of dims: "S*1000")
+        local factors = {}
+        for f in at.K:gmatch("[^*]+") do factors[#factors + 1] = tonumber(f) or f end
+        factors[#factors + 1] = z
+        a0 = def("b64", "mad.lo.s64 %s, %s, %s, %s;", ko, partials_ptx.product(P, factors), a0)
+      elseif at.K ~= 0 then
+        a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, at.K * z, a0)
+      end
+      if at.I ~= 0 then a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, at.I * z, a0) end
+      srcs[uid] = { uid = uid, dtype = t.dtype, z = z, at = at, a0 = a0 }
+    end
+  end
+  -- the memory sources a pass over `nodes` reads (the anchor's inputs among them)
+  local function sources(nodes)
+    local need, list = {}, {}
+    for _, uid in ipairs(ins) do need[uid] = true end
+    for _, n in ipairs(nodes) do for _, uid in pairs(n.inputs) do need[uid] = true end end
+    for _, uid in ipairs(group.inputs) do
+      if need[uid] and srcs[uid] then list[#list + 1] = srcs[uid] end
+    end
+    return list
+  end
+  -- a source's V values at `addr` + off: reader(j) and the words loaded (a vector), or one
+  -- value for all j
+  local function read(src, addr, off)
+    if src.at.I ~= 0 then
+      local words = P:load("global.nc", addr, off or 0, V * src.z)
+      return P:reader(words, src.dtype), words
+    end
+    local v = reduce_ptx.load_value(P, addr, src.dtype, off)
+    return function() return v end
+  end
+  -- the values fixed along the rows, loaded once by the first pass that reads them (before
+  -- its rows; the later passes run on the same live threads)
+  local fixed = {}
+  local function load_fixed(list)
+    for _, src in ipairs(list) do
+      if src.at.R == 0 and not fixed[src.uid] then
+        local r = read(src, src.a0)
+        local vals = {}
+        for j = 0, V - 1 do vals[j] = r(j) end
+        fixed[src.uid] = function(j) return vals[j] end
+      end
+    end
+  end
+
+  -- staged values: input i's vector of row r at stg[i] + r * LO * its bytes (as loaded or fp32)
+  local stg = {}
+  if staged then
+    local dsm = P:shared(P:input("l", "dsm_"))
+    local off = 0
+    for i, st in ipairs(info.stage) do
+      local bytes = V * st.size
+      stg[i] = { bytes = bytes, fp32 = st.fp32, dtype = g.by_uid[ins[i]].dtype,
+                 at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, bytes, def("b32", "add.u32 %s, %s, %d;", dsm, off)) }
+      off = off + info.R_c * TW * st.size
+    end
+  end
+  local function stage_addr(i, r)
+    return def("b32", "mad.lo.s32 %s, %s, %d, %s;", def("b32", "cvt.u32.u64 %s, %s;", r), LO * stg[i].bytes, stg[i].at)
+  end
+
+  -- The rows r = srow, srow + RS, ... < R of the live threads, n a trip (then one at a time):
+  -- load(r, k) issues row r + k * RS's loads and gives a handle, body(handle, r, k) its work,
+  -- every load of a trip before its work; pre() first, on the live threads.
+  local function rows(n, load, body, pre)
+    local MAIN, REST, DONE = P:label(), P:label(), P:label()
+    put("@%s bra %s;", dead, DONE)
+    if pre then pre() end
+    local r = def("b64", "cvt.u64.u32 %s, %s;", srow)
+    if n > 1 then
+      P:at(MAIN)
+      put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %d;", r, (n - 1) * RS), R), REST)
+      local hs = {}
+      for k = 0, n - 1 do hs[k] = load(r, k) end
+      for k = 0, n - 1 do body(hs[k], r, k) end
+      put("add.s64 %s, %s, %d;", r, r, n * RS)
+      put("bra.uni %s;", MAIN)
+    end
+    P:at(REST)
+    put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", r, R), DONE)
+    body(load(r, 0), r, 0)
+    put("add.s64 %s, %s, %d;", r, r, RS)
+    put("bra.uni %s;", REST)
+    P:at(DONE)
+  end
+  -- the loads of row r + k * RS from memory: each source's reader and (vectors) words
+  local function memory_load(list)
+    local row_addr = {}  -- (each source's address at row r, once a trip)
+    return function(r, k)
+      local reads, words = {}, {}
+      for _, src in ipairs(list) do
+        if src.at.R == 0 then reads[src.uid] = fixed[src.uid]
+        else
+          if k == 0 then row_addr[src.uid] = def("b64", "mad.lo.s64 %s, %s, %d, %s;", r, src.at.R * src.z, src.a0) end
+          local addr = row_addr[src.uid]
+          local off = k * RS * src.at.R * src.z
+          if off >= 2 ^ 31 then addr, off = def("b64", "add.s64 %s, %s, %d;", addr, off), 0 end
+          reads[src.uid], words[src.uid] = read(src, addr, off)
+        end
+      end
+      return { reads = reads, words = words }
+    end
+  end
+  -- element j's values: the kernel's, the row's reads, then the prologue's (`nodes`)
+  local function values(reads, j, nodes)
+    local value = {}
+    for uid, v in pairs(base) do value[uid] = v end
+    for uid, rd in pairs(reads) do value[uid] = rd(j) end
+    ptxops.run_nodes(P, nodes, value, g, read_later)
+    return value
+  end
+  -- a pass reading memory: fn(vals, j, value, r, k) per element (vals[i]: anchor input i),
+  -- after(r, k, value_of_j) at each row's end; `nodes` the ops it runs before fn
+  local function memory_pass(nodes, fn, after, stage)
+    local list = sources(nodes)
+    rows(U, memory_load(list), function(h, r, k)
+      local vj = {}
+      for j = 0, V - 1 do
+        local value = values(h.reads, j, group.prologue or {})
+        local vals = {}
+        for i, uid in ipairs(ins) do vals[i] = value[uid] end
+        fn(vals, j, value)
+        vj[j] = value
+      end
+      if stage then
+        for i, st in ipairs(stg) do
+          if k == 0 then st.trip = stage_addr(i, r) end
+          local words
+          if st.fp32 then
+            words = {}
+            for j = 0, V - 1 do words[j + 1] = vj[j][ins[i]] end
+          else
+            words = h.words[ins[i]]
+          end
+          P:store("shared", st.trip, k * RS * LO * st.bytes, words)
+        end
+      end
+      if after then after(r, k, vj) end
+    end, function() load_fixed(list) end)
+  end
+  -- a pass over the staged values, a row a trip: fn(vals, j, value) per element
+  local function staged_pass(fn, after)
+    rows(1, function(r)
+      local rd = {}
+      for i, st in ipairs(stg) do
+        local w = P:load("shared", stage_addr(i, r), 0, st.bytes)
+        rd[i] = P:reader(w, st.fp32 and "fp32" or st.dtype)
+      end
+      return rd
+    end, function(rd, r, k)
+      local vj = {}
+      for j = 0, V - 1 do
+        local value, vals = {}, {}
+        for uid, v in pairs(base) do value[uid] = v end
+        for i, uid in ipairs(ins) do vals[i] = rd[i](j); value[uid] = vals[i] end
+        fn(vals, j, value)
+        vj[j] = value
+      end
+      if after then after(r, k, vj) end
+    end)
+  end
+  -- each column's values `acc` (V registers) folded over the splits in split order with `op`
+  local red = RS > 1 and P:shared(P:input("l", "red_")) or nil
+  local mine = red and def("b32", "mad.lo.s32 %s, %s, %d, %s;", srow, TW * 4, def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * 4, red))
+  local col_at = red and def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * 4, red)
+  local function combine(acc, op)
+    if RS == 1 then return acc end
+    P:store("shared", mine, 0, acc)
+    put("bar.sync 0;")
+    local out = P:load("shared", col_at, 0, V * 4)
+    -- (a loop over the splits: unrolled, 32 splits were a third of the kernel's PTX)
+    local at = def("b32", "add.u32 %s, %s, %d;", col_at, TW * 4)
+    local stop = def("b32", "add.u32 %s, %s, %d;", col_at, RS * TW * 4)
+    local LOOP = P:label()
+    P:at(LOOP)
+    local w = P:load("shared", at, 0, V * 4)
+    for j = 1, V do put(op .. " %s, %s, %s;", out[j], out[j], w[j]) end
+    put("add.u32 %s, %s, %d;", at, at, TW * 4)
+    put("@%s bra %s;", def("pred", "setp.lt.u32 %s, %s, %s;", at, stop), LOOP)
+    put("bar.sync 0;")
+    return out
+  end
+  local function fill(x)
+    local r = {}
+    for j = 1, V do r[j] = def("b32", "mov.b32 %s, %s;", x) end
+    return r
+  end
+  local function ex2(x) return def("b32", "ex2.approx.ftz.f32 %s, %s;", def("b32", "mul.f32 %s, %s, %s;", x, LOG2E)) end
+  local function minus_inf(x) return def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", x) end
+
+  local value_of, stat_of = nil, {}
+  if is_fwd then
+    local is_log = a.op == "log_softmax"
+    local m, z = fill(NEG_INF), fill("0f00000000")
+    local mb
+    if staged then
+      -- pass 1: the max, the values staged; pass 2: the sum of exps from shared memory
+      memory_pass(group.prologue or {}, function(vals, j) put("max.NaN.f32 %s, %s, %s;", m[j + 1], m[j + 1], vals[1]) end, nil, true)
+      m = combine(m, "max.NaN.f32")
+      mb = {}
+      for j = 1, V do mb[j] = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", m[j], minus_inf(m[j])) end
+      staged_pass(function(vals, j)
+        put("add.f32 %s, %s, %s;", z[j + 1], z[j + 1], ex2(def("b32", "sub.f32 %s, %s, %s;", vals[1], mb[j + 1])))
+      end)
+    else
+      -- one pass: each column's running max and sum of exps, the sum rescaled when the max moves
+      memory_pass(group.prologue or {}, function(vals, j)
+        local mo, zo = m[j + 1], z[j + 1]
+        local mn = def("b32", "max.NaN.f32 %s, %s, %s;", mo, vals[1])
+        local b = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, minus_inf(mn))
+        local zs = def("b32", "mul.f32 %s, %s, %s;", zo, ex2(def("b32", "sub.f32 %s, %s, %s;", mo, mn)))
+        local kept = def("b32", "selp.f32 %s, %s, %s, %s;", zo, zs, def("pred", "setp.eq.f32 %s, %s, %s;", mo, mn))
+        put("add.f32 %s, %s, %s;", zo, kept, ex2(def("b32", "sub.f32 %s, %s, %s;", vals[1], b)))
+        put("mov.b32 %s, %s;", mo, mn)
+      end)
+      -- the splits' pairs: the max first, then each split's sum rescaled to it
+      local tm = m
+      m = combine(m, "max.NaN.f32")
+      for j = 1, V do
+        local zs = def("b32", "mul.f32 %s, %s, %s;", z[j], ex2(def("b32", "sub.f32 %s, %s, %s;", tm[j], m[j])))
+        z[j] = def("b32", "selp.f32 %s, %s, %s, %s;", z[j], zs, def("pred", "setp.eq.f32 %s, %s, %s;", tm[j], m[j]))
+      end
+      mb = {}
+      for j = 1, V do mb[j] = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", m[j], minus_inf(m[j])) end
+    end
+    z = combine(z, "add.f32")
+    local lz, iz = {}, {}
+    for j = 1, V do
+      if is_log then lz[j] = rowsm_ptx.logf(P, z[j])
+      else iz[j] = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(z[j]), minus_inf(m[j])) end
+    end
+    value_of = function(vals, j)
+      if is_log then
+        local v = def("b32", "sub.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", vals[1], m[j + 1]), lz[j + 1])
+        return def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", v, minus_inf(m[j + 1]))
+      end
+      return def("b32", "mul.f32 %s, %s, %s;", ex2(def("b32", "sub.f32 %s, %s, %s;", vals[1], mb[j + 1])), iz[j + 1])
+    end
+    local o_ = a.outputs
+    if o_.Stats then
+      stat_of[o_.Stats] = function(j)
+        local s = def("b32", "add.f32 %s, %s, %s;", m[j], lz[j] or rowsm_ptx.logf(P, z[j]))
+        return a.attrs.stats_use_log2 and def("b32", "mul.f32 %s, %s, %s;", s, LOG2E) or s
+      end
+    end
+    if o_.Max then stat_of[o_.Max] = function(j) return m[j] end end
+    if o_.Sum_exp then stat_of[o_.Sum_exp] = function(j) return z[j] end end
+  else
+    local is_log = a.op == "log_softmax_backward"
+    local c = fill("0f00000000")
+    memory_pass(group.prologue or {}, function(vals, j)
+      if is_log then put("add.f32 %s, %s, %s;", c[j + 1], c[j + 1], vals[1])
+      else put("fma.rn.f32 %s, %s, %s, %s;", c[j + 1], vals[1], vals[2], c[j + 1]) end
+    end, nil, staged)
+    c = combine(c, "add.f32")
+    value_of = function(vals, j)
+      if is_log then
+        return def("b32", "fma.rn.f32 %s, %s, %s, %s;", def("b32", "neg.f32 %s, %s;", ex2(vals[2])), c[j + 1], vals[1])
+      end
+      return def("b32", "mul.f32 %s, %s, %s;", vals[2], def("b32", "sub.f32 %s, %s, %s;", vals[1], c[j + 1]))
+    end
+  end
+
+  -- the output pass: y (rounded to its dtype where the epilogue reads it), the epilogue, each
+  -- element output's vector stored a row
+  local yt = g.by_uid[out_uid]
+  local outs = {}
+  for _, uid in ipairs(info.elem) do
+    local t = g.by_uid[uid]
+    K:need_align(uid, V * dtypes.size(t.dtype))
+    outs[#outs + 1] = { uid = uid, dtype = t.dtype, z = dtypes.size(t.dtype), ptr = P:global(P:input("l", K:ptr(uid, true))) }
+  end
+  local function output(vals, j, value)
+    local v = value_of(vals, j)
+    value[out_uid] = yt.dtype ~= "fp32" and read_later[out_uid] and P:round(v, yt.dtype) or v
+    ptxops.run_nodes(P, group.epilogue or {}, value, g, read_later)
+  end
+  local function store_row(r, k, vj)
+    local e = def("b64", "mad.lo.s64 %s, %s, %d, %s;", k == 0 and r or def("b64", "add.s64 %s, %s, %d;", r, k * RS), Ki, e0)
+    for _, ot in ipairs(outs) do
+      local xs = {}
+      for j = 0, V - 1 do xs[j + 1] = vj[j][ot.uid] end
+      P:store("global", def("b64", "mad.lo.s64 %s, %s, %d, %s;", e, ot.z, ot.ptr), 0, P:pack(xs, ot.dtype))
+    end
+  end
+  local epi = {}
+  for _, n in ipairs(group.prologue or {}) do epi[#epi + 1] = n end
+  for _, n in ipairs(group.epilogue or {}) do epi[#epi + 1] = n end
+  if staged then staged_pass(output, store_row) else memory_pass(epi, output, store_row) end
+  -- statistics, one per column: the first split's live threads
+  if #info.stats > 0 then
+    local SKIP = P:label()
+    put("@%s bra %s;", def("pred", "or.pred %s, %s, %s;", dead, def("pred", "setp.ne.u32 %s, %s, 0;", srow)), SKIP)
+    for _, uid in ipairs(info.stats) do
+      local out = P:global(P:input("l", K:ptr(uid, true)))
+      for j = 1, V do
+        partials_ptx.store(P, out, def("b64", "add.s64 %s, %s, %d;", o, j - 1), stat_of[uid](j), g.by_uid[uid].dtype)
+      end
+    end
+    P:at(SKIP)
+  end
+  K:asm(P)
+end
+
+return M
