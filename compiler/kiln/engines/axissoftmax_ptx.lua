@@ -8,6 +8,7 @@
 -- and the fused ops have PTX forms (ptxops); anything else keeps the CUDA form, as does
 -- KILN_ROW_CODE=cuda.
 local dtypes = require "kiln.dtypes"
+local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
@@ -32,10 +33,14 @@ local function runs(info)
   return { E = info.E, runs = r }
 end
 
+-- Whether tensor t is read whole: the input's shape, row-major.
+local function whole(t, info) return pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides) end
+
 -- Whether this form takes the group (axissoftmax's info): true, or nil and why not.
 function M.accepts(group, g, info, target)
   if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
-  if type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24 then return nil, "the columns after the axis not compile-time" end
+  -- columns after the axis of a dynamic count: every tensor read whole (its row stride that count)
+  local dynamic = type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24
   local nodes = {}
   for _, n in ipairs(group.prologue or {}) do nodes[#nodes + 1] = n end
   for _, n in ipairs(group.epilogue or {}) do nodes[#nodes + 1] = n end
@@ -63,7 +68,8 @@ function M.accepts(group, g, info, target)
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
       if not ptxops.IN[t.dtype] then return nil, t.name .. " is " .. t.dtype end
-      local at = axisreduce_ptx.strided_access(t, layout)
+      if dynamic and not whole(t, info) then return nil, t.name .. " broadcast beside columns of a dynamic count" end
+      local at = dynamic and { I = 1, K = 0, R = 0 } or axisreduce_ptx.strided_access(t, layout)
       if not at or type(at.R) ~= "number" or type(at.I) ~= "number" then return nil, t.name .. " is gathered" end
       if at.I ~= 0 and (at.I ~= 1 or pw.const_factor(at.K) % V ~= 0 or at.R % V ~= 0
           or (V * dtypes.size(t.dtype)) % 4 ~= 0) then
@@ -94,13 +100,21 @@ function M.emit(K, group, g, info, B, U)
   local lane = def("b32", "and.b32 %s, %s, %d;", tid, LO - 1)
   local cta = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%ctaid.x;"))
   local o = def("b64", "mad.lo.s64 %s, %s, %d, %s;", cta, TW, def("b64", "mul.wide.u32 %s, %s, %d;", lane, V))
-  local n_out = def("b64", "mul.lo.s64 %s, %s, %d;", partials_ptx.product(P, info.Ko_f), Ki)
+  -- Ki: the columns after the axis, a constant or (dynamic) a register
+  local dynamic = type(Ki) ~= "number" or Ki >= 1 << 24
+  if dynamic then Ki = partials_ptx.product(P, info.Ki_f) end
+  local n_out = def("b64", "mul.lo.s64 %s, %s, %s;", partials_ptx.product(P, info.Ko_f), Ki)
   local R = partials_ptx.product(P, info.R_f)
   local dead = def("pred", "setp.ge.s64 %s, %s, %s;", o, n_out)
-  local ko = P:quotient(o, Ki)
-  local col = def("b64", "sub.s64 %s, %s, %s;", o, def("b64", "mul.lo.s64 %s, %s, %d;", ko, Ki))
-  -- element (r, column o) of a tensor of the input's layout: e0 + r * Ki
-  local e0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", def("b64", "mul.lo.s64 %s, %s, %s;", ko, R), Ki, col)
+  local one = true  -- (no axes before the softmax axis but of size 1: column o is o)
+  for _, f in ipairs(info.Ko_f) do one = one and f == 1 end
+  local ko, col, e0 = nil, o, o
+  if not one then
+    ko = dynamic and def("b64", "div.u64 %s, %s, %s;", o, Ki) or P:quotient(o, Ki)
+    col = def("b64", "sub.s64 %s, %s, %s;", o, def("b64", "mul.lo.s64 %s, %s, %s;", ko, Ki))
+    -- element (r, column o) of a tensor of the input's layout: e0 + r * Ki
+    e0 = def("b64", "mad.lo.s64 %s, %s, %s, %s;", def("b64", "mul.lo.s64 %s, %s, %s;", ko, R), Ki, col)
+  end
 
   -- the sources: per-kernel values, then each tensor's address at row 0 and its bytes a row
   local base, srcs = {}, {}
@@ -108,11 +122,16 @@ function M.emit(K, group, g, info, B, U)
     local t = g.by_uid[uid]
     if t.role == "constant" or t.role == "scalar" then base[uid] = reduce_ptx.kernel_value(P, K, t)
     else
-      local at = axisreduce_ptx.strided_access(t, layout)
+      local at = dynamic and { I = 1, K = 0, R = 0 } or axisreduce_ptx.strided_access(t, layout)
       local z = dtypes.size(t.dtype)
       if at.I ~= 0 then K:need_align(uid, V * z) end
       local a0 = P:global(P:input("l", K:ptr(uid)))
-      if type(at.K) == "string" then
+      if one then at.K = 0 end  -- (ko is 0)
+      if dynamic then
+        -- (read whole: element e0 + r * Ki, a row Ki * z bytes on)
+        a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", e0, z, a0)
+        at = { I = 1, K = 0, R = def("b64", "mul.lo.s64 %s, %s, %d;", Ki, z), bytes = true }
+      elseif type(at.K) == "string" then
         -- (a product of dims: "S*1000")
         local factors = {}
         for f in at.K:gmatch("[^*]+") do factors[#factors + 1] = tonumber(f) or f end
@@ -121,7 +140,7 @@ function M.emit(K, group, g, info, B, U)
       elseif at.K ~= 0 then
         a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, at.K * z, a0)
       end
-      if at.I ~= 0 then a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, at.I * z, a0) end
+      if at.I ~= 0 and not dynamic then a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, at.I * z, a0) end
       srcs[uid] = { uid = uid, dtype = t.dtype, z = z, at = at, a0 = a0 }
     end
   end
@@ -180,7 +199,8 @@ function M.emit(K, group, g, info, B, U)
   -- a handle, body(handle, r, k) its work, every load of a trip before its work; the last
   -- trip's missing rows skipped, as the CUDA form's guards (a trip of one row at a time for the
   -- remainder had rows of 300 in 32 splits 0.74-0.78x as fast); pre() first, on the live threads.
-  local function rows(n, load, body, pre)
+  -- trip(hs, has), where given, takes the trip's rows at once instead (has[k]: row k exists).
+  local function rows(n, load, body, pre, trip)
     local MAIN, DONE = P:label(), P:label()
     put("@%s bra %s;", dead, DONE)
     if pre then pre() end
@@ -191,7 +211,8 @@ function M.emit(K, group, g, info, B, U)
     for k = 1, n - 1 do has[k] = def("pred", "setp.lt.s64 %s, %s, %s;", def("b64", "add.s64 %s, %s, %d;", r, k * RS), R) end
     local hs = {}
     for k = 0, n - 1 do hs[k] = load(r, k, has[k]) end
-    for k = 0, n - 1 do
+    if trip then trip(hs, has) end
+    for k = 0, trip and -1 or n - 1 do
       if k > 0 then put("@!%s bra %s;", has[k], DONE) end
       body(hs[k], r, k)
     end
@@ -206,6 +227,11 @@ function M.emit(K, group, g, info, B, U)
       local reads, words = {}, {}
       for _, src in ipairs(list) do
         if src.at.R == 0 then reads[src.uid] = fixed[src.uid]
+        elseif src.at.bytes then
+          -- (a row stride in a register: the trip's rows RS strides apart)
+          if k == 0 then row_addr[src.uid] = def("b64", "mad.lo.s64 %s, %s, %s, %s;", r, src.at.R, src.a0)
+          else row_addr[src.uid] = def("b64", "mad.lo.s64 %s, %s, %d, %s;", src.at.R, RS, row_addr[src.uid]) end
+          reads[src.uid], words[src.uid] = read(src, row_addr[src.uid], 0, pred)
         else
           if k == 0 then row_addr[src.uid] = def("b64", "mad.lo.s64 %s, %s, %d, %s;", r, src.at.R * src.z, src.a0) end
           local addr = row_addr[src.uid]
@@ -319,15 +345,27 @@ function M.emit(K, group, g, info, B, U)
         put("add.f32 %s, %s, %s;", z[j + 1], z[j + 1], ex2(def("b32", "sub.f32 %s, %s, %s;", vals[1], mb[j + 1])))
       end)
     else
-      -- one pass: each column's running max and sum of exps, the sum rescaled when the max moves
-      memory_pass(group.prologue or {}, function(vals, j)
-        local mo, zo = m[j + 1], z[j + 1]
-        local mn = def("b32", "max.NaN.f32 %s, %s, %s;", mo, vals[1])
-        local b = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, minus_inf(mn))
-        local zs = def("b32", "mul.f32 %s, %s, %s;", zo, ex2(def("b32", "sub.f32 %s, %s, %s;", mo, mn)))
-        local kept = def("b32", "selp.f32 %s, %s, %s, %s;", zo, zs, def("pred", "setp.eq.f32 %s, %s, %s;", mo, mn))
-        put("add.f32 %s, %s, %s;", zo, kept, ex2(def("b32", "sub.f32 %s, %s, %s;", vals[1], b)))
-        put("mov.b32 %s, %s;", mo, mn)
+      -- one pass: each column's running max and sum of exps, the sum rescaled once a trip of
+      -- U rows to the trip's max (the CUDA form rescales a row at a time: twice the exps, and
+      -- the exps bound the pass); a missing row of the last trip counts as -inf
+      local list = sources(group.prologue or {})
+      rows(U, memory_load(list), nil, function() load_fixed(list) end, function(hs, has)
+        for j = 0, V - 1 do
+          local xs = {}
+          for k = 0, U - 1 do
+            xs[k] = values(hs[k].reads, j, group.prologue or {})[ins[1]]
+            if k > 0 then xs[k] = def("b32", "selp.f32 %s, %s, " .. NEG_INF .. ", %s;", xs[k], has[k]) end
+          end
+          local mo, zo = m[j + 1], z[j + 1]
+          local mn = mo
+          for k = 0, U - 1 do mn = def("b32", "max.NaN.f32 %s, %s, %s;", mn, xs[k]) end
+          local b = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, minus_inf(mn))
+          local sc = def("b32", "selp.f32 %s, 0f3F800000, %s, %s;", ex2(def("b32", "sub.f32 %s, %s, %s;", mo, mn)),
+            def("pred", "setp.eq.f32 %s, %s, %s;", mo, mn))
+          put("mul.f32 %s, %s, %s;", zo, zo, sc)
+          for k = 0, U - 1 do put("add.f32 %s, %s, %s;", zo, zo, ex2(def("b32", "sub.f32 %s, %s, %s;", xs[k], b))) end
+          put("mov.b32 %s, %s;", mo, mn)
+        end
       end)
       -- the splits' pairs: the max first, then each split's sum rescaled to it
       local tm = m
@@ -392,7 +430,7 @@ function M.emit(K, group, g, info, B, U)
     ptxops.run_nodes(P, group.epilogue or {}, value, g, read_later)
   end
   local function store_row(r, k, vj)
-    local e = def("b64", "mad.lo.s64 %s, %s, %d, %s;", k == 0 and r or def("b64", "add.s64 %s, %s, %d;", r, k * RS), Ki, e0)
+    local e = def("b64", "mad.lo.s64 %s, %s, %s, %s;", k == 0 and r or def("b64", "add.s64 %s, %s, %d;", r, k * RS), Ki, e0)
     for _, ot in ipairs(outs) do
       local xs = {}
       for j = 0, V - 1 do xs[j + 1] = vj[j][ot.uid] end
