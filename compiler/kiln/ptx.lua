@@ -97,13 +97,14 @@ function M.new()
     return ", " .. self.l2_policy
   end
   -- Loads `bytes` at [base+off] in 16-, 8- and 4-byte pieces: the words, in order (under
-  -- predicate `pred` when given, zeros where it is false).
-  function P:load(space, base, off, bytes, pred)
+  -- predicate `pred` when given, zeros where it is false; undefined with `unfilled`, for
+  -- values never used then: ptxas issued such a load only after the work before it).
+  function P:load(space, base, off, bytes, pred, unfilled)
     local words, o = {}, 0
     while o < bytes do
       local n = bytes - o >= 16 and 4 or (bytes - o >= 8 and 2 or 1)
       local r = self:regs("b32", n)
-      if pred then for _, x in ipairs(r) do self:put("mov.b32 %s, 0;", x) end end  -- zeros where it does not load
+      if pred and not unfilled then for _, x in ipairs(r) do self:put("mov.b32 %s, 0;", x) end end  -- zeros where it does not load
       self:put("%sld.%s%s.b32 %s, [%s+%d]%s;", pred and ("@" .. pred .. " ") or "", space, n == 1 and "" or ".v" .. n,
         n == 1 and r[1] or "{" .. table.concat(r, ", ") .. "}", base, off + o, self:policy(space))
       for _, x in ipairs(r) do words[#words + 1] = x end
