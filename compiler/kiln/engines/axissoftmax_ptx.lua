@@ -21,6 +21,7 @@ local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local M = {}
 
 local NEG_INF, LOG2E = rowsm_ptx.NEG_INF, rowsm_ptx.LOG2E
+M.STAGED_FWD_SPLITS = 4  -- the most row splits of a staged forward this form takes
 
 -- The runs of info's axes as axisreduce_ptx.strided_access reads them: the axes before the
 -- softmax axis (when any), the axis, the axes after it.
@@ -39,6 +40,11 @@ local function whole(t, info) return pw.dims_equal(t.dims, info.E) and shape.is_
 -- Whether this form takes the group (axissoftmax's info): true, or nil and why not.
 function M.accepts(group, g, info, target)
   if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  -- measured on the H200 against the CUDA form (2026-12-03, bench/RESULTS.md): 1.04-1.48x
+  -- everywhere but the staged forward over 32 splits (rows of 300 and 512: 0.71-0.99x)
+  if info.staged and info.kind == "fwd" and info.RS > M.STAGED_FWD_SPLITS then
+    return nil, "a staged forward over more than " .. M.STAGED_FWD_SPLITS .. " row splits (slower in PTX)"
+  end
   -- columns after the axis of a dynamic count: every tensor read whole (its row stride that count)
   local dynamic = type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24
   local nodes = {}
