@@ -35,6 +35,15 @@ return {
       return { y = G:cast(G:mul(p, mask), "fp32") }
     end,
   },
+  -- y stored and read by the epilogue as stored (bf16; z = 4 y is exact in bf16 either way)
+  k.graph "softmax_out_read_bf16" {
+    dims = { T = k.dynamic, C = 24, HW = 64 }, dtype = "bf16",
+    inputs = { x = { "T", "C", "HW" } },
+    body = function(G, x)
+      local y = G:softmax(x, { axis = 1 })
+      return { y = y, z = G:cast(G:mul(y, 4.0), "bf16") }
+    end,
+  },
   k.graph "softmax_bwd_chan_fp32" {
     dims = { T = k.dynamic, C = 21, HW = 1000 }, dtype = "fp32",
     inputs = { dy = { "T", "C", "HW" }, y = { "T", "C", "HW" } },
