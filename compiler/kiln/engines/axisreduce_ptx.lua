@@ -236,6 +236,23 @@ function M.strided_access(t, info)
   return at
 end
 
+-- The address of row 0 of column `col` in the leading block `ko` (b64 registers) of a tensor at
+-- global address `ptr`, read as `at` (M.strided_access) with elements of z bytes.
+function M.row0_address(P, ptr, at, z, ko, col)
+  local a0 = ptr
+  if type(at.K) == "string" then
+    -- (a product of dims: "S*1000")
+    local factors = {}
+    for f in at.K:gmatch("[^*]+") do factors[#factors + 1] = tonumber(f) or f end
+    factors[#factors + 1] = z
+    a0 = P:def("b64", "mad.lo.s64 %s, %s, %s, %s;", ko, partials_ptx.product(P, factors), a0)
+  elseif at.K ~= 0 then
+    a0 = P:def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, at.K * z, a0)
+  end
+  if at.I ~= 0 then a0 = P:def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, at.I * z, a0) end
+  return a0
+end
+
 -- Whether the strided form of info takes this form: true, or nil and why not.
 function M.accepts_strided(group, g, info)
   local ok, why = reduce_ptx.accepts(group, g, info.acc)
@@ -330,20 +347,9 @@ function M.emit_strided(K, group, g, info, B, U, opts)
     return function() return v end
   end
   for _, src in ipairs(srcs) do
-    local a0 = src.ptr
-    if type(src.at.K) == "string" then
-      -- (a product of dims: "S*1000")
-      local factors = {}
-      for f in src.at.K:gmatch("[^*]+") do factors[#factors + 1] = tonumber(f) or f end
-      factors[#factors + 1] = src.z
-      a0 = def("b64", "mad.lo.s64 %s, %s, %s, %s;", ko, partials_ptx.product(P, factors), a0)
-    elseif src.at.K ~= 0 then
-      a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, src.at.K * src.z, a0)
-    end
-    if src.at.I ~= 0 then a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, src.at.I * src.z, a0) end
-    src.a0 = a0
+    src.a0 = M.row0_address(P, src.ptr, src.at, src.z, ko, col)
     if src.at.R == 0 then
-      local r = read(src, a0)
+      local r = read(src, src.a0)
       local vals = {}
       for j = 0, V - 1 do vals[j] = r(j) end
       row_read[src.uid] = function(j) return vals[j] end

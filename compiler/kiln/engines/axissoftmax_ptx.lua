@@ -131,22 +131,16 @@ function M.emit(K, group, g, info, B, U)
       local at = dynamic and { I = 1, K = 0, R = 0 } or axisreduce_ptx.strided_access(t, layout)
       local z = dtypes.size(t.dtype)
       if at.I ~= 0 then K:need_align(uid, V * z) end
-      local a0 = P:global(P:input("l", K:ptr(uid)))
-      if one then at.K = 0 end  -- (ko is 0)
+      local ptr = P:global(P:input("l", K:ptr(uid)))
+      local a0
       if dynamic then
         -- (read whole: element e0 + r * Ki, a row Ki * z bytes on)
-        a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", e0, z, a0)
+        a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", e0, z, ptr)
         at = { I = 1, K = 0, R = def("b64", "mul.lo.s64 %s, %s, %d;", Ki, z), bytes = true }
-      elseif type(at.K) == "string" then
-        -- (a product of dims: "S*1000")
-        local factors = {}
-        for f in at.K:gmatch("[^*]+") do factors[#factors + 1] = tonumber(f) or f end
-        factors[#factors + 1] = z
-        a0 = def("b64", "mad.lo.s64 %s, %s, %s, %s;", ko, partials_ptx.product(P, factors), a0)
-      elseif at.K ~= 0 then
-        a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ko, at.K * z, a0)
+      else
+        if one then at.K = 0 end  -- (ko is 0)
+        a0 = axisreduce_ptx.row0_address(P, ptr, at, z, ko, col)
       end
-      if at.I ~= 0 and not dynamic then a0 = def("b64", "mad.lo.s64 %s, %s, %d, %s;", col, at.I * z, a0) end
       srcs[uid] = { uid = uid, dtype = t.dtype, z = z, at = at, a0 = a0 }
     end
   end
