@@ -3,10 +3,10 @@
 -- NVRTC's front end and NVVM: the same work and order as the CUDA form (the rows split RS ways,
 -- each column's statistics folded over the splits in split order through shared memory, the
 -- staged values or x read again), its loads issued a trip ahead of their arithmetic. Taken where
--- the columns after the axis are compile-time (below 2^24), every tensor is read as the input's
--- layout or broadcast along runs of it (axisreduce_ptx.strided_access) by vectors of whole words,
--- and the fused ops have PTX forms (ptxops); anything else keeps the CUDA form, as does
--- KILN_ROW_CODE=cuda.
+-- every tensor is read as the input's layout or broadcast along runs of it
+-- (axisreduce_ptx.strided_access; with columns after the axis of a dynamic count, read whole) by
+-- vectors of whole words and the fused ops have PTX forms (ptxops), but for a staged forward over
+-- many row splits (slower); anything else keeps the CUDA form, as does KILN_ROW_CODE=cuda.
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
@@ -34,6 +34,9 @@ local function runs(info)
   return { E = info.E, runs = r }
 end
 
+-- Whether the columns after the axis are of a dynamic count (or past a multiply-high's reach).
+local function dynamic_columns(info) return type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24 end
+
 -- Whether tensor t is read whole: the input's shape, row-major.
 local function whole(t, info) return pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides) end
 
@@ -46,7 +49,7 @@ function M.accepts(group, g, info, target)
     return nil, "a staged forward over more than " .. M.STAGED_FWD_SPLITS .. " row splits (slower in PTX)"
   end
   -- columns after the axis of a dynamic count: every tensor read whole (its row stride that count)
-  local dynamic = type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24
+  local dynamic = dynamic_columns(info)
   local nodes = {}
   for _, n in ipairs(group.prologue or {}) do nodes[#nodes + 1] = n end
   for _, n in ipairs(group.epilogue or {}) do nodes[#nodes + 1] = n end
@@ -107,7 +110,7 @@ function M.emit(K, group, g, info, B, U)
   local cta = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%ctaid.x;"))
   local o = def("b64", "mad.lo.s64 %s, %s, %d, %s;", cta, TW, def("b64", "mul.wide.u32 %s, %s, %d;", lane, V))
   -- Ki: the columns after the axis, a constant or (dynamic) a register
-  local dynamic = type(Ki) ~= "number" or Ki >= 1 << 24
+  local dynamic = dynamic_columns(info)
   if dynamic then Ki = partials_ptx.product(P, info.Ki_f) end
   local n_out = def("b64", "mul.lo.s64 %s, %s, %s;", partials_ptx.product(P, info.Ko_f), Ki)
   local R = partials_ptx.product(P, info.R_f)
@@ -197,8 +200,8 @@ function M.emit(K, group, g, info, B, U)
   -- The rows r = srow, srow + RS, ... < R of the live threads, n a trip: load(r, k, pred)
   -- issues row r + k * RS's loads (under pred, that the row exists, from the second) and gives
   -- a handle, body(handle, r, k) its work, every load of a trip before its work; the last
-  -- trip's missing rows skipped, as the CUDA form's guards (a trip of one row at a time for the
-  -- remainder had rows of 300 in 32 splits 0.74-0.78x as fast); pre() first, on the live threads.
+  -- trip's missing rows skipped, as the CUDA form's guards (no remainder loop: a copy of the
+  -- body fewer); pre() first, on the live threads.
   -- trip(hs, has), where given, takes the trip's rows at once instead (has[k]: row k exists).
   local function rows(n, load, body, pre, trip)
     local MAIN, DONE = P:label(), P:label()
@@ -251,8 +254,9 @@ function M.emit(K, group, g, info, B, U)
     ptxops.run_nodes(P, nodes, value, g, read_later)
     return value
   end
-  -- a pass reading memory: fn(vals, j, value, r, k) per element (vals[i]: anchor input i),
-  -- after(r, k, value_of_j) at each row's end; `nodes` the ops it runs before fn
+  -- a pass reading memory: the prologue, then fn(vals, j, value) per element (vals[i]: anchor
+  -- input i), after(r, k, value_of_j) at each row's end, the anchor inputs staged with `stage`;
+  -- it loads what the anchor and `nodes` read
   local function memory_pass(nodes, fn, after, stage)
     local list = sources(nodes)
     rows(U, memory_load(list), function(h, r, k)
@@ -311,37 +315,23 @@ function M.emit(K, group, g, info, B, U)
     return r
   end
   local IDENTITY = { ["max.NaN.f32"] = NEG_INF, ["add.f32"] = "0f00000000" }
-  local SPLITS_A_TRIP = 1
   local function combine(acc, op)
     if RS == 1 then return acc end
     P:store("shared", mine, 0, acc)
     put("bar.sync 0;")
-    local out
-    if RS <= SPLITS_A_TRIP then
-      local ws = {}
-      for k = 0, RS - 1 do ws[k] = P:load("shared", col_at, k * TW * 4, V * 4) end
-      out = ws[0]
-      for k = 1, RS - 1 do
-        for j = 1, V do out[j] = def("b32", op .. " %s, %s, %s;", out[j], ws[k][j]) end
-      end
-    else
-      -- a loop over the splits from the fold's identity (the same bits as from split 0):
-      -- 1, 2 or 4 splits a trip and all unrolled measured alike on the H200 (rows of 300 and
-      -- 512 in 32 splits, 2026-12-03), and one a trip is the least ptxas time (unrolled, the
-      -- splits were a third of the kernel's PTX)
-      out = fill(IDENTITY[op])
-      local at = def("b32", "mov.b32 %s, %s;", col_at)
-      local stop = def("b32", "add.u32 %s, %s, %d;", col_at, RS * TW * 4)
-      local LOOP = P:label()
-      P:at(LOOP)
-      local ws = {}
-      for k = 0, SPLITS_A_TRIP - 1 do ws[k] = P:load("shared", at, k * TW * 4, V * 4) end
-      for k = 0, SPLITS_A_TRIP - 1 do
-        for j = 1, V do put(op .. " %s, %s, %s;", out[j], out[j], ws[k][j]) end
-      end
-      put("add.u32 %s, %s, %d;", at, at, SPLITS_A_TRIP * TW * 4)
-      put("@%s bra %s;", def("pred", "setp.lt.u32 %s, %s, %s;", at, stop), LOOP)
-    end
+    -- a loop over the splits, one a trip, from the fold's identity (the same bits as from split
+    -- 0): 1, 2 or 4 splits a trip and all unrolled measured alike on the H200 (rows of 300 and
+    -- 512 in 32 splits, 2026-12-03), and one a trip is the least ptxas time (unrolled, the
+    -- splits were a third of the kernel's PTX)
+    local out = fill(IDENTITY[op])
+    local at = def("b32", "mov.b32 %s, %s;", col_at)
+    local stop = def("b32", "add.u32 %s, %s, %d;", col_at, RS * TW * 4)
+    local LOOP = P:label()
+    P:at(LOOP)
+    local w = P:load("shared", at, 0, V * 4)
+    for j = 1, V do put(op .. " %s, %s, %s;", out[j], out[j], w[j]) end
+    put("add.u32 %s, %s, %d;", at, at, TW * 4)
+    put("@%s bra %s;", def("pred", "setp.lt.u32 %s, %s, %s;", at, stop), LOOP)
     put("bar.sync 0;")
     return out
   end
