@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 201 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 202 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -106,6 +106,15 @@ awk '/kiln_log_softmax_bwd_mid_bf16_k0, a PTX/{on=1} on{print} on&&/^}$/{exit}' 
 ok "re-read over 32 splits: a trip's later rows loaded under predicates, unfilled, and skipped at the end; one fold between two barriers" \
   bash -c "test \$(grep -c '^@%kp[0-9]* ld.global.nc.v4' '$TMP/axsm.ptx') = 12 && ! grep -q 'mov.b32 %kr[0-9]*, 0;' '$TMP/axsm.ptx' &&
            test \$(grep -c '^@!%kp[0-9]* bra' '$TMP/axsm.ptx') = 6 && test \$(grep -c 'bar.sync 0;' '$TMP/axsm.ptx') = 2"
+cat > "$TMP/dyn_ko.lua" <<EOF
+local k = require "kiln"
+return k.graph "dyn_ko" { dims = { B = { 2 }, S = { 37 }, T = k.dynamic, H = { 40 } }, dtype = "bf16",
+  inputs = { x = { "B", "S", "T", "H" } },
+  body = function(g, x) return { y = g:softmax(x, { axis = 1 }) } end }
+EOF
+run_kiln source "$TMP/dyn_ko.lua" --sm 90a
+ok "columns of a dynamic count after leading axes keep the CUDA form" \
+  grep -q '^// ---- dyn_ko .*plan axissoftmax:v1:softmax:b256v8s4:staged, sm_90a$' "$OUTF"
 KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/softmax_axes.lua --sm 90a
 ok "KILN_ROW_CODE=cuda: softmax over other axes in CUDA" bash -c "! grep -q 'PTX module' '$OUTF'"
 

@@ -4,7 +4,8 @@
 -- each column's statistics folded over the splits in split order through shared memory, the
 -- staged values or x read again), its loads issued a trip ahead of their arithmetic. Taken where
 -- every tensor is read as the input's layout or broadcast along runs of it
--- (axisreduce_ptx.strided_access; with columns after the axis of a dynamic count, read whole) by
+-- (axisreduce_ptx.strided_access; with columns after the axis of a dynamic count and no axes
+-- before it, read whole) by
 -- vectors of whole words and the fused ops have PTX forms (ptxops), but for a staged forward over
 -- many row splits (slower); anything else keeps the CUDA form, as does KILN_ROW_CODE=cuda.
 local dtypes = require "kiln.dtypes"
@@ -37,6 +38,12 @@ end
 -- Whether the columns after the axis are of a dynamic count (or past a multiply-high's reach).
 local function dynamic_columns(info) return type(info.Ki_c) ~= "number" or info.Ki_c >= 1 << 24 end
 
+-- Whether every axis before the softmax axis is of size 1 (column o is then element o of a row).
+local function leading_one(info)
+  for _, f in ipairs(info.Ko_f) do if f ~= 1 then return false end end
+  return true
+end
+
 -- Whether tensor t is read whole: the input's shape, row-major.
 local function whole(t, info) return pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides) end
 
@@ -50,6 +57,9 @@ function M.accepts(group, g, info, target)
   end
   -- columns after the axis of a dynamic count: every tensor read whole (its row stride that count)
   local dynamic = dynamic_columns(info)
+  -- (with axes before the softmax axis too, the column's block would take a 64-bit division a
+  -- thread: written, not yet checked on a GPU)
+  if dynamic and not leading_one(info) then return nil, "columns of a dynamic count after leading axes" end
   local nodes = {}
   for _, n in ipairs(group.prologue or {}) do nodes[#nodes + 1] = n end
   for _, n in ipairs(group.epilogue or {}) do nodes[#nodes + 1] = n end
@@ -115,11 +125,10 @@ function M.emit(K, group, g, info, B, U)
   local n_out = def("b64", "mul.lo.s64 %s, %s, %s;", partials_ptx.product(P, info.Ko_f), Ki)
   local R = partials_ptx.product(P, info.R_f)
   local dead = def("pred", "setp.ge.s64 %s, %s, %s;", o, n_out)
-  local one = true  -- (no axes before the softmax axis but of size 1: column o is o)
-  for _, f in ipairs(info.Ko_f) do one = one and f == 1 end
+  local one = leading_one(info)
   local ko, col, e0 = nil, o, o
   if not one then
-    ko = dynamic and def("b64", "div.u64 %s, %s, %s;", o, Ki) or P:quotient(o, Ki)
+    ko = P:quotient(o, Ki)  -- (columns of a dynamic count come with no leading axes: accepts)
     col = def("b64", "sub.s64 %s, %s, %s;", o, def("b64", "mul.lo.s64 %s, %s, %s;", ko, Ki))
     -- element (r, column o) of a tensor of the input's layout: e0 + r * Ki
     e0 = def("b64", "mad.lo.s64 %s, %s, %s, %s;", def("b64", "mul.lo.s64 %s, %s, %s;", ko, R), Ki, col)
