@@ -44,6 +44,14 @@ local function leading_one(info)
   return true
 end
 
+-- The group's fused ops, the prologue's then the epilogue's.
+local function fused_nodes(group)
+  local nodes = {}
+  for _, n in ipairs(group.prologue or {}) do nodes[#nodes + 1] = n end
+  for _, n in ipairs(group.epilogue or {}) do nodes[#nodes + 1] = n end
+  return nodes
+end
+
 -- Whether tensor t is read whole: the input's shape, row-major.
 local function whole(t, info) return pw.dims_equal(t.dims, info.E) and shape.is_row_major(t.dims, t.strides) end
 
@@ -60,25 +68,19 @@ function M.accepts(group, g, info, target)
   -- (with axes before the softmax axis too, the column's block would take a 64-bit division a
   -- thread: written, not yet checked on a GPU)
   if dynamic and not leading_one(info) then return nil, "columns of a dynamic count after leading axes" end
-  local nodes = {}
-  for _, n in ipairs(group.prologue or {}) do nodes[#nodes + 1] = n end
-  for _, n in ipairs(group.epilogue or {}) do nodes[#nodes + 1] = n end
+  local nodes = fused_nodes(group)
   local bad = ptxops.op_declines(nodes, g)
   if bad then return nil, bad end
   local read_later = pw.read_set(group.nodes)
   bad = ptxops.read_again_declines(nodes, g, read_later)
   if bad then return nil, bad end
-  local made = rowgen.made(group)
+  local from_prologue = rowgen.made({ nodes = group.prologue or {} })
   local V, layout = info.V, runs(info)
   for _, uid in ipairs(info.elem) do
     local t = g.by_uid[uid]
     bad = ptxops.output_declines(t, V, read_later, target)
     if bad then return nil, bad end
-    if info.staged and made[uid] then
-      for _, n in ipairs(group.prologue or {}) do
-        for _, o in pairs(n.outputs) do if o == uid then return nil, "a prologue value stored from staged values" end end
-      end
-    end
+    if info.staged and from_prologue[uid] then return nil, "a prologue value stored from staged values" end
   end
   for _, uid in ipairs(info.stats) do
     if not partials_ptx.output_ok(g.by_uid[uid].dtype) then return nil, "statistics output " .. g.by_uid[uid].name end
@@ -345,7 +347,14 @@ function M.emit(K, group, g, info, B, U)
     return out
   end
   local function ex2(x) return def("b32", "ex2.approx.ftz.f32 %s, %s;", def("b32", "mul.f32 %s, %s, %s;", x, LOG2E)) end
+  local function exp_from(x, b) return rowsm_ptx.exp_from(P, x, b) end  -- 2^((x - b) log2 e)
   local function minus_inf(x) return def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", x) end
+  -- a column's exps taken from its max, or from 0 where the max is -inf (no terms)
+  local function exp_base(m)
+    local b = {}
+    for j = 1, V do b[j] = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", m[j], minus_inf(m[j])) end
+    return b
+  end
 
   local value_of, stat_of = nil, {}
   if is_fwd then
@@ -356,10 +365,9 @@ function M.emit(K, group, g, info, B, U)
       -- pass 1: the max, the values staged; pass 2: the sum of exps from shared memory
       memory_pass(group.prologue or {}, function(vals, j) put("max.NaN.f32 %s, %s, %s;", m[j + 1], m[j + 1], vals[1]) end, nil, true)
       m = combine(m, "max.NaN.f32")
-      mb = {}
-      for j = 1, V do mb[j] = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", m[j], minus_inf(m[j])) end
+      mb = exp_base(m)
       staged_pass(function(vals, j)
-        put("add.f32 %s, %s, %s;", z[j + 1], z[j + 1], ex2(def("b32", "sub.f32 %s, %s, %s;", vals[1], mb[j + 1])))
+        put("add.f32 %s, %s, %s;", z[j + 1], z[j + 1], exp_from(vals[1], mb[j + 1]))
       end)
     else
       -- one pass: each column's running max and sum of exps, the sum rescaled once a trip of
@@ -377,10 +385,10 @@ function M.emit(K, group, g, info, B, U)
           local mn = mo
           for k = 0, U - 1 do mn = def("b32", "max.NaN.f32 %s, %s, %s;", mn, xs[k]) end
           local b = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mn, minus_inf(mn))
-          local sc = def("b32", "selp.f32 %s, 0f3F800000, %s, %s;", ex2(def("b32", "sub.f32 %s, %s, %s;", mo, mn)),
+          local sc = def("b32", "selp.f32 %s, 0f3F800000, %s, %s;", exp_from(mo, mn),
             def("pred", "setp.eq.f32 %s, %s, %s;", mo, mn))
           put("mul.f32 %s, %s, %s;", zo, zo, sc)
-          for k = 0, U - 1 do put("add.f32 %s, %s, %s;", zo, zo, ex2(def("b32", "sub.f32 %s, %s, %s;", xs[k], b))) end
+          for k = 0, U - 1 do put("add.f32 %s, %s, %s;", zo, zo, exp_from(xs[k], b)) end
           put("mov.b32 %s, %s;", mo, mn)
         end
       end)
@@ -388,11 +396,10 @@ function M.emit(K, group, g, info, B, U)
       local tm = m
       m = combine(m, "max.NaN.f32")
       for j = 1, V do
-        local zs = def("b32", "mul.f32 %s, %s, %s;", z[j], ex2(def("b32", "sub.f32 %s, %s, %s;", tm[j], m[j])))
+        local zs = def("b32", "mul.f32 %s, %s, %s;", z[j], exp_from(tm[j], m[j]))
         z[j] = def("b32", "selp.f32 %s, %s, %s, %s;", z[j], zs, def("pred", "setp.eq.f32 %s, %s, %s;", tm[j], m[j]))
       end
-      mb = {}
-      for j = 1, V do mb[j] = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", m[j], minus_inf(m[j])) end
+      mb = exp_base(m)
     end
     z = combine(z, "add.f32")
     local lz, iz = {}, {}
@@ -405,7 +412,7 @@ function M.emit(K, group, g, info, B, U)
         local v = def("b32", "sub.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", vals[1], m[j + 1]), lz[j + 1])
         return def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", v, minus_inf(m[j + 1]))
       end
-      return def("b32", "mul.f32 %s, %s, %s;", ex2(def("b32", "sub.f32 %s, %s, %s;", vals[1], mb[j + 1])), iz[j + 1])
+      return def("b32", "mul.f32 %s, %s, %s;", exp_from(vals[1], mb[j + 1]), iz[j + 1])
     end
     local o_ = a.outputs
     if o_.Stats then
@@ -454,10 +461,7 @@ function M.emit(K, group, g, info, B, U)
       P:store("global", def("b64", "mad.lo.s64 %s, %s, %d, %s;", e, ot.z, ot.ptr), 0, P:pack(xs, ot.dtype))
     end
   end
-  local epi = {}
-  for _, n in ipairs(group.prologue or {}) do epi[#epi + 1] = n end
-  for _, n in ipairs(group.epilogue or {}) do epi[#epi + 1] = n end
-  if staged then staged_pass(output, store_row) else memory_pass(epi, output, store_row) end
+  if staged then staged_pass(output, store_row) else memory_pass(fused_nodes(group), output, store_row) end
   -- statistics, one per column: the first split's live threads
   if #info.stats > 0 then
     local SKIP = P:label()
