@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 202 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 205 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -57,10 +57,15 @@ done
 # instance norm and adaptive layer norm: layer norms over their own axes, scale and bias per channel
 # (one value a row, at row % C) or per sample (a row of columns at (row / S) * D), body in PTX
 run_kiln source tests/specs/mem/norm_axes.lua --sm 90a
-ok "instance norm and adaptive layer norm run as row kernels with their body in PTX, but under a dynamic sequence length" \
-  test "$(grep -c '^// kiln row engine: \(instancenorm\|adalayernorm\);.*body in PTX\.$' "$OUTF")" = 5
-ok "a dynamic sequence length: the per-sample scale gathered in the CUDA form" \
-  bash -c "grep -q '^// kiln row engine: adalayernorm; 32 threads per row of 1024, 4 rows per CTA, 4 vectors of 8 per thread, row held in registers\.$' '$OUTF'"
+ok "instance norm and adaptive layer norm run as row kernels with their body in PTX, under a dynamic sequence length too" \
+  test "$(grep -c '^// kiln row engine: \(instancenorm\|adalayernorm\);.*body in PTX\.$' "$OUTF")" = 6
+run_kiln source tests/specs/mem/norm_axes.lua --graph adaln_dynamic_seq --sm 90a --ptx
+ok "a dynamic sequence length: the row's sample is row / T, divided once a row by the kernel's T (no division per element)" \
+  bash -c "grep -q 'compiled as a PTX module' '$OUTF' && test \$(grep -c 'div.u32 %kr[0-9]*, %kr[0-9]*, %kr[0-9]*;' '$OUTF') = 2 && ! grep -q 'div.[us]64' '$OUTF'"
+KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/norm_axes.lua --graph adaln_dynamic_seq --sm 90a
+ok "and in the CUDA form: the per-sample row's start once a row, read by vectors" \
+  bash -c "grep -q 'const kiln_i64 s[0-9]*_ = (row / (kiln_i64)((dim_T))) \* 1024LL;' '$OUTF' && ! grep -q '/ (dim_T\*1024)' '$OUTF'"
+run_kiln source tests/specs/mem/norm_axes.lua --sm 90a
 ok "per channel: the row's channel is row % C" grep -q 'rem.u32 %%kr[0-9]*, %%kr[0-9]*, 8;' "$OUTF"
 ok "per sample: the row's sample is row / S, a row of D columns on" \
   bash -c "grep -A1 'div.u32 %%kr[0-9]*, %%kr[0-9]*, 5;' '$OUTF' | grep -q 'mad.wide.u32 %%kd[0-9]*, %%kr[0-9]*, 4096,'"
@@ -568,8 +573,15 @@ ok "sibling column reductions (batch norm's backward over [T, C]: 96 columns, 8 
 KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
 ok "KILN_ROW_CODE=cuda: colreduce's CUDA form" bash -c "! grep -q 'kernel kiln_col_avg_k0, .*compiled as a PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/reduce_sweep.lua --sm 90a --ptx
-ok "row reductions of every mode (siblings, products, ragged 1000) compile as PTX modules in one pass; rows of 1024 threads (65536) keep the CUDA form" \
-  bash -c "test \$(grep -c '^// ---- row_.*plan row:v1:reduction.*:stream, sm_90a, compiled as a PTX module' '$OUTF') = 30 && ! grep '^// ---- row_' '$OUTF' | grep -v 'H=65536' | grep -vq 'PTX module' && test \$(grep '^// ---- row_.*H=65536' '$OUTF' | grep -c 'PTX module') = 0 && grep -q 'setp.neu.f32' '$OUTF'"
+ok "row reductions of every mode (siblings, products, ragged 1000, 1024 threads looping over fp32 rows of 65536) compile as PTX modules in one pass; unrolled rows of 1024 threads keep the CUDA form" \
+  bash -c "test \$(grep -c '^// ---- row_.*plan row:v1:reduction.*:stream, sm_90a, compiled as a PTX module' '$OUTF') = 35 && ! grep '^// ---- row_' '$OUTF' | grep -v 'row_fp16_fp32 \[H=65536\]' | grep -vq 'PTX module' && grep -q 'setp.neu.f32' '$OUTF'"
+run_kiln source tests/specs/mem/reduce_sweep.lua --graph row_fp32_fp32 --set H=65536 --sm 90a --ptx
+awk '/kiln_row_fp32_fp32_k0, a PTX/,/^}$/' "$OUTF" > "$TMP/pipe.ptx"
+ok "a row of 1024 threads (65536 fp32) loops over trips of 4 vectors, each loading the next trip's before its own work" \
+  bash -c "grep -q 'p1024n16v4r1:stream' '$OUTF' && test \$(grep -c '^@%kp[0-9]* ld.global.nc.L2::cache_hint.v4.b32' '$TMP/pipe.ptx') = 4 && test \$(grep -c '^mov.b32 %kr[0-9]*, %kr[0-9]*;' '$TMP/pipe.ptx') -ge 16"
+KILN_ROW_PIPE=0 run_kiln source tests/specs/mem/reduce_sweep.lua --graph row_fp32_fp32 --set H=65536 --sm 90a --ptx
+ok "KILN_ROW_PIPE=0: no trip loads the next one's, and rows of 1024 threads keep the CUDA form" \
+  bash -c "! grep -q 'compiled as a PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/reduce_sweep.lua --graph row_fp16_fp32 --set H=4096 --sm 90a --ptx
 ok "sibling row reductions meet in one barrier, and a sum and a mean of the same row share one accumulator (four reductions, three shared arrays)" \
   bash -c "awk '/kiln_row_fp16_fp32_k0, a PTX/,/^}\$/' '$OUTF' > '$TMP/siblings.ptx' && grep -q 'kiln_row_fp16_fp32_k0, plan row:v1:reductionx4:' '$OUTF' && test \$(grep -c 'bar.sync' '$TMP/siblings.ptx') = 1 && test \$(grep -c '\.shared .*red[0-9]_\[' '$TMP/siblings.ptx') = 3"

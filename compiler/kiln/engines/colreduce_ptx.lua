@@ -29,7 +29,7 @@ end
 -- The offset terms of a per-row input (rowgen.row_offset's), where every stride is known.
 local function row_terms(t, info)
   local terms = rowgen.row_offset(t, info)
-  if not terms then return nil end
+  if not rowgen.static_offset(terms) then return nil end
   for _, tm in ipairs(terms) do
     if type(tm.stride) ~= "number" then return nil end
   end

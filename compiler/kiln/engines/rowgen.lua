@@ -401,22 +401,32 @@ function M.per_row(t, info) return pw.dims_equal(t.dims, info.stats_dims) and sh
 -- Where tensor t's values for a row start, broadcast over some of info's row axes (a scale
 -- per channel or per sample): terms { div, mod, stride } whose sum of
 -- ((row / div) % mod) * stride is the offset in elements (no mod: the outermost axis); nil when
--- a divisor is not compile-time. t's own row-major suffix (`col`) is then read as a column tensor.
+-- a modulus is not compile-time. A divisor past a dynamic axis is a C expression of the dims
+-- (adaptive layer norm's scale [B, 1, D] over rows [B, T]: row / dim_T), else a number. t's own
+-- row-major suffix (`col`) is then read as a column tensor.
 function M.row_offset(t, info)
   local E, ns = info.E, info.nsuffix
   local R, pad = #E, #E - #t.dims
-  local terms, div = {}, 1
+  local terms = {}
   for k = R - ns, 1, -1 do
     local d = t.dims[k - pad]
     if d ~= nil and d ~= 1 then
       local outer = true
       for j = 1, k - 1 do if E[j] ~= 1 then outer = false end end
-      if not div or (not outer and type(E[k]) ~= "number") then return nil end
-      terms[#terms + 1] = { div = div, mod = not outer and E[k] or nil, stride = t.strides[k - pad] }
+      if not outer and type(E[k]) ~= "number" then return nil end
+      local expr, _, const = M.extent(E, k + 1, R - ns)
+      terms[#terms + 1] = { div = const or expr, mod = not outer and E[k] or nil, stride = t.strides[k - pad] }
     end
-    div = div and type(E[k]) == "number" and div * E[k] or nil
   end
   return terms
+end
+
+-- Whether every divisor of row_offset's terms is compile-time.
+function M.static_offset(terms)
+  for _, tm in ipairs(terms or {}) do
+    if type(tm.div) ~= "number" then return false end
+  end
+  return terms ~= nil
 end
 
 -- The C expression (of `row`) where column block t's row starts, when every term of
@@ -427,7 +437,8 @@ function M.row_start(t, info, V)
   local parts = {}
   for _, tm in ipairs(terms) do
     if type(tm.stride) ~= "number" or tm.stride % V ~= 0 then return nil end
-    local e = tm.div == 1 and "row" or string.format("(row / %dLL)", tm.div)
+    local e = tm.div == 1 and "row"
+      or type(tm.div) == "number" and string.format("(row / %dLL)", tm.div) or string.format("(row / (kiln_i64)(%s))", tm.div)
     if tm.mod then e = string.format("(%s %% %dLL)", e, tm.mod) end
     parts[#parts + 1] = string.format("%s * %dLL", e, tm.stride)
   end

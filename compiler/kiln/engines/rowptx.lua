@@ -53,7 +53,10 @@ end
 function M.at_row_offset(P, row, terms, z, base)
   local r32 = P:def("b32", "cvt.u32.u64 %s, %s;", row)
   for _, tm in ipairs(terms) do
-    local c = tm.div == 1 and r32 or P:def("b32", "div.u32 %s, %s, %d;", r32, tm.div)
+    -- (a divisor of dynamic dims: the kernel's operand, a 32-bit division once a row)
+    local div = type(tm.div) == "number" and tm.div
+      or P:def("b32", "cvt.u32.u64 %s, %s;", P:input("l", string.format("(kiln_i64)(%s)", tm.div)))
+    local c = tm.div == 1 and r32 or P:def("b32", "div.u32 %s, %s, %s;", r32, div)
     if tm.mod then c = P:def("b32", "rem.u32 %s, %s, %d;", c, tm.mod) end
     base = P:def("b64", "mad.wide.u32 %s, %s, %d, %s;", c, tm.stride * z, base)
   end
@@ -67,6 +70,17 @@ function M.trip(info)
   local U = math.min(info.L.N, tonumber(v) or info.reread_u or 4)
   while info.L.N % U ~= 0 do U = U - 1 end
   return U
+end
+
+-- Whether the loop over trips of a pass loads the next trip's vectors before this trip's work
+-- (software pipelined: one trip's loads in flight while the other's fold, as NVVM schedules the
+-- CUDA form's): a row reduction's one pass (`stream`) by default; a re-read row's held twice
+-- the words (64 registers and spills with two row tensors). KILN_ROW_PIPE=0|1 (read at build
+-- time, for measuring): no loop, every loop.
+function M.pipelined(info)
+  local v = settings.pick("KILN_ROW_PIPE", { "0", "1" })
+  if v ~= "" then return v == "1" and M.loops(info) end
+  return info.strategy == "stream" and M.loops(info)
 end
 
 -- Whether a re-read row's second pass walks it from its end (the default); KILN_ROW_BACK=0
@@ -255,15 +269,30 @@ function M.new(K, info, g, inputs, made, at)
       for _, uid in ipairs(outs) do cur[uid] = start(uid) end
       trips = def("b32", "mov.b32 %s, 0;")
       TOP = P:label()
-      P:at(TOP)
     end
-    local words = {}
-    for _, uid in ipairs(uids) do
-      local t = g.by_uid[uid]
-      local z = dtypes.size(t.dtype)
-      local space = info.access[uid] == "full" and LD or (again and "global" or "global.nc")  -- a column tensor is read by every row
-      words[uid] = {}
-      for q = 0, U - 1 do words[uid][q] = P:load(space, cur[uid], q * KSTEP(z), V * z, inrow(q)) end
+    -- the words of the trip `ahead` trips on (0: this one), under predicate `pred` (unfilled)
+    local function load_trip(ahead, pred)
+      local ws = {}
+      for _, uid in ipairs(uids) do
+        local t = g.by_uid[uid]
+        local z = dtypes.size(t.dtype)
+        local space = info.access[uid] == "full" and LD or (again and "global" or "global.nc")  -- a column tensor is read by every row
+        local at = ahead * (back and -U or U) * KSTEP(z)
+        ws[uid] = {}
+        for q = 0, U - 1 do ws[uid][q] = P:load(space, cur[uid], at + q * KSTEP(z), V * z, P:both(inrow(q), pred), pred ~= nil) end
+      end
+      return ws
+    end
+    local pipe = reread and N // U > 1 and M.pipelined(info)
+    local words, nextw
+    if pipe then
+      -- the first trip's words before the loop; each trip then loads the next one's first
+      words = load_trip(0)
+      P:at(TOP)
+      nextw = load_trip(1, def("pred", "setp.lt.s32 %s, %s, %d;", trips, N // U - 1))
+    else
+      if TOP then P:at(TOP) end
+      words = load_trip(0)
     end
     for q = 0, U - 1 do
       local rd = {}
@@ -280,6 +309,13 @@ function M.new(K, info, g, inputs, made, at)
       end, words)
     end
     if reread then
+      if nextw then
+        for _, uid in ipairs(uids) do
+          for q = 0, U - 1 do
+            for i, w in ipairs(words[uid][q]) do put("mov.b32 %s, %s;", w, nextw[uid][q][i]) end
+          end
+        end
+      end
       for uid, r in pairs(cur) do put("add.s64 %s, %s, %d;", r, r, (back and -U or U) * KSTEP(dtypes.size(g.by_uid[uid].dtype))) end
       put("add.s32 %s, %s, 1;", trips, trips)
       put("@%s bra.uni %s;", def("pred", "setp.lt.s32 %s, %s, %d;", trips, N // U), TOP)
