@@ -44,10 +44,12 @@ local NEG_INF = rowsm_ptx.NEG_INF
 -- such cluster), R rows a meeting; `off` re-reads every row.
 local SIXTEEN = { S = 3, C = 4, R = 1, block = 256, min_cl = 8 }
 local FP32_SOFTMAX = { S = 3, C = 2, R = 1, widths = { [65536] = true } }
+-- (16-bit softmax and log_softmax at 65536: the re-read row pipelined, rowptx.pipelined, measured
+-- 1.11-1.14x this form on 2026-12-04, so they re-read)
 M.DEFAULT = {
   layernorm = { fp32 = { S = 3, C = 2, R = 1 }, bf16 = SIXTEEN, fp16 = SIXTEEN },
-  softmax = { fp32 = FP32_SOFTMAX, bf16 = SIXTEEN, fp16 = SIXTEEN },
-  log_softmax = { fp32 = FP32_SOFTMAX, bf16 = SIXTEEN, fp16 = SIXTEEN },
+  softmax = { fp32 = FP32_SOFTMAX },
+  log_softmax = { fp32 = FP32_SOFTMAX },
 }
 
 -- The variant for an `op` row of `dtype` (KILN_ROW_STAGE's, else the default):
