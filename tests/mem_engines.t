@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 206 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 208 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -575,6 +575,11 @@ ok "KILN_ROW_CODE=cuda: colreduce's CUDA form" bash -c "! grep -q 'kernel kiln_c
 run_kiln source tests/specs/mem/reduce_sweep.lua --sm 90a --ptx
 ok "row reductions of every mode (siblings, products, ragged 1000) compile as PTX modules in one pass; rows of 1024 threads (65536) keep the CUDA form" \
   bash -c "test \$(grep -c '^// ---- row_.*plan row:v1:reduction.*:stream, sm_90a, compiled as a PTX module' '$OUTF') = 30 && ! grep '^// ---- row_' '$OUTF' | grep -v 'H=65536' | grep -vq 'PTX module' && test \$(grep '^// ---- row_.*H=65536' '$OUTF' | grep -c 'PTX module') = 0 && grep -q 'setp.neu.f32' '$OUTF'"
+run_kiln explain tests/specs/mem/reduce_sweep.lua --graph row_fp32_fp32 --sm 90a
+ok "kiln explain: each kernel's form, and why one compiles through NVRTC" \
+  bash -c "grep -q '^    kernel kiln_row_fp32_fp32_k0: a PTX module (ptxas alone)$' '$OUTF' && grep -q '^    kernel kiln_row_fp32_fp32_k0: CUDA through NVRTC, a row of 1024 threads$' '$OUTF'"
+run_kiln explain tests/specs/fusion/siblings.lua --sm 90a
+ok "kiln explain: a pointwise op without a PTX form, by name" grep -q 'kernel kiln_siblings_k0: CUDA through NVRTC, op pow has no PTX form here' "$OUTF"
 # a re-read row's trips software pipelined: each loads the next one's vectors before its own work
 run_kiln source specs/softmax.lua --graph softmax --set H=65536 --sm 90a --ptx
 ok "softmax re-read at 65536: each of a pass's 2 trips of 4 vectors loads the next trip's first (4 predicated loads a pass, 16 words moved on)" \

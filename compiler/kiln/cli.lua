@@ -181,7 +181,13 @@ function commands.explain(args)
     for _, g in ipairs(load_graphs(path, args)) do
       local key = g:instance_key()
       io.write(string.format("graph %s%s for %s\n", g.name, key ~= "" and (" [" .. key .. "]") or "", target.arch))
-      for _, grp in ipairs(plan.route(g, target)) do
+      local groups = plan.route(g, target)
+      -- the kernels each group's plan builds (generated, not compiled) and how each compiles
+      local kernels = {}
+      if #groups > 0 and groups[#groups].plan then
+        for _, k in ipairs(plan.manifest(g, target).kernels) do kernels[#kernels + 1] = k end
+      end
+      for _, grp in ipairs(groups) do
         local ops = {}
         for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
         io.write(string.format("  group %d (%s): %s\n", grp.index - 1, table.concat(ops, " "),
@@ -189,6 +195,12 @@ function commands.explain(args)
         for _, r in ipairs(grp.report) do
           if r.accepted then io.write(string.format("    %-10s accepted: %s\n", r.engine, table.concat(r.plans, ", ")))
           else io.write(string.format("    %-10s declined: %s\n", r.engine, r.reason)) end
+        end
+        for _, k in ipairs(kernels) do
+          if grp.plan and (k.plan_id == grp.plan.id or k.plan_id:sub(1, #grp.plan.id + 1) == grp.plan.id .. ":") then
+            io.write(string.format("    kernel %s: %s\n", k.symbol, k.cuda and "a PTX module (ptxas alone)"
+              or "CUDA through NVRTC" .. (k.cuda_why and ", " .. k.cuda_why or "")))
+          end
         end
       end
     end

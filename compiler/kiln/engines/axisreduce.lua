@@ -334,7 +334,9 @@ local function build_strided(plan, group, g, target, symbol)
   }))
   local main = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
   -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
-  if axisreduce_ptx.accepts_strided(group, g, info) then
+  local ptx_ok, why = axisreduce_ptx.accepts_strided(group, g, info)
+  main.cuda_why = why
+  if ptx_ok then
     local cuda = main.source
     K.lines, K.target = {}, target
     K.shared = { string.format("  __shared__ __align__(16) float red_[%d][%d][%d];", NR, RS, TW) }
@@ -467,7 +469,9 @@ local function build_inner(plan, group, g, target, symbol)
   }
   -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
   local cuda = K.src:text()
-  if axisreduce_ptx.accepts(group, g, info) then
+  local ptx_ok, why = axisreduce_ptx.accepts(group, g, info)
+  K.why_cuda = why
+  if ptx_ok then
     K.lines, K.target = {}, target
     K.shared = { string.format("  __shared__ __align__(16) float warps_[%d][%d];", NR, B // 32) }
     axisreduce_ptx.emit(K, group, g, info, B, U)

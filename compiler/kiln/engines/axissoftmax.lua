@@ -383,7 +383,9 @@ function E.build(plan, group, g, target, symbol)
   }))
   local k = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, info.smem or 0)
   -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
-  if axissoftmax_ptx.accepts(group, g, info, target) then
+  local ptx_ok, why = axissoftmax_ptx.accepts(group, g, info, target)
+  k.cuda_why = why
+  if ptx_ok then
     local cuda = k.source
     K.lines, K.target = {}, target
     K.shared = {}

@@ -269,7 +269,9 @@ function E.build(plan, group, g, target, symbol)
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
   -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
-  if colreduce_ptx.accepts(group, g, info) then
+  local ptx_ok, why = colreduce_ptx.accepts(group, g, info)
+  main.cuda_why = why
+  if ptx_ok then
     local cuda = main.source
     K.lines, K.target = {}, target
     K.shared = { string.format("  %s__shared__ __align__(16) float cs_[%s];", dyn_smem and "extern " or "", dyn_smem and "" or C * NR) }

@@ -88,7 +88,8 @@ end
 function E.build(plan, group, g, target, symbol)
   local vec, block = plan.knobs.vec, plan.knobs.block
   local space = g.by_uid[group.outputs[1]].dims
-  if pointwise_ptx.accepts(group, g, vec, space, target) then return build_ptx(plan, group, g, target, symbol, space) end
+  local ptx_ok, cuda_why = pointwise_ptx.accepts(group, g, vec, space, target)
+  if ptx_ok then return build_ptx(plan, group, g, target, symbol, space) end
   local src = render.source()
   src:need("common/prelude.cuh")
   local params, manifest_params, align = {}, {}, {}
@@ -170,7 +171,7 @@ function E.build(plan, group, g, target, symbol)
   return {
     symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = pw.OPTIONS,
     block = { block, 1, 1 }, grid = grid_of(space, block, vec),
-    smem = 0, cluster = { 1, 1, 1 }, params = manifest_params, align = align, pdl_entry = true,
+    smem = 0, cluster = { 1, 1, 1 }, params = manifest_params, align = align, pdl_entry = true, cuda_why = cuda_why,
   }
 end
 

@@ -691,6 +691,7 @@ function E.build(plan, group, g, target, symbol)
   local spec = lower.ANCHORS[a.op]
   local K = rowgen.kernel(g, symbol)
   K.target = target
+  K.why_cuda = info.why_cuda or (info.staged and info.staged.why_cuda)
   local src = K.src
   local H = L.H
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}

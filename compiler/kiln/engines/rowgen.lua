@@ -761,12 +761,19 @@ end
 -- one PTX statement (K:asm; kiln.ptxmodule: ptxas without NVRTC's front end) and modules are
 -- wanted for it (`own`: a kernel written for one), with `cuda` keeping the CUDA form that
 -- `kiln source` shows and `options` naming the ptxas that compiles it; else `source` the CUDA
--- form.
+-- form, and `cuda_why` why it is not a PTX module (`kiln explain`): K.why_cuda, the engine's
+-- reason for a body in CUDA, or why the module was not written.
 function M.with_source(k, K, cuda, min_blocks, own)
   local compiler = K.asm_of and K.target and ptxmodule.wanted(own)
-  local module = compiler and
-    ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
+  local module, why = nil, nil
+  if compiler then
+    module, why = ptxmodule.render(K, { symbol = k.symbol, block = k.block[1], min_blocks = min_blocks, target = K.target })
+  end
   k.source, k.cuda = module or cuda, module and cuda or nil
+  if not module then
+    k.cuda_why = not K.asm_of and (K.why_cuda or "no PTX form") or not compiler and "PTX modules not wanted here (KILN_PTX_MODULE)"
+      or "the PTX body does not stand alone: " .. why
+  end
   if module then k.options = { "--compiler=" .. compiler } end
   -- ptxas's optimization level where it is not its default -O3: KILN_PTXAS_OPT (build time,
   -- every kernel with its body in PTX, for measuring), else the kernel's own (K.ptxas_level);
