@@ -196,8 +196,9 @@ function commands.explain(args)
           if r.accepted then io.write(string.format("    %-10s accepted: %s\n", r.engine, table.concat(r.plans, ", ")))
           else io.write(string.format("    %-10s declined: %s\n", r.engine, r.reason)) end
         end
+        local base = string.format("kiln_%s_k%d", g.name, grp.index - 1)  -- plan.lua's symbols
         for _, k in ipairs(kernels) do
-          if grp.plan and (k.plan_id == grp.plan.id or k.plan_id:sub(1, #grp.plan.id + 1) == grp.plan.id .. ":") then
+          if k.symbol == base or k.symbol:sub(1, #base + 1) == base .. "_" then
             io.write(string.format("    kernel %s: %s\n", k.symbol, k.cuda and "a PTX module (ptxas alone)"
               or "CUDA through NVRTC" .. (k.cuda_why and ", " .. k.cuda_why or "")))
           end

@@ -76,11 +76,13 @@ end
 -- (software pipelined: one trip's loads in flight while the other's fold): the re-read rows of
 -- softmax, log_softmax and rmsnorm. Measured on the H200 (2026-12-04, graph replays, 4096 and
 -- 16384 rows of 65536, against the loop without): softmax with its statistics 1.19-1.21x, with
--- a sink 1.18-1.20x, rmsnorm_residual_fp8_rowwise 1.05-1.06x; and bf16 softmax and log_softmax
--- 1.11-1.14x their staged cluster form (rowfwd_staged_ptx). Not layer norm (64 registers and
--- 416 bytes of spills: 0.24x; with a residual at 32768 0.48x), nor a row reduction's one pass
--- at 1024 threads (0.92-0.95x the CUDA form at 512 rows, 0.99-1.00x at 4096: rowred_ptx keeps
--- the CUDA form). KILN_ROW_PIPE=0|1 (read at build time, for measuring): no loop, every loop.
+-- a sink 1.18-1.20x, rmsnorm_residual_fp8_rowwise 1.05-1.06x, rmsnorm with a residual 1.09-1.11x
+-- (where the cluster forms decline); and bf16 and fp16 softmax and log_softmax 1.11-1.14x their
+-- staged cluster form (rowfwd_staged_ptx). Not layer norm (64 registers and 416 bytes of
+-- spills: 0.24x; with a residual at 32768 0.48x), nor a trip of more than 24 words (R.vectors),
+-- nor a row reduction's one pass at 1024 threads (0.92-0.95x the CUDA form at 512 rows,
+-- 0.99-1.00x at 4096: rowred_ptx keeps the CUDA form). KILN_ROW_PIPE=0|1 (read at build time,
+-- for measuring): no loop, every loop.
 local PIPELINED = { softmax = true, log_softmax = true, rmsnorm = true }
 function M.pipelined(info)
   local v = settings.pick("KILN_ROW_PIPE", { "0", "1" })
@@ -244,6 +246,16 @@ function M.new(K, info, g, inputs, made, at)
   local reread = M.loops(info)
   local U = reread and M.trip(info) or N
   R.reread, R.U = reread, U
+  -- every pass's trips pipelined when the kernel's row and column inputs come to at most 24
+  -- words a thread a trip (the next trip's beside them in 64 registers: 32 spilled 140-208
+  -- bytes, rmsnorm's x and w 0.72x the loop without; a pass alone pipelined leaves the
+  -- others at 64 registers too)
+  local words_a_trip = 0
+  for _, uid in ipairs(inputs) do
+    local how = info.access[uid]
+    if how == "full" or how == "col" then words_a_trip = words_a_trip + U * V * dtypes.size(g.by_uid[uid].dtype) // 4 end
+  end
+  R.pipe = reread and N // U > 1 and words_a_trip <= 24 and M.pipelined(info)
   -- a ragged row (regs only): vector q of lanes past the row's last vector loads and stores
   -- nothing; inrow(q) is its predicate (nil: every lane's vector q is in the row)
   local inrow = P:in_row(lane, Pn, V, L.HC or H)
@@ -288,7 +300,7 @@ function M.new(K, info, g, inputs, made, at)
       end
       return ws
     end
-    local pipe = reread and N // U > 1 and M.pipelined(info)
+    local pipe = R.pipe
     local words, nextw
     if pipe then
       -- the first trip's words before the loop; each trip then loads the next one's first
