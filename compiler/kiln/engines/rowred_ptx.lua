@@ -32,7 +32,9 @@ function M.accepts(info, group, g, target)
   -- fp32 and fp16, one pass and re-read; bench/RESULTS.md, thirtieth session; with the siblings'
   -- one meeting 0.91-0.93x at 512 rows, and the re-read row at 2 CTAs an SM misses L2 twice as
   -- often as the CUDA form at 1: thirty-first session)
-  -- (pipelined, KILN_ROW_PIPE=1: 0.92-0.95x at 512 rows of 65536 fp32, 0.99-1.00x at 4096)
+  -- (pipelined, KILN_ROW_PIPE=1: 0.92-0.95x at 512 rows of 65536 fp32, 0.99-1.00x at 4096; unrolled
+  -- with 4, 6 or 8 loads ahead, NVVM's schedule: 0.92x; that with plain .nc reads instead of the
+  -- L2 policy: one sum 0.99x, four sibling reductions 0.92x / 0.96x at 512 / 4096 rows)
   if info.L.P >= 1024 and not rowptx.pipelined(info) then return nil, "a row of 1024 threads" end
   -- (a ragged row held by 128 threads or fewer for the epilogue measured 0.92-0.97x: adaptive
   -- layer norm's backward and a per-sample scale at 1152 columns, layer norm at 768; by 256
