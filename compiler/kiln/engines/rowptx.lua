@@ -79,7 +79,7 @@ end
 -- a sink 1.18-1.20x, rmsnorm_residual_fp8_rowwise 1.05-1.06x, rmsnorm with a residual 1.09-1.11x
 -- (where the cluster forms decline); and bf16 and fp16 softmax and log_softmax 1.11-1.14x their
 -- staged cluster form (rowfwd_staged_ptx). Not layer norm (64 registers and 416 bytes of
--- spills: 0.24x; with a residual at 32768 0.48x), nor a trip of more than 24 words (R.vectors),
+-- spills: 0.24x; with a residual at 32768 0.48x), nor a trip of more than 24 words (M.new),
 -- nor a row reduction's one pass at 1024 threads (0.92-0.95x the CUDA form at 512 rows,
 -- 0.99-1.00x at 4096: rowred_ptx keeps the CUDA form). KILN_ROW_PIPE=0|1 (read at build time,
 -- for measuring): no loop, every loop.
