@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 208 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 209 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -580,6 +580,9 @@ ok "kiln explain: each kernel's form, and why one compiles through NVRTC" \
   bash -c "grep -q '^    kernel kiln_row_fp32_fp32_k0: a PTX module (ptxas alone)$' '$OUTF' && grep -q '^    kernel kiln_row_fp32_fp32_k0: CUDA through NVRTC, a row of 1024 threads$' '$OUTF'"
 run_kiln explain tests/specs/fusion/siblings.lua --sm 90a
 ok "kiln explain: a pointwise op without a PTX form, by name" grep -q 'kernel kiln_siblings_k0: CUDA through NVRTC, op pow has no PTX form here' "$OUTF"
+KILN_ROW_TRIP=3 run_kiln explain tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
+ok "kiln explain: the groups still listed where the kernels cannot be generated, and why" \
+  bash -c "grep -q 'group 0 (softmax): plan row:' '$OUTF' && grep -q '^  kernels not generated: E_USAGE: KILN_ROW_TRIP=3: want 1, 2, 4 or 8$' '$OUTF'"
 # a re-read row's trips software pipelined: each loads the next one's vectors before its own work
 run_kiln source specs/softmax.lua --graph softmax --set H=65536 --sm 90a --ptx
 ok "softmax re-read at 65536: each of a pass's 2 trips of 4 vectors loads the next trip's first (4 predicated loads a pass, 16 words moved on)" \

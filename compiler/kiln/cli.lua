@@ -183,10 +183,11 @@ function commands.explain(args)
       io.write(string.format("graph %s%s for %s\n", g.name, key ~= "" and (" [" .. key .. "]") or "", target.arch))
       local groups = plan.route(g, target)
       -- the kernels each group's plan builds (generated, not compiled) and how each compiles
-      local kernels = {}
-      if #groups > 0 and groups[#groups].plan then
-        for _, k in ipairs(plan.manifest(g, target).kernels) do kernels[#kernels + 1] = k end
-      end
+      local kernels, planned = {}, #groups > 0
+      for _, grp in ipairs(groups) do planned = planned and grp.plan ~= nil end
+      local made, m = false, nil
+      if planned then made, m = pcall(plan.manifest, g, target) end
+      if made then kernels = m.kernels end
       for _, grp in ipairs(groups) do
         local ops = {}
         for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
@@ -203,6 +204,9 @@ function commands.explain(args)
               or "CUDA through NVRTC" .. (k.cuda_why and ", " .. k.cuda_why or "")))
           end
         end
+      end
+      if planned and not made then
+        io.write(string.format("  kernels not generated: %s\n", tostring(m)))
       end
     end
   end
