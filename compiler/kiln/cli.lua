@@ -201,7 +201,7 @@ function commands.explain(args)
         for _, k in ipairs(kernels) do
           if k.symbol == base or k.symbol:sub(1, #base + 1) == base .. "_" then
             io.write(string.format("    kernel %s: %s\n", k.symbol, k.cuda and "a PTX module (ptxas alone)"
-              or "CUDA through NVRTC" .. (k.cuda_why and ", " .. k.cuda_why or "")))
+              or "CUDA through NVRTC, " .. (k.cuda_why or "its engine's only form")))
           end
         end
       end
