@@ -300,9 +300,8 @@ function M.new(K, info, g, inputs, made, at)
       end
       return ws
     end
-    local pipe = R.pipe
     local words, nextw
-    if pipe then
+    if R.pipe then
       -- the first trip's words before the loop; each trip then loads the next one's first
       words = load_trip(0)
       P:at(TOP)
