@@ -18,6 +18,16 @@ local M = {}
 
 
 local RED, red_update = rowptx.RED, rowptx.red_update
+local EXP_FAMILY = { exp = true, sigmoid = true, swish = true }
+
+-- The row tensors the group reads (x, a residual, ...), constants aside.
+local function rows_read(info, group, g)
+  local n = 0
+  for _, uid in ipairs(group.inputs) do
+    if info.access[uid] == "full" and g.by_uid[uid].role ~= "constant" then n = n + 1 end
+  end
+  return n
+end
 
 -- Whether this form takes the forward norm (analyze's info with its layout): true, or nil
 -- and why (then row.lua writes the CUDA form).
@@ -25,6 +35,19 @@ function M.accepts(info, group, g, target)
   if info.kind ~= "norm" then return nil, "not a forward norm" end
   for _, r in ipairs(group.rowred or {}) do
     if not RED[r.attrs.mode] then return nil, "a per-row " .. r.attrs.mode .. " reduction" end
+  end
+  -- re-read rows the CUDA form reads faster (H200, 2026-12-04, graph replays, 1024-16384 rows,
+  -- clusters off): layer norm over x + r at 32768 0.83-0.91x in every trip and reduction order
+  -- tried, fp32 at 28672 0.86-0.90x; RMSNorm of x + r gated by silu(gate) 0.85-0.87x at 32768,
+  -- 0.92-1.00x at 65536 (in trips of 2 or 4); RMSNorm in trips of one vector 0.94-0.99x
+  if info.strategy == "reread" and rows_read(info, group, g) > 1 then
+    if info.op == "layernorm" then return nil, "layer norm re-reading more than one row tensor (slower in PTX)" end
+    if rowgen.fuses_any(group, EXP_FAMILY) then
+      return nil, "exp, sigmoid or swish on a re-read row of more than one row tensor (slower in PTX)"
+    end
+  end
+  if info.strategy == "reread" and info.op == "rmsnorm" and rowptx.odd_trips(info.L.N) then
+    return nil, "RMSNorm re-read in trips of one vector (slower in PTX)"
   end
   local why = rowptx.declines(info, group, g) or rowptx.group_declines(info, group, g, target, { amax = true })
   if why then return nil, why end
@@ -46,11 +69,7 @@ function M.emit(K, info, group, g, target, amax_out)
   -- 65536 level, compiling in 51 ms, not 70 (2026-12-01); rmsnorm_residual_fp8_rowwise at 65536
   -- 1.20-1.22x at 4096 and 16384 rows, 52 ms, not 73 (2026-12-02; the plain re-read rows of
   -- layernorm and softmax measured 0.84-1.00x at 2 and 0.87-0.97x at 1: docs/MEMORY_BOUND.md)
-  local rows_read = 0
-  for _, uid in ipairs(group.inputs) do
-    if info.access[uid] == "full" and g.by_uid[uid].role ~= "constant" then rows_read = rows_read + 1 end
-  end
-  if rows_read > 1 or rowgen.fuses_any(group, { exp = true, sigmoid = true, swish = true }) then info.reread_u = 2 end
+  if rows_read(info, group, g) > 1 or rowgen.fuses_any(group, EXP_FAMILY) then info.reread_u = 2 end
   local R = rowptx.new(K, info, g, group.inputs, made)
   local P, put, def, base = R.P, R.put, R.def, R.base
   local tid, gptr = R.tid, R.gptr

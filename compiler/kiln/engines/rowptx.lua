@@ -64,12 +64,22 @@ function M.at_row_offset(P, row, terms, z, base)
 end
 
 -- Vectors a trip of a re-read row: the most that divide the thread's N and are at most
--- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4.
+-- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4; but a
+-- pass that is not pipelined over 5 or 7 vectors takes them in one trip, not seven of one
+-- (layer norm at 5 and 7: 1.06-1.13x, H200 2026-12-04; the pipelined passes keep trips of one:
+-- softmax's in one trip 0.93x).
 function M.trip(info)
   local v = settings.pick("KILN_ROW_TRIP", { "1", "2", "4", "8" })
-  local U = math.min(info.L.N, tonumber(v) or info.reread_u or 4)
-  while info.L.N % U ~= 0 do U = U - 1 end
+  local N = info.L.N
+  local U = math.min(N, tonumber(v) or info.reread_u or 4)
+  while N % U ~= 0 do U = U - 1 end
+  if U == 1 and v == "" and N <= 8 and not M.pipelined(info) then U = N end
   return U
+end
+
+-- Whether a row of N vectors a thread is re-read in trips of one (no divisor 2 to 4: 5, 7, 11, ...).
+function M.odd_trips(N)
+  return N > 1 and N % 2 ~= 0 and N % 3 ~= 0
 end
 
 -- Whether the loop over trips of a pass loads the next trip's vectors before this trip's work
@@ -116,8 +126,7 @@ function M.declines(info, group, g)
   if info.strategy ~= "regs" and info.strategy ~= "reread" and info.strategy ~= "stream" then return "strategy " .. info.strategy end
   if not L.even and M.loops(info) then return "a ragged row re-read (H not a multiple of the threads' vectors)" end
   if not ptx.pow2(L.P) or not ptx.pow2(L.RPC) then return "threads per row or rows per CTA not a power of two" end
-  if info.strategy == "regs" and L.N > 4 then return "more than 4 vectors per thread held" end
-  if M.loops(info) and L.N % math.min(L.N, 4) ~= 0 then return "vectors per thread not a multiple of 4" end
+  if info.strategy == "regs" and L.N > 8 then return "more than 4 vectors per thread held" end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
