@@ -65,15 +65,16 @@ end
 
 -- Vectors a trip of a re-read row: the most that divide the thread's N and are at most
 -- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4; but a
--- pass that is not pipelined over 5 or 7 vectors takes them in one trip, not seven of one
--- (layer norm at 5 and 7: 1.06-1.13x, H200 2026-12-04; the pipelined passes keep trips of one:
--- softmax's in one trip 0.93x).
+-- pass that is not pipelined over N vectors not a multiple of 4 takes trips of up to 8 (layer
+-- norm at N = 5 and 7 in one trip: 1.06-1.13x trips of one, H200 2026-12-04; the pipelined
+-- passes keep small trips: softmax's 5-7 in one trip 0.93x).
 function M.trip(info)
   local v = settings.pick("KILN_ROW_TRIP", { "1", "2", "4", "8" })
   local N = info.L.N
-  local U = math.min(N, tonumber(v) or info.reread_u or 4)
+  local most = tonumber(v) or info.reread_u or 4
+  if v == "" and N % 4 ~= 0 and not M.pipelined(info) then most = 8 end
+  local U = math.min(N, most)
   while N % U ~= 0 do U = U - 1 end
-  if U == 1 and v == "" and N <= 8 and not M.pipelined(info) then U = N end
   return U
 end
 
