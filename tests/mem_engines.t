@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 209 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 218 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -240,7 +240,8 @@ ok "of the 2 at H = 65536 the rmsnorm splits its row over a cluster of CTAs (one
   test "$(grep -c "row held in the cluster's registers" "$OUTF")" = 1
 ok "and the fp16 layernorm (two reductions) is staged over a cluster of 8" test "$(grep -c 'layernorm_fp16_train.*staged-fwd:cluster8' "$OUTF")" = 1
 KILN_ROW_CLUSTER=0 run_kiln source tests/specs/mem/forward.lua --sm 90a
-ok "KILN_ROW_CLUSTER=0: both re-read the row" test "$(grep -c 'row re-read (L2), body in PTX' "$OUTF")" = 2
+ok "KILN_ROW_CLUSTER=0: both re-read the row, the layer norm in PTX, the sigmoid- and exp-gated RMSNorm of x and r in CUDA" \
+  bash -c "test \$(grep -c 'row re-read (L2), body in PTX' '$OUTF') = 1 && test \$(grep -c 'row re-read (L2)\.\$' '$OUTF') = 1"
 # wide rows (tests/specs/mem/wide.lua): the cluster's CTAs each hold a part, reductions through
 # distributed shared memory; sm_90+ only, and a pack with an older SM keeps one kernel list
 run_kiln explain tests/specs/mem/wide.lua --sm 90a
@@ -269,6 +270,29 @@ ok "KILN_ROW_STAGE=...r2: two rows a cluster meeting (both rows' sums in one bar
 run_kiln explain specs/softmax.lua --set H=65536 --sm 90a
 ok "bf16 softmax and log_softmax rows of 65536 are re-read by 1024 threads (pipelined: 1.11-1.14x the staged form)" \
   bash -c "grep -q 'plan row:v1:softmax:p1024n8v8r1:reread$' '$OUTF' && grep -q 'plan row:v1:log_softmax:p1024n8v8r1:reread$' '$OUTF'"
+# rows of 5-7 vectors a thread (tests/specs/mem/odd_vectors.lua): held up to 8 and re-read in
+# trips of a divisor in PTX; the forms measured slower keep CUDA, each with its reason
+run_kiln explain tests/specs/mem/odd_vectors.lua --sm 90a
+ok "rows of 5 and 6 vectors held (fp32 RMSNorm, layer norm over x + r; bf16 RMSNorm) are PTX modules" \
+  test "$(grep -A8 -E 'plan row:v1:(rmsnorm|layernorm):p1024n[56]v[48]r1:regs' "$OUTF" | grep -c 'a PTX module')" = 5
+ok "re-read rows of 5, 6 and 7 vectors (softmax, log_softmax, layer norm) are PTX modules" \
+  test "$(grep -A8 -E 'plan row:v1:(softmax|log_softmax|layernorm):p1024n[567]v[48]r1:reread' "$OUTF" | grep -c 'a PTX module')" = 7
+expect_out "CUDA through NVRTC, RMSNorm re-read in trips of one vector \(slower in PTX\)" "RMSNorm re-read over 7 vectors keeps the CUDA form"
+expect_out "CUDA through NVRTC, layer norm re-reading more than one row tensor \(slower in PTX\)" "so does layer norm re-reading x and r"
+run_kiln source tests/specs/mem/odd_vectors.lua --graph odd_layernorm_fp16 --set H=40960 --sm 90a --ptx
+ok "layer norm re-read over 5 vectors loads them in one trip (16-byte loads of x: 5 a pass, 2 passes)" \
+  test "$(grep -c 'ld.global.nc.L2::cache_hint.v4' "$OUTF")" = 10
+run_kiln source tests/specs/mem/odd_vectors.lua --graph odd_softmax_fp32 --set H=24576 --sm 90a --ptx
+ok "softmax re-read over 6 vectors keeps trips of 3 (pipelined: the first trip and the next, 2 passes)" \
+  test "$(grep -c 'ld.global.nc.L2::cache_hint.v4' "$OUTF")" = 12
+for sm in 80 90a; do
+  KILN_ROW_CLUSTER=0 run_kiln explain specs/add_rmsnorm_silu_gate.lua --set H=32768 --sm $sm
+  expect_out "CUDA through NVRTC, exp, sigmoid or swish on a re-read row of more than one row tensor" \
+    "sm_$sm without clusters: the gated RMSNorm re-read at 32768 keeps the CUDA form (0.85-0.87x in PTX)"
+done
+KILN_ROW_CLUSTER=0 run_kiln source tests/specs/mem/wide.lua --graph wide_layernorm_fp32 --set H=40960 --sm 90a --ptx
+ok "fp32 layer norm re-read over 10 vectors takes trips of 5 (not 2)" \
+  test "$(grep -c 'ld.global.nc.L2::cache_hint.v4' "$OUTF")" = 10
 # softmax_spec DTYPE: a softmax with its log-sum-exp at H = 32768 and 65536, as $TMP/sm_DTYPE.lua
 softmax_spec() {
   cat > "$TMP/sm_$1.lua" <<EOF
