@@ -11,7 +11,7 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
        tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
        tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua tests/specs/mem/norm_bwd_axes.lua
-       tests/specs/mem/row_epilogue.lua)
+       tests/specs/mem/row_epilogue.lua tests/specs/mem/odd_vectors.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
