@@ -127,7 +127,7 @@ function M.declines(info, group, g)
   if info.strategy ~= "regs" and info.strategy ~= "reread" and info.strategy ~= "stream" then return "strategy " .. info.strategy end
   if not L.even and M.loops(info) then return "a ragged row re-read (H not a multiple of the threads' vectors)" end
   if not ptx.pow2(L.P) or not ptx.pow2(L.RPC) then return "threads per row or rows per CTA not a power of two" end
-  if info.strategy == "regs" and L.N > 8 then return "more than 4 vectors per thread held" end
+  if info.strategy == "regs" and L.N > 8 then return "more than 8 vectors per thread held" end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
