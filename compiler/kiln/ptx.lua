@@ -203,10 +203,22 @@ function M.new()
       return self:def("b32", "cvt.f32.f16 %s, %s;", h[(j & 1) + 1])
     end
   end
-  -- fp32 values as the words of `dtype` (pairs rounded together; fp8 needs sm_89).
+  -- fp32 values as the words of `dtype` (pairs rounded together; fp8 needs sm_89; bool bytes).
   function P:pack(vals, dtype)
     if dtype == "fp32" then return vals end
     local words = {}
+    if dtype == "bool" then
+      -- a byte each, 1 where the value is not 0 (as the CUDA form stores a bool), four a word
+      for i = 1, #vals, 4 do
+        local w
+        for b = 0, 3 do
+          local one = self:def("b32", "selp.b32 %s, 1, 0, %s;", self:def("pred", "setp.neu.f32 %s, %s, 0f00000000;", vals[i + b]))
+          w = w and self:def("b32", "bfi.b32 %s, %s, %s, %d, 8;", one, w, 8 * b) or one
+        end
+        words[#words + 1] = w
+      end
+      return words
+    end
     if dtype == "fp8_e4m3" or dtype == "fp8_e5m2" then
       -- pairs round to 16 bits (saturating to the largest finite value), two pairs make a word
       local cvt = dtype == "fp8_e4m3" and "cvt.rn.satfinite.e4m3x2.f32" or "cvt.rn.satfinite.e5m2x2.f32"

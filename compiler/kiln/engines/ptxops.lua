@@ -2,7 +2,8 @@
 -- their bodies in PTX (rowfwd_ptx: the forward norms' prologues and epilogues; pointwise_ptx:
 -- the pointwise kernels): add, sub, mul, div, max, min, neg, abs, identity (casts),
 -- add_square, exp, sigmoid, swish, sqrt, rsqrt, relu (with its clips and slope), the comparisons,
--- and GELU into a 16-bit or fp8 value. An op without a form here keeps its kernel's CUDA form.
+-- pow by a small integer constant, and GELU into a 16-bit or fp8 value; outputs of fp32, fp16,
+-- bf16, fp8 (from sm_89) and bool. An op without a form here keeps its kernel's CUDA form.
 local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
 
@@ -75,7 +76,7 @@ function M.output_declines(t, v, read_later, target)
   if FP8[t.dtype] then
     if target.sm < 89 then return "fp8 outputs before sm_89" end
     if read_later[t.uid] then return "an fp8 value read again" end
-  elseif not M.IN[t.dtype] then
+  elseif not M.IN[t.dtype] and t.dtype ~= "bool" then
     return "output " .. t.name .. " is " .. t.dtype
   end
   if (v * dtypes.size(t.dtype)) % 4 ~= 0 then return "output vectors narrower than a word" end
@@ -101,9 +102,27 @@ M.NARROW_OPS = {
 }
 local NARROW = require("kiln.engines.pwexpr").NARROW
 
+-- x^n for a small integer constant n (the CUDA form's powf within its 2 ulp: products and one
+-- IEEE division; x^0 is 1 even for a NaN, as powf); other exponents keep the CUDA form.
+local function mul(P, a, b) return P:def("b32", "mul.f32 %s, %s, %s;", a, b) end
+local POW_BY = {
+  [0] = function() return ptx.f32(1) end,
+  [1] = function(_, x) return x end,
+  [2] = function(P, x) return mul(P, x, x) end,
+  [3] = function(P, x) return mul(P, mul(P, x, x), x) end,
+  [4] = function(P, x) local s = mul(P, x, x) return mul(P, s, s) end,
+  [-1] = function(P, x) return P:def("b32", "div.rn.f32 %s, 0f3F800000, %s;", x) end,
+  [-2] = function(P, x) return P:def("b32", "div.rn.f32 %s, 0f3F800000, %s;", mul(P, x, x)) end,
+}
+local function pow_of(node, g)
+  local e = g.by_uid[node.inputs.input1]
+  return e and e.role == "constant" and POW_BY[e.value] or nil
+end
+
 -- The PTX of node (its output stored in g's dtype), or nil.
 local function op_of(node, g)
   if node.def.special then return nil end
+  if node.def.name == "pow" then return pow_of(node, g) end
   local out = g.by_uid[node.outputs.OUT_0 or select(2, next(node.outputs))]
   return M.OPS[node.def.name] or (NARROW[out.dtype] and M.NARROW_OPS[node.def.name]) or nil
 end

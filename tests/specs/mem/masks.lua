@@ -1,0 +1,33 @@
+-- Comparisons into bool outputs and pow by small integer constants, in the PTX forms: pointwise
+-- chains (bf16, fp16, fp32) and a norm's epilogue (a mask of its output), beside the CUDA form
+-- of an exponent they do not take (0.5).
+local k = require "kiln"
+local function chain(dtype)
+  return k.graph("mask_chain_" .. dtype) {
+    dims = { T = k.dynamic, H = 1024 }, dtype = dtype,
+    inputs = { x = { "T", "H" }, y = { "T", "H" } },
+    body = function(g, x, y)
+      return {
+        gt = g:cmp_gt(x, y), le = g:cmp_le(x, 0.25), ne = g:cmp_neq(x * 2.0, y),
+        p = x ^ 2.0 + y ^ 3.0 - x ^ 4.0 * 0.125,
+        q = (x * x + 1.5) ^ -1.0 + (y * y + 2.0) ^ -2.0 + x ^ 1.0 + y ^ 0.0,
+      }
+    end,
+  }
+end
+return {
+  chain "bf16", chain "fp16", chain "fp32",
+  k.graph "mask_rmsnorm" {
+    dims = { T = k.dynamic, H = { 2048, 65536 } }, dtype = "bf16",
+    inputs = { x = { "T", "H" }, w = { "H" } },
+    body = function(g, x, w)
+      local y = g:rmsnorm(x, w, { epsilon = 1e-6 })
+      return { y = y, positive = g:cmp_gt(y, 0.0), sq = y ^ 2.0 }
+    end,
+  },
+  k.graph "mask_sqrt_pow" {
+    dims = { T = k.dynamic, H = 1024 }, dtype = "fp32",
+    inputs = { x = { "T", "H" } },
+    body = function(g, x) return { y = g:abs(x) ^ 0.5 } end,
+  },
+}
