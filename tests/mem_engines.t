@@ -11,7 +11,7 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
        tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
        tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua tests/specs/mem/norm_bwd_axes.lua
-       tests/specs/mem/row_epilogue.lua tests/specs/mem/odd_vectors.lua)
+       tests/specs/mem/row_epilogue.lua tests/specs/mem/odd_vectors.lua tests/specs/mem/masks.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -24,7 +24,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
        "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 218 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -602,8 +602,19 @@ ok "row reductions of every mode (siblings, products, ragged 1000) compile as PT
 run_kiln explain tests/specs/mem/reduce_sweep.lua --graph row_fp32_fp32 --sm 90a
 ok "kiln explain: each kernel's form, and why one compiles through NVRTC" \
   bash -c "grep -q '^    kernel kiln_row_fp32_fp32_k0: a PTX module (ptxas alone)$' '$OUTF' && grep -q '^    kernel kiln_row_fp32_fp32_k0: CUDA through NVRTC, a row of 1024 threads$' '$OUTF'"
+run_kiln explain tests/specs/mem/masks.lua --graph mask_sqrt_pow --sm 90a
+ok "kiln explain: a pointwise op without a PTX form, by name (pow by 0.5)" grep -q 'kernel kiln_mask_sqrt_pow_k0: CUDA through NVRTC, op pow has no PTX form here' "$OUTF"
+# comparisons into bool outputs and pow by small integer constants (tests/specs/mem/masks.lua)
+run_kiln explain tests/specs/mem/masks.lua --sm 90a
+ok "the mask chains and the norm with a mask and a cube are PTX modules" test "$(grep -c 'a PTX module' "$OUTF")" = 5
 run_kiln explain tests/specs/fusion/siblings.lua --sm 90a
-ok "kiln explain: a pointwise op without a PTX form, by name" grep -q 'kernel kiln_siblings_k0: CUDA through NVRTC, op pow has no PTX form here' "$OUTF"
+ok "and so is siblings.lua (a bool output, x^2, an fp8 output) on sm_90a" grep -q 'kernel kiln_siblings_k0: a PTX module' "$OUTF"
+run_kiln explain tests/specs/fusion/siblings.lua --sm 80
+ok "on sm_80 its fp8 output keeps the CUDA form" grep -q 'kernel kiln_siblings_k0: CUDA through NVRTC, fp8 outputs before sm_89' "$OUTF"
+run_kiln source tests/specs/mem/masks.lua --graph mask_chain_bf16 --sm 90a --ptx
+ok "a bool vector of 8 is two words of bytes inserted in order, stored as one v2" \
+  bash -c "test \$(grep -c 'bfi.b32 %kr[0-9]*, %kr[0-9]*, %kr[0-9]*, 24, 8;' '$OUTF') = 6 && test \$(grep -c 'st.global.v2.b32' '$OUTF') = 3"
+ok "x^-1 and x^-2 divide once (IEEE), the other powers multiply" test "$(grep -c 'div.rn.f32 %kr[0-9]*, 0f3F800000' "$OUTF")" = 16
 KILN_ROW_TRIP=3 run_kiln explain tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
 ok "kiln explain: the groups still listed where the kernels cannot be generated, and why" \
   bash -c "grep -q 'group 0 (softmax): plan row:' '$OUTF' && grep -q '^  kernels not generated: E_USAGE: KILN_ROW_TRIP=3: want 1, 2, 4 or 8$' '$OUTF'"

@@ -128,6 +128,8 @@ function M.declines(info, group, g)
   if not L.even and M.loops(info) then return "a ragged row re-read (H not a multiple of the threads' vectors)" end
   if not ptx.pow2(L.P) or not ptx.pow2(L.RPC) then return "threads per row or rows per CTA not a power of two" end
   if info.strategy == "regs" and L.N > 8 then return "more than 8 vectors per thread held" end
+  -- (re-read rows take any N, measured; a row reduction's looped pass keeps trips of 4)
+  if info.strategy == "stream" and M.loops(info) and L.N % 4 ~= 0 then return "vectors per thread not a multiple of 4" end
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
     if t.role ~= "constant" and t.role ~= "scalar" then
