@@ -104,15 +104,15 @@ local NARROW = require("kiln.engines.pwexpr").NARROW
 
 -- x^n for a small integer constant n (the CUDA form's powf within its 2 ulp: products and one
 -- IEEE division; x^0 is 1 even for a NaN, as powf); other exponents keep the CUDA form.
-local function mul(P, a, b) return P:def("b32", "mul.f32 %s, %s, %s;", a, b) end
+local mul, div, ONE = M.OPS.mul, M.OPS.div, ptx.f32(1)
 local POW_BY = {
-  [0] = function() return ptx.f32(1) end,
+  [0] = function() return ONE end,
   [1] = function(_, x) return x end,
   [2] = function(P, x) return mul(P, x, x) end,
   [3] = function(P, x) return mul(P, mul(P, x, x), x) end,
   [4] = function(P, x) local s = mul(P, x, x) return mul(P, s, s) end,
-  [-1] = function(P, x) return P:def("b32", "div.rn.f32 %s, 0f3F800000, %s;", x) end,
-  [-2] = function(P, x) return P:def("b32", "div.rn.f32 %s, 0f3F800000, %s;", mul(P, x, x)) end,
+  [-1] = function(P, x) return div(P, ONE, x) end,
+  [-2] = function(P, x) return div(P, ONE, mul(P, x, x)) end,
 }
 local function pow_of(node, g)
   local e = g.by_uid[node.inputs.input1]

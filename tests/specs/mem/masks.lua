@@ -1,7 +1,6 @@
 -- Comparisons into bool outputs and pow by small integer constants, in the PTX forms: pointwise
 -- chains (bf16, fp16, fp32) and a norm (a cube in its prologue, a mask of its output in its
--- epilogue), beside the CUDA form
--- of an exponent they do not take (0.5).
+-- epilogue); and pow by 0.5, which keeps the CUDA form.
 local k = require "kiln"
 local function chain(dtype)
   return k.graph("mask_chain_" .. dtype) {
