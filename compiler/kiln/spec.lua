@@ -2,6 +2,7 @@
 -- instance per combination of specialized dim values.
 local c = require "kiln.c"
 local errors = require "kiln.errors"
+local shape = require "kiln.shape"
 local dsl = require "kiln.dsl"
 local dtypes = require "kiln.dtypes"
 local graph = require "kiln.graph"
@@ -148,6 +149,15 @@ local function instantiate(gs, dims, combo)
     local f, l = where()
     errors.raise_at(f, l, "E_SPEC", "graph '%s': input '%s' has a bad dim %s", gs.name, iname, tostring(d))
   end
+  -- a stride: a dim, or a product of dims and integers ("S*512": BSHD's batch stride)
+  local function resolve_stride(iname, s)
+    local names, const = {}, 1
+    for part in s:gmatch("[^*]+") do
+      local v = part:match("^%d+$") and math.tointeger(tonumber(part)) or resolve_dim(iname, part)
+      if type(v) == "string" then names[#names + 1] = v else const = const * v end
+    end
+    return shape.product_value(names, const)
+  end
   local params = param_names(def.body)
   local order, seen = {}, {}
   for i = 2, #params do
@@ -179,7 +189,7 @@ local function instantiate(gs, dims, combo)
     local strides
     if spec.strides then
       strides = {}
-      for j, s in ipairs(spec.strides) do strides[j] = type(s) == "string" and resolve_dim(name, s) or s end
+      for j, s in ipairs(spec.strides) do strides[j] = type(s) == "string" and resolve_stride(name, s) or s end
       if #strides ~= #d then
         errors.raise_at(gs.file, gs.line, "E_SHAPE", "graph '%s': input '%s' has %d dims but %d strides", gs.name, name, #d, #strides)
       end

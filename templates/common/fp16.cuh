@@ -9,3 +9,9 @@ __device__ __forceinline__ kiln_u16 kiln_f32_to_fp16(float f) {
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
   return r;
 }
+// Two fp32 as one 32-bit word of fp16 (the lower-indexed element in the low half).
+__device__ __forceinline__ kiln_u32 kiln_f32x2_to_fp16x2(float lo, float hi) {
+  kiln_u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}

@@ -25,6 +25,11 @@ __device__ __forceinline__ void kiln_tma_load_3d(kiln_u32 dst, const kiln_tmap *
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
+__device__ __forceinline__ void kiln_tma_load_4d(kiln_u32 dst, const kiln_tmap *map, int c0, int c1, int c2, int c3,
+                                                 kiln_u32 bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+               :: "r"(dst), "l"(reinterpret_cast<kiln_u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
 // L2 eviction policies for the copies below (`.L2::cache_hint`): operands read again by later
 // tiles stay (evict_last), operands streamed once per wave leave first (evict_first).
 __device__ __forceinline__ kiln_u64 kiln_l2_evict_last() {

@@ -22,3 +22,13 @@ template <int R> __device__ __forceinline__ void kiln_setmaxnreg_inc() {
 template <int R> __device__ __forceinline__ void kiln_setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R));
 }
+// Keeps the compiler from moving reads or writes of registers an asynchronous wgmma writes
+// (its accumulators) or reads (an A operand in registers) across the wait that completes it.
+template <int N> __device__ __forceinline__ void kiln_reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void kiln_reg_fence(kiln_u32 (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}

@@ -3,6 +3,8 @@
 --   build(plan, group, g, target, symbol) -> kernel (symbol, source, launch rule), or
 --     { kernels = {kernel, ...}, workspace = {rule = launch-rule bytes, bytes_max = N} }
 -- Plans carry stable ids "engine:vVERSION:knobs"; the router ranks them (heuristic first).
+local c = require "kiln.c"
+
 local M = {}
 
 M.list = {
@@ -12,6 +14,7 @@ M.list = {
   (require "kiln.engines.gemm"),       -- matmul with a fused epilogue (wgmma on sm_90a, mma.sync elsewhere)
   (require "kiln.engines.axisreduce"), -- reductions over a middle block of axes, or a leading and a trailing one
   (require "kiln.engines.axissoftmax"), -- softmax, log_softmax and their backwards over a non-last axis
+  (require "kiln.engines.attention.engine"), -- sdpa forward (wgmma on sm_90a, mma.sync elsewhere)
 }
 
 -- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): an
@@ -32,20 +35,42 @@ function M.reduction_epilogue(list, g)
   return false
 end
 
+-- KILN_PLAN forces candidates, for measuring: a comma-separated list of plan ids, each bare
+-- (any group that has that candidate takes it) or "G=ID" (group G, counted from 0, as
+-- `kiln explain` numbers them). A group with none of the listed candidates keeps its ranking.
+local function forced(group)
+  local v = c.getenv("KILN_PLAN") or ""
+  local want = {}
+  for item in v:gmatch("[^,]+") do
+    local gi, id = item:match("^(%d+)=(.+)$")
+    if not gi then want[item] = true
+    elseif tonumber(gi) == group.index - 1 then want[id] = true end
+  end
+  return want
+end
+
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
 function M.route(group, g, target)
   local report, best = {}, nil
+  local want, chosen = forced(group), nil
   for _, engine in ipairs(M.list) do
     local plans, reason = engine.propose(group, g, target)
     if plans and #plans > 0 then
       table.sort(plans, function(a, b) return (a.rank or 0) > (b.rank or 0) end)
       local ids = {}
-      for i, p in ipairs(plans) do p.engine = engine; ids[i] = p.id end
+      for i, p in ipairs(plans) do
+        p.engine = engine; ids[i] = p.id
+        if want[p.id] and not chosen then chosen = p end
+      end
       report[#report + 1] = { engine = engine.id, accepted = true, plans = ids }
       best = best or plans[1]
     else
       report[#report + 1] = { engine = engine.id, accepted = false, reason = reason or "declined" }
     end
+  end
+  if chosen then
+    report[#report + 1] = { engine = "KILN_PLAN", accepted = true, plans = { chosen.id } }
+    return chosen, report
   end
   return best, report
 end
