@@ -2,14 +2,14 @@
 // FlashAttention-2 over mma.sync m16n8k16 (fp32 accumulation), ldmatrix and cp.async.
 // Persistent, 384 threads: tiles of BM = 128 query rows of one (batch, q head) in the order
 // tile_of gives, a CTA taking tiles blockIdx.x, blockIdx.x + gridDim.x, ... Warps 0-7 own 16
-// rows each (S, the online softmax, O in registers); all 12 warps copy, with cp.async, the
-// tile's Q (one buffer) and its key blocks of KB keys into a ring of STAGES stages of K and V.
-// Shared rows are padded by 16 bytes (ldmatrix's 8 rows fall in distinct banks). K and V of a
-// block are committed as separate groups: V of block u lands while S of u is computed, K of
-// u + STAGES while P V of u is, each refilling a stage every warp has passed a barrier after.
-// P goes from the S accumulators straight into A fragments (the layouts coincide); V is read
-// with ldmatrix.trans. Rows and keys past seq_len (or the tensor) are zero-filled, so padding
-// never reaches the products.
+// rows each: S = Q K^T, the online softmax and O in registers, P passed from the S accumulators
+// straight into A fragments (the layouts coincide), V read with ldmatrix.trans. Warps 8-11
+// copy with cp.async the tile's Q (one buffer) and its blocks of KB keys into a ring of STAGES
+// stages of K and V, zero-filling rows past seq_len (padding never reaches the products).
+// K and V of a block are separate groups, and the CTA meets twice a block: at A (K of u has
+// landed; V of u + STAGES - 1 is then copied) and B (V of u has landed; K of u + STAGES is
+// then copied), so V's copy runs under S and K's under P V. Rows are padded by 16 bytes
+// (ldmatrix's 8 rows fall in distinct banks); Q stays in registers up to D = 128.
 
 // Rows [r0, r0 + ROWS) of a (batch, head) slice (COLS elements, row stride ss) into shared
 // rows PITCH bytes apart, by 128 threads; rows at or past `valid` are zero-filled unread.
@@ -34,8 +34,8 @@ ${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BM = ${BM}, BN = ${BN}, STAGES = ${STAGES}, D = ${D}, DV = ${DV};
 ${setup}
-  // keys a stage holds: 32 where O (DV / 2 registers) leaves no room for 64 keys of S
-  // (engine.lua's mma_smem counts the same)
+  // keys a stage holds: 32 where O (DV / 2 registers) leaves no room for S of 64 (engine.lua's
+  // mma_smem counts the same)
   constexpr int KB = DV > 128 ? 32 : BN;
   constexpr bool Q_REGS = D <= 128;  // Q's A fragments stay in registers, else ldmatrix per k-step
   constexpr int QP = (D + 8) * 2, VP = (DV + 8) * 2;  // shared row pitches in bytes
@@ -45,6 +45,8 @@ ${setup}
   extern __shared__ __align__(16) kiln_u8 kiln_smem[];
   const kiln_u32 sq = kiln_smem_u32(kiln_smem), sk = sq + Q_BYTES, sv = sk + STAGES * K_BYTES;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  // the CTA barrier, reached by the copying and the mma warps from different code (not .aligned)
+  auto cta_sync = []() { asm volatile("barrier.sync 0, 384;" ::: "memory"); };
   kiln_u32 it = 0;  // key blocks the CTA has visited: block u of a tile sits in stage (it + u) % STAGES
 #pragma unroll 1
   for (kiln_i64 tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -81,10 +83,10 @@ ${setup}
 #pragma unroll 1
         for (int u = 0; u < n; u++) {
           kiln_cp_async_wait<2 * (STAGES - 1)>();
-          __syncthreads();  // A: K of block u (and Q) landed; V of block u - 1 is no longer read
+          cta_sync();  // A: K of block u (and Q) landed; V of block u - 1 is no longer read
           load_v(u + STAGES - 1);
           kiln_cp_async_wait<2 * (STAGES - 1)>();
-          __syncthreads();  // B: V of block u landed; K of block u and Q are no longer read
+          cta_sync();  // B: V of block u landed; K of block u and Q are no longer read
           load_k(u + STAGES);
         }
       }
@@ -109,7 +111,7 @@ ${setup}
 #pragma unroll 1
         for (int u = 0; u < n; u++) {
           const kiln_u32 stage = (it + u) % STAGES;
-          __syncthreads();  // A
+          cta_sync();  // A
           if constexpr (Q_REGS) {
             if (u == 0) {
 #pragma unroll
@@ -190,7 +192,7 @@ ${setup}
             p[kk][2] = ${PACK}(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             p[kk][3] = ${PACK}(s[2 * kk + 1][2], s[2 * kk + 1][3]);
           }
-          __syncthreads();  // B
+          cta_sync();  // B
           // O += P V
 #pragma unroll
           for (int kk = 0; kk < KB / 16; kk++)

@@ -192,6 +192,7 @@ ${setup}
           turn_wait();
           kiln_mbar_wait(full_k(cur), ((it + jj) / STAGES) & 1);
           qk(cur);
+          rescale(corr);  // O to the previous block's max, while the tensor cores run S
           kiln_mbar_wait(full_v(prev), ((it + jj - 1) / STAGES) & 1);
           pv(prev);
           turn_pass();
@@ -204,12 +205,12 @@ ${setup}
           kiln_reg_fence(o);
           kiln_reg_fence(p);
           release(empty_v(prev));
-          rescale(corr);
           to_p();
         }
         // the last block's P V
         const kiln_u32 last = (it + n - 1) % STAGES;
         turn_wait();
+        rescale(corr);
         kiln_mbar_wait(full_v(last), ((it + n - 1) / STAGES) & 1);
         pv(last);
         turn_pass();

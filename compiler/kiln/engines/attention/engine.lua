@@ -30,9 +30,9 @@ assert(2 * E.REG_CONSUMER + E.REG_PRODUCER <= 3 * 168, "kiln.engines.attention: 
 -- sm90 key/value tiles by head dim, best first: { bn = keys a block, stages = ring depth }.
 -- FlashAttention-3's sizes where the ring of two fits (d256: 80 keys, shared memory bound).
 E.SM90_TILES = {
-  [64] = { { bn = 128, stages = 3 }, { bn = 192, stages = 2 } },
+  [64] = { { bn = 128, stages = 3 }, { bn = 192, stages = 2 }, { bn = 192, stages = 4 } },
   [96] = { { bn = 128, stages = 2 } },
-  [128] = { { bn = 128, stages = 2 }, { bn = 176, stages = 2 } },
+  [128] = { { bn = 128, stages = 2 }, { bn = 128, stages = 3 }, { bn = 176, stages = 2 } },
   [192] = { { bn = 112, stages = 2 }, { bn = 96, stages = 2 } },
   [256] = { { bn = 80, stages = 2 }, { bn = 64, stages = 2 } },
 }
@@ -49,10 +49,13 @@ function E.sm90_smem(P, bn, stages)
   return E.BM * 128 * boxes(P.D) + stages * bn * 128 * (boxes(P.D) + boxes(P.Dv)) + 8 * (2 + 4 * stages) + 1024
 end
 
--- Dynamic shared memory of the mma kernel: Q and the K and V stages in rows padded by 16 bytes.
+-- Dynamic shared memory of the mma kernel: Q and the K and V stages in rows padded by 16 bytes;
+-- a stage holds 32 keys where Dv > 128 (O's registers leave no room for S of 64: the template's
+-- KB), else MMA_BN.
 function E.mma_smem(P, stages)
   local row_q, row_v = (P.D + 8) * 2, (P.Dv + 8) * 2
-  return E.BM * row_q + stages * E.MMA_BN * (row_q + row_v)
+  local keys = P.Dv > 128 and 32 or E.MMA_BN
+  return E.BM * row_q + stages * keys * (row_q + row_v)
 end
 
 local function mma_stages(P)

@@ -14,6 +14,9 @@ local render = require "kiln.render"
 
 local M = {}
 
+-- The largest band bound or shift the masks take as given (larger ones act as it).
+M.BAND_MAX = 1 << 28
+
 local cdim = pw.cdim
 local LOG2E = 1.4426950408889634
 
@@ -76,12 +79,10 @@ local function scale_lines(K, P, L)
   end
 end
 
--- A per-batch length: the seq_len tensor's entry clamped to [0, S], or S.
+-- A per-batch length as given (the seq_len tensor's entry), or S.
 local function length_expr(K, t, S)
   if not t then return S end
-  local p = K:ptr(t.uid)
-  local v = string.format("(kiln_i64)%s[(kiln_i64)b * %s]", p, cdim(t.strides[1]))
-  return string.format("(int)(%s < 0 ? 0 : %s > %s ? %s : %s)", v, v, S, S, v)
+  return string.format("(kiln_i64)%s[(kiln_i64)b * %s]", K:ptr(t.uid), cdim(t.strides[1]))
 end
 
 function M.setup(K, P)
@@ -105,15 +106,21 @@ function M.setup(K, P)
   L[#L + 1] = "    const kiln_i64 bh = t % (B * HQ);"
   L[#L + 1] = "    b = (int)(bh / HQ); hq = (int)(bh % HQ); m0 = (int)((n_m - 1 - t / (B * HQ)) * BM);"
   L[#L + 1] = "  };"
+  L[#L + 1] = string.format("  constexpr kiln_i64 BAND_MAX = %d;", M.BAND_MAX)
   L[#L + 1] = "  auto lengths = [&](int b, int &lq, int &lk, int &delta) {"
-  L[#L + 1] = string.format("    lq = %s;", length_expr(K, P.seq_len_q, "(int)SQ"))
-  L[#L + 1] = string.format("    lk = %s;", length_expr(K, P.seq_len_kv, "(int)SKV"))
-  L[#L + 1] = string.format("    delta = %s;  // the band's shift (bottom-right alignment)", P.band.bottom_right and "lk - lq" or "0")
+  L[#L + 1] = string.format("    const kiln_i64 rq = %s, rk = %s;", length_expr(K, P.seq_len_q, "SQ"), length_expr(K, P.seq_len_kv, "SKV"))
+  L[#L + 1] = "    // lengths past the tensors are read no further than the tensors; the shift is the lengths' own"
+  L[#L + 1] = "    lq = (int)(rq < 0 ? 0 : rq > SQ ? SQ : rq);"
+  L[#L + 1] = "    lk = (int)(rk < 0 ? 0 : rk > SKV ? SKV : rk);"
+  L[#L + 1] = string.format("    delta = %s;  // the band's shift (bottom-right alignment)",
+    P.band.bottom_right and "(int)(rk - rq > BAND_MAX ? BAND_MAX : rk - rq < -BAND_MAX ? -BAND_MAX : rk - rq)" or "0")
   L[#L + 1] = "    (void)b;"
   L[#L + 1] = "  };"
   local R, W = P.band.right, P.band.left
   L[#L + 1] = string.format("  constexpr bool HAS_RIGHT = %s, HAS_LEFT = %s;", R and "true" or "false", W and "true" or "false")
-  L[#L + 1] = string.format("  constexpr int RIGHT = %d, LEFT = %d;  // keys col <= row + delta + RIGHT, col > row + delta - LEFT", R or 0, W or 0)
+  -- bounds and shifts past 2^28 act as 2^28 (sequences are shorter): sums stay within an int
+  L[#L + 1] = string.format("  constexpr int RIGHT = %d, LEFT = %d;  // keys col <= row + delta + RIGHT, col > row + delta - LEFT",
+    math.min(R or 0, M.BAND_MAX), math.min(W or 0, M.BAND_MAX))
   L[#L + 1] = [[
   // the key blocks [jlo, jhi) of bn keys that rows [m0, m0 + BM) see
   auto kv_blocks = [&](int m0, int lq, int lk, int delta, int bn, int &jlo, int &jhi) {
