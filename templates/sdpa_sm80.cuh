@@ -34,9 +34,7 @@ ${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BM = ${BM}, BN = ${BN}, STAGES = ${STAGES}, D = ${D}, DV = ${DV};
 ${setup}
-  // keys a stage holds: 32 where O (DV / 2 registers) leaves no room for S of 64 (engine.lua's
-  // mma_smem counts the same)
-  constexpr int KB = DV > 128 ? 32 : BN;
+  constexpr int KB = BN;  // keys a stage holds (the engine's mma_keys)
   constexpr bool Q_REGS = D <= 128;  // Q's A fragments stay in registers, else ldmatrix per k-step
   constexpr int QP = (D + 8) * 2, VP = (DV + 8) * 2;  // shared row pitches in bytes
   constexpr kiln_u32 Q_BYTES = BM * QP, K_BYTES = KB * QP, V_BYTES = KB * VP;

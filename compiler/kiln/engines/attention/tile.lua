@@ -14,6 +14,8 @@ local render = require "kiln.render"
 
 local M = {}
 
+-- The bytes of K and V a group of tiles keeps in L2 (an H100's L2 is 50 MB in two halves).
+M.L2_BYTES = 24 << 20
 -- The largest band bound or shift the masks take as given (larger ones act as it).
 M.BAND_MAX = 1 << 28
 
@@ -99,14 +101,19 @@ function M.setup(K, P)
   L[#L + 1] = "  (void)gq; (void)gk; (void)gv; (void)q_sb; (void)q_sh; (void)q_ss; (void)k_sb; (void)k_sh; (void)k_ss;"
   L[#L + 1] = "  (void)v_sb; (void)v_sh; (void)v_ss; (void)SKV;"
   scale_lines(K, P, L)
-  -- tiles: the m blocks of every (batch, head) from the last (the longest under a causal mask)
-  -- down, heads fastest (a GQA group's heads share their K and V in L2)
-  L[#L + 1] = "  const kiln_i64 n_m = (SQ + BM - 1) / BM, n_tiles = B * HQ * n_m;"
+  -- tiles: (batch, head) pairs in groups whose K and V fit in L2_BYTES (a GQA group's q heads
+  -- count once), and in a group the m blocks from the last (the longest under a causal mask)
+  -- down, heads fastest: every key block a wave reads is read again from L2
+  L[#L + 1] = string.format("  constexpr kiln_i64 L2_BYTES = %d;", M.L2_BYTES)
+  L[#L + 1] = "  const kiln_i64 n_m = (SQ + BM - 1) / BM, n_bh = B * HQ, n_tiles = n_bh * n_m;"
+  L[#L + 1] = "  const kiln_i64 kv_head = SKV * (D + DV) * 2 + 1;"
+  L[#L + 1] = "  const kiln_i64 grp = L2_BYTES / kv_head > 0 ? L2_BYTES / kv_head * (HQ / HK) : 1;"
   L[#L + 1] = "  auto tile_of = [&](kiln_i64 t, int &b, int &hq, int &m0) {"
-  L[#L + 1] = "    const kiln_i64 bh = t % (B * HQ);"
-  L[#L + 1] = "    b = (int)(bh / HQ); hq = (int)(bh % HQ); m0 = (int)((n_m - 1 - t / (B * HQ)) * BM);"
+  L[#L + 1] = "    const kiln_i64 first = t / (grp * n_m) * grp, size = n_bh - first < grp ? n_bh - first : grp;"
+  L[#L + 1] = "    const kiln_i64 r = t - first * n_m, bh = first + r % size;"
+  L[#L + 1] = "    b = (int)(bh / HQ); hq = (int)(bh % HQ); m0 = (int)((n_m - 1 - r / size) * BM);"
   L[#L + 1] = "  };"
-  L[#L + 1] = string.format("  constexpr kiln_i64 BAND_MAX = %d;", M.BAND_MAX)
+  if P.band.bottom_right then L[#L + 1] = string.format("  constexpr kiln_i64 BAND_MAX = %d;", M.BAND_MAX) end
   L[#L + 1] = "  auto lengths = [&](int b, int &lq, int &lk, int &delta) {"
   L[#L + 1] = string.format("    const kiln_i64 rq = %s, rk = %s;", length_expr(K, P.seq_len_q, "SQ"), length_expr(K, P.seq_len_kv, "SKV"))
   L[#L + 1] = "    // lengths past the tensors are read no further than the tensors; the shift is the lengths' own"
