@@ -52,7 +52,7 @@ function M.of(group, g)
   if not a or group.family ~= "sdpa" then
     return fail("group is a %s op (%s), not attention", group.family, (group.anchor or group.nodes[1]).op)
   end
-  if a.op ~= "sdpa" then return fail("%s has no kernel yet (the forward sdpa has)", a.op) end
+  if a.op ~= "sdpa" then return fail("%s has no kiln kernel yet (the forward sdpa has)", a.op) end
   if #group.nodes ~= 1 then return fail("ops fused around sdpa are not taken yet (%d nodes in the group)", #group.nodes) end
   local ins, at = a.inputs, a.attrs
   for _, p in ipairs(UNTAKEN_PORTS) do
