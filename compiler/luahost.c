@@ -78,12 +78,19 @@ int kiln_host_raise(lua_State *L, const char *code, const char *fmt, ...) {
 }
 
 static void budget_hook(lua_State *L, lua_Debug *ar) {
-  (void)ar;
   host_state *hs = get_state(L);
   if (!hs->budget_on) return;
+  if (hs->exhausted) {
+    /* spent: every instruction of spec code (chunks "@path") raises again, so a pcall in a
+       loop cannot swallow the error; kiln's own code runs on to switch the budget off */
+    if (lua_getinfo(L, "S", ar) && ar->source[0] == '@')
+      kiln_host_raise(L, "E_LIMIT", "spec exceeded its instruction budget (KILN_SPEC_MAX_INSTR); infinite loop?");
+    return;
+  }
   hs->instr_left -= HOOK_EVERY;
   if (hs->instr_left < 0) {
     hs->exhausted = 1;
+    lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
     kiln_host_raise(L, "E_LIMIT", "spec exceeded its instruction budget (KILN_SPEC_MAX_INSTR); infinite loop?");
   }
 }

@@ -1,11 +1,11 @@
 // kiln attention engine, portable path (sm_80 and later): ${what}.
 // FlashAttention-2 over mma.sync m16n8k16 (fp32 accumulation), ldmatrix and cp.async.
 // Persistent, 384 threads: tiles of BM = 128 query rows of one (batch, q head) in the order
-// tile_of gives, a CTA taking tiles blockIdx.x, blockIdx.x + gridDim.x, ... Warps 0-7 own 16
-// rows each: S = Q K^T, the online softmax and O in registers, P passed from the S accumulators
-// straight into A fragments (the layouts coincide), V read with ldmatrix.trans. Warps 8-11
-// copy with cp.async the tile's Q (one buffer) and its blocks of KB keys into a ring of STAGES
-// stages of K and V, zero-filling rows past seq_len (padding never reaches the products).
+// tile_of gives, a CTA taking one a wave (wave_tile). Warps 0-7 own 16 rows each: S = Q K^T,
+// the online softmax and O in registers, P passed from the S accumulators straight into A
+// fragments (the layouts coincide), V read with ldmatrix.trans. Warps 8-11 copy with cp.async
+// the tile's Q (one buffer) and its blocks of KB keys into a ring of STAGES stages of K and V,
+// zero-filling rows past seq_len (padding never reaches the products).
 // K and V of a block are separate groups, and the CTA meets twice a block: at A (K of u has
 // landed; V of u + STAGES - 1 is then copied) and B (V of u has landed; K of u + STAGES is
 // then copied), so V's copy runs under S and K's under P V. Rows are padded by 16 bytes
@@ -47,7 +47,9 @@ ${setup}
   auto cta_sync = []() { asm volatile("barrier.sync 0, 384;" ::: "memory"); };
   kiln_u32 it = 0;  // key blocks the CTA has visited: block u of a tile sits in stage (it + u) % STAGES
 #pragma unroll 1
-  for (kiln_i64 tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+  for (kiln_i64 w = 0; w < n_waves; w++) {
+    const kiln_i64 tile = wave_tile(w);
+    if (tile >= n_tiles) continue;
     int b, hq, m0, lq, lk, delta, jlo, jhi;
     tile_of(tile, b, hq, m0);
     lengths(b, lq, lk, delta);

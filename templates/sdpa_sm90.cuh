@@ -1,6 +1,6 @@
 // kiln attention engine, sm_90a: ${what}.
 // Persistent and warp-specialized, 384 threads: tiles of BM = 128 query rows of one (batch,
-// q head) in the order tile_of gives, a CTA taking tiles blockIdx.x, blockIdx.x + gridDim.x, ...
+// q head) in the order tile_of gives, a CTA taking one a wave (wave_tile).
 // Warpgroup 0 (${REG_PRODUCER} registers): one thread copies with TMA each tile's Q (BM rows, one
 // buffer) and its key blocks' K and V (BN rows each) into a ring of STAGES stages; boxes of
 // 64 elements (128 bytes, 128-byte swizzle), so a row of D elements is D/64 boxes BN * 128
@@ -52,7 +52,9 @@ ${setup}
       kiln_tma_prefetch(&${TM_V});
       kiln_u32 it = 0, tq = 0;  // key blocks and tiles issued
 #pragma unroll 1
-      for (kiln_i64 tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+      for (kiln_i64 w = 0; w < n_waves; w++) {
+        const kiln_i64 tile = wave_tile(w);
+        if (tile >= n_tiles) continue;
         int b, hq, m0, lq, lk, delta, jlo, jhi;
         tile_of(tile, b, hq, m0);
         lengths(b, lq, lk, delta);
@@ -88,7 +90,7 @@ ${setup}
     float s[BN / 2];       // S of one block: accumulator i of n8 block nb at row r0 + 8 ((i >> 1) & 1), col 8 nb + 2 (lane % 4) + (i & 1)
     kiln_u32 p[BN / 4];    // P as the A fragments of BN / 16 k-steps
     float o[DV / 2];       // O, the accumulator layout over DV columns
-    float m[2], l[2];      // the running max (score units) and sum of the thread's two rows
+    float m[2] = { NEG_INF, NEG_INF }, l[2] = { 0.0f, 0.0f };  // running max (score units), row sums
     kiln_u32 it = 0, tq = 0;
     int steps = 0;         // turns taken on the tensor cores (PINGPONG)
     auto turn_wait = [&]() {
@@ -121,12 +123,14 @@ ${setup}
     // the softmax of block j on s: mask, new max, the rescale factor of what came before (corr),
     // s <- exp2(x sl2 - m sl2) and its row sums added to l after the rescale
     const int r0 = h * 64 + warp * 16 + (lane >> 2), c0 = 2 * (lane & 3);
-    auto softmax = [&](int m0, int j, int lk, int delta, float (&corr)[2]) {
+    // (masked: a constant at every call, so that a block without the mask has no branch between
+    // the waits, across which ptxas would wait for the in-flight P V)
+    auto softmax = [&](int m0, int j, int lk, int delta, float (&corr)[2], bool masked) {
       if (SCORE_FN) {
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) s[i] = score(s[i]);
       }
-      if (needs_mask(m0, j * BN, BN, lk, delta)) {
+      if (masked) {
 #pragma unroll
         for (int i = 0; i < BN / 2; i++)
           if (!keep(m0 + r0 + 8 * ((i >> 1) & 1), j * BN + 8 * (i >> 2) + c0 + (i & 1), lk, delta)) s[i] = NEG_INF;
@@ -162,7 +166,9 @@ ${setup}
     };
     auto release = [&](kiln_u32 bar) { if (lane == 0) kiln_mbar_arrive(bar); };
 #pragma unroll 1
-    for (kiln_i64 tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    for (kiln_i64 w = 0; w < n_waves; w++) {
+      const kiln_i64 tile = wave_tile(w);
+      if (tile >= n_tiles) continue;
       int b, hq, m0, lq, lk, delta, jlo, jhi;
       tile_of(tile, b, hq, m0);
       lengths(b, lq, lk, delta);
@@ -184,14 +190,19 @@ ${setup}
         kiln_reg_fence(s);
         release(empty_k(it % STAGES));
         if (n == 1) release(empty_q);
-        softmax(m0, jlo, lk, delta, corr);
+        softmax(m0, jlo, lk, delta, corr, true);
         to_p();
-#pragma unroll 1
-        for (int jj = 1; jj < n; jj++) {
+        // blocks jlo + jj: a masked prefix (a left bound), unmasked ones, a masked suffix (the
+        // right bound, the keys' end); each run is its own loop
+        int lo_end = jlo + 1, hi_start = jhi;
+        while (lo_end < jhi && needs_mask(m0, lo_end * BN, BN, lk, delta)) lo_end++;
+        while (hi_start > lo_end && needs_mask(m0, (hi_start - 1) * BN, BN, lk, delta)) hi_start--;
+        auto step = [&](int jj, bool masked) {
           const kiln_u32 cur = (it + jj) % STAGES, prev = (it + jj - 1) % STAGES;
           turn_wait();
           kiln_mbar_wait(full_k(cur), ((it + jj) / STAGES) & 1);
           qk(cur);
+          kiln_reg_fence(o);
           rescale(corr);  // O to the previous block's max, while the tensor cores run S
           kiln_mbar_wait(full_v(prev), ((it + jj - 1) / STAGES) & 1);
           pv(prev);
@@ -200,13 +211,22 @@ ${setup}
           kiln_reg_fence(s);
           release(empty_k(cur));
           if (jj == n - 1) release(empty_q);
-          softmax(m0, jlo + jj, lk, delta, corr);
+          softmax(m0, jlo + jj, lk, delta, corr, masked);
+          kiln_reg_fence(s);  // the exps before the wait below: they run under P V
+          kiln_reg_fence(l);
           kiln_wgmma_wait<0>();
           kiln_reg_fence(o);
           kiln_reg_fence(p);
           release(empty_v(prev));
           to_p();
-        }
+        };
+        int jj = 1;
+#pragma unroll 1
+        for (; jlo + jj < lo_end; jj++) step(jj, true);
+#pragma unroll 1
+        for (; jlo + jj < hi_start; jj++) step(jj, false);
+#pragma unroll 1
+        for (; jj < n; jj++) step(jj, true);
         // the last block's P V
         const kiln_u32 last = (it + n - 1) % STAGES;
         turn_wait();

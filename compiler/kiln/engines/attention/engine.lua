@@ -84,17 +84,18 @@ function E.propose(group, g, target)
   local plans = {}
   local stats = P.stats and ":lse" or ""
   if target.sm == 90 and target.arch_specific then
-    -- each tile with the warpgroups taking turns on the tensor cores (ping-pong) and without:
-    -- ping-pong first up to D = 128, where the exps are a larger share of a block's work
-    -- (H100, 2026-12-06: d128 1.04-1.07x, d256 0.92x)
-    local order = P.D <= 128 and { true, false } or { false, true }
-    for pass, pp in ipairs(order) do
+    -- each tile, ranked: alone on the tensor cores, taking turns with the other warpgroup
+    -- (ping-pong), and alone with every (batch, head) in one group of the tile order (no L2
+    -- grouping). H100, 2026-12-06, against ping-pong: d128 1.02-1.05x, d256 1.07x, d64 level.
+    local variants = { { pp = false, group = true }, { pp = true, group = true }, { pp = false, group = false } }
+    for pass, v in ipairs(variants) do
       for i, t in ipairs(E.SM90_TILES[P.D]) do
         local smem = E.sm90_smem(P, t.bn, t.stages)
         if smem <= E.SMEM_MAX_SM90 then
           plans[#plans + 1] = {
-            id = string.format("attention:v%d:sm90:128x%d:s%d%s%s", E.version, t.bn, t.stages, pp and ":pp" or "", stats),
-            knobs = { path = "sm90", bn = t.bn, stages = t.stages, pingpong = pp },
+            id = string.format("attention:v%d:sm90:128x%d:s%d%s%s%s", E.version, t.bn, t.stages, v.pp and ":pp" or "",
+              v.group and "" or ":nogroup", stats),
+            knobs = { path = "sm90", bn = t.bn, stages = t.stages, pingpong = v.pp, group = v.group },
             rank = 100 - 10 * pass - i, P = P,
             launch = { block = { E.THREADS, 1, 1 }, grid = grid(P), smem = smem, cluster = { 1, 1, 1 } },
           }
@@ -177,7 +178,7 @@ function E.build(plan, group, g, target, symbol)
   src:need("common/cp_async.cuh")
   src:need("common/tma.cuh")
   -- parameters: the tensors (inputs by uid, then outputs), the tensor maps, scalars, dims
-  local setup = tile.setup(K, P)
+  local setup = tile.setup(K, P, knobs.group ~= false)
   local maps = tmaps(K, P, knobs.path == "sm90" and knobs.bn or (E.SM90_TILES[P.D][1].bn))
   local what = string.format("%s %s, q [%s], k/v heads %d/%d, D %d, Dv %d%s", P.node.name, P.dtype,
     table.concat((function() local d = {} for i, x in ipairs(P.q.dims) do d[i] = tostring(x) end return d end)(), ", "),

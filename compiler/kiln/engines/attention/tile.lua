@@ -5,7 +5,7 @@
 -- row (Stats, Max, Sum_exp, the sink, O's factor) and O's stores. Names it defines:
 --   B SQ SKV (kiln_i64), HQ HK HV (constexpr int), gq gk gv go (element pointers),
 --   {q,k,v,o}_{sb,sh,ss} (element strides of batch, head, sequence), sl2 (float),
---   n_tiles, tile_of(t, b, hq, m0), lengths(b, lq, lk, delta), kv_blocks(m0, lq, lk, delta,
+--   n_tiles, n_waves, wave_tile(w) (this CTA's tile of wave w; >= n_tiles: none), tile_of(t, b, hq, m0), lengths(b, lq, lk, delta), kv_blocks(m0, lq, lk, delta,
 --   bn, jlo, jhi), needs_mask(m0, j0, bn, lk, delta), keep(row, col, lk, delta),
 --   SCORE_FN and score(x), row_end(b, hq, row, m, l, dead) -> O's factor, store_o(b, hq, row,
 --   col, v0, v1).
@@ -87,7 +87,8 @@ local function length_expr(K, t, S)
   return string.format("(kiln_i64)%s[(kiln_i64)b * %s]", K:ptr(t.uid), cdim(t.strides[1]))
 end
 
-function M.setup(K, P)
+-- group: tiles in groups of heads whose K and V fit in L2 (else one group of every head)
+function M.setup(K, P, group)
   local L = {}
   local esz = "kiln_u16"
   local q, k, v, o = K:ptr(P.q.uid), K:ptr(P.k.uid), K:ptr(P.v.uid), K:ptr(P.o.uid, true)
@@ -104,16 +105,22 @@ function M.setup(K, P)
   -- tiles: (batch, head) pairs in groups whose K and V fit in L2_BYTES (a GQA group's q heads
   -- count once), and in a group the m blocks from the last (the longest under a causal mask)
   -- down, heads fastest: every key block a wave reads is read again from L2
-  L[#L + 1] = string.format("  constexpr kiln_i64 L2_BYTES = %d;", M.L2_BYTES)
+  L[#L + 1] = string.format("  constexpr kiln_i64 L2_BYTES = %d;  // 0: one group", group and M.L2_BYTES or 0)
   L[#L + 1] = "  const kiln_i64 n_m = (SQ + BM - 1) / BM, n_bh = B * HQ, n_tiles = n_bh * n_m;"
   L[#L + 1] = "  const kiln_i64 kv_head = SKV * (D + DV) * 2 + 1;"
-  L[#L + 1] = "  const kiln_i64 grp = L2_BYTES / kv_head > 0 ? L2_BYTES / kv_head * (HQ / HK) : 1;"
+  L[#L + 1] = "  const kiln_i64 grp = L2_BYTES == 0 ? n_bh : L2_BYTES / kv_head > 0 ? L2_BYTES / kv_head * (HQ / HK) : 1;"
   L[#L + 1] = "  auto tile_of = [&](kiln_i64 t, int &b, int &hq, int &m0) {"
   L[#L + 1] = "    const kiln_i64 first = t / (grp * n_m) * grp, size = n_bh - first < grp ? n_bh - first : grp;"
   L[#L + 1] = "    const kiln_i64 r = t - first * n_m, bh = first + r % size;"
   L[#L + 1] = "    b = (int)(bh / HQ); hq = (int)(bh % HQ); m0 = (int)((n_m - 1 - r / size) * BM);"
   L[#L + 1] = "  };"
   if P.band.bottom_right then L[#L + 1] = string.format("  constexpr kiln_i64 BAND_MAX = %d;", M.BAND_MAX) end
+  L[#L + 1] = "  // the CTA's tile of wave w: waves of gridDim.x tiles, every other one dealt in reverse, so a"
+  L[#L + 1] = "  // CTA dealt a wave's longest tile is dealt the next one's shortest; n_tiles or past: none"
+  L[#L + 1] = "  const kiln_i64 n_waves = (n_tiles + gridDim.x - 1) / gridDim.x;"
+  L[#L + 1] = "  auto wave_tile = [&](kiln_i64 w) -> kiln_i64 {"
+  L[#L + 1] = "    return w * gridDim.x + ((w & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);"
+  L[#L + 1] = "  };"
   L[#L + 1] = "  auto lengths = [&](int b, int &lq, int &lk, int &delta) {"
   L[#L + 1] = string.format("    const kiln_i64 rq = %s, rk = %s;", length_expr(K, P.seq_len_q, "SQ"), length_expr(K, P.seq_len_kv, "SKV"))
   L[#L + 1] = "    // lengths past the tensors are read no further than the tensors; the shift is the lengths' own"
