@@ -28,6 +28,9 @@ CASES = [
     ("sdpa_causal", 1, 16, 16, 16384, 128, True),
     ("sdpa_gqa_causal", 1, 64, 8, 8192, 128, True),
     ("sdpa_full", 4, 16, 16, 4096, 256, False),
+    ("sdpa_gqa32_causal", 4, 32, 8, 2048, 128, True),
+    ("sdpa_gqa32_causal", 16, 32, 8, 512, 128, True),
+    ("sdpa_full", 32, 16, 16, 1024, 64, False),
 ]
 
 
