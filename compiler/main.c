@@ -9,14 +9,24 @@
 #include "primitives.h"
 #include "run.h"
 
+static int error_text(lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
 static int report(lua_State *L) {
   if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, "code");
+    lua_pushliteral(L, "code");
+    lua_rawget(L, -2);
     const char *code = lua_tostring(L, -1);
     int usage = code && strcmp(code, "E_USAGE") == 0;
     lua_pop(L, 1);
-    /* the error table's __tostring gives "FILE:LINE: CODE: message" */
-    fprintf(stderr, "kiln: error: %s\n", luaL_tolstring(L, -1, NULL));
+    /* the error table's __tostring gives "FILE:LINE: CODE: message"; protected, as a
+       metamethod may raise */
+    lua_pushcfunction(L, error_text);
+    lua_insert(L, -2);
+    int ok = lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING;
+    fprintf(stderr, "kiln: error: %s\n", ok ? lua_tostring(L, -1) : "(the error could not be printed)");
     lua_pop(L, 1);
     if (usage) fprintf(stderr, "kiln: run 'kiln --help' for usage\n");
     return usage ? 2 : 1;

@@ -14,7 +14,14 @@ local MAX_MEM = tonumber(c.getenv("KILN_SPEC_MAX_MEM") or "") or 256 * 1024 * 10
 
 -- Globals a spec may not touch: each access is a typed sandbox error.
 local FORBIDDEN = { io = true, os = true, debug = true, package = true, load = true, loadfile = true,
-                    dofile = true, collectgarbage = true, loadstring = true, rawset = false }
+                    dofile = true, collectgarbage = true, loadstring = true, coroutine = true, _G = true }
+
+local MAX_STRING = 64 * 1024   -- longest string a spec may hand to the compiler
+local MAX_DEPTH = 16           -- deepest table nesting a spec may hand to the compiler
+local MAX_ITEMS = 65536        -- most table entries one call may hand to the compiler
+local TENSOR_FIELDS = { name = true, uid = true, dtype = true, dims = true, strides = true, role = true, value = true }
+local GRAPH_FIELDS = { name = true, io_dtype = true, intermediate_dtype = true, compute_dtype = true, dims = true }
+local GRAPH_METHODS = { op = true, cast = true, constant = true }
 
 local function copy_lib(lib, drop)
   local t = {}
@@ -22,13 +29,194 @@ local function copy_lib(lib, drop)
   return t
 end
 
-local function sandbox_env()
+local function sandbox_error(fmt, ...) errors.raise("E_SANDBOX", fmt, ...) end
+
+-- A membrane per spec load: the spec sees only proxies and copies of compiler objects, and
+-- the compiler sees only plain copies of what the spec hands it, so neither can reach into
+-- the other's tables, metatables or closures.
+local function new_membrane()
+  local m = { real = setmetatable({}, { __mode = "k" }), proxy = setmetatable({}, { __mode = "k" }) }
+  m.dynamic = setmetatable({}, { __tostring = function() return "k.dynamic" end, __metatable = "kiln.dynamic",
+                                 __newindex = function() sandbox_error("k.dynamic is read-only") end })
+  m.real[m.dynamic] = dsl.dynamic
+  m.proxy[dsl.dynamic] = m.dynamic
+  return m
+end
+
+-- A compiler-bound copy of a spec value: raw reads only, so no spec metamethod runs later.
+local function to_host(m, v, depth, count, keep_fn)
+  local ty = type(v)
+  if ty == "string" then
+    if #v > MAX_STRING then errors.raise("E_LIMIT", "a string of %d bytes is too long for the compiler (max %d)", #v, MAX_STRING) end
+    return v
+  end
+  if ty == "number" or ty == "boolean" or ty == "nil" then return v end
+  if ty == "function" and keep_fn then return v end
+  if ty ~= "table" then sandbox_error("a %s value cannot be handed to the compiler", ty) end
+  if m.real[v] ~= nil then return m.real[v] end
+  if depth > MAX_DEPTH then errors.raise("E_LIMIT", "tables nested deeper than %d (or cyclic) cannot be handed to the compiler", MAX_DEPTH) end
+  local out = {}
+  for k, x in next, v do
+    count[1] = count[1] + 1
+    if count[1] > MAX_ITEMS then errors.raise("E_LIMIT", "more than %d table entries in one call to the compiler", MAX_ITEMS) end
+    local kt = type(k)
+    if kt ~= "string" and kt ~= "number" and kt ~= "boolean" then sandbox_error("a %s table key cannot be handed to the compiler", kt) end
+    out[to_host(m, k, depth + 1, count)] = to_host(m, x, depth + 1, count)
+  end
+  return out
+end
+
+local function host_args(m, ...)
+  local t, count = table.pack(...), { 0 }
+  for i = 1, t.n do t[i] = to_host(m, t[i], 1, count) end
+  return t
+end
+
+local to_spec
+
+-- A read-only proxy for a compiler object: an empty table whose guarded metatable forwards.
+local function make_proxy(m, real, mt)
+  local p = setmetatable({}, mt)
+  m.real[p], m.proxy[real] = real, p
+  return p
+end
+
+-- Methods of the graph builder, as the spec calls them: g:add(x, y), g:cast(x, "bf16").
+local function graph_method(m, name)
+  return function(self, ...)
+    local g = m.real[self]
+    if type(g) ~= "table" or graph.is_tensor(g) then
+      errors.raise("E_SPEC", "call g:%s(...) with a colon, on the graph builder", tostring(name))
+    end
+    local args = host_args(m, ...)
+    return to_spec(m, g[name](g, table.unpack(args, 1, args.n)))
+  end
+end
+
+local function tensor_binop(m, fn)
+  return function(a, b)
+    local args = host_args(m, a, b)
+    return to_spec(m, fn(args[1], args[2]))
+  end
+end
+
+local function proxy_metatables(m)
+  local T = graph.Tensor
+  m.tensor_mt = {
+    __metatable = "kiln.tensor",
+    __index = function(p, key) return TENSOR_FIELDS[key] and to_spec(m, m.real[p][key]) or nil end,
+    __newindex = function() sandbox_error("tensors are read-only") end,
+    __tostring = function(p) return T.__tostring(m.real[p]) end,
+    __add = tensor_binop(m, T.__add), __sub = tensor_binop(m, T.__sub), __mul = tensor_binop(m, T.__mul),
+    __div = tensor_binop(m, T.__div), __pow = tensor_binop(m, T.__pow),
+    __lt = tensor_binop(m, T.__lt), __le = tensor_binop(m, T.__le), __eq = tensor_binop(m, graph.eq_error),
+    __unm = function(a) return to_spec(m, T.__unm(m.real[a])) end,
+  }
+  m.graph_mt = {
+    __metatable = "kiln.graph",
+    __index = function(p, key)
+      if GRAPH_FIELDS[key] then return to_spec(m, m.real[p][key]) end
+      if type(key) ~= "string" then return nil end
+      if GRAPH_METHODS[key] or graph.Graph[key] == nil then return graph_method(m, key) end
+      return function() errors.raise("E_UNKNOWN_OP", "unknown op '%s'", key) end
+    end,
+    __newindex = function() sandbox_error("the graph builder is read-only") end,
+    __tostring = function(p) return "graph " .. tostring(m.real[p].name) end,
+  }
+end
+
+-- What the spec gets for a compiler value: the same primitive, a proxy, or a fresh copy.
+function to_spec(m, v, ...)
+  if select("#", ...) > 0 then return to_spec(m, v), to_spec(m, ...) end
+  if type(v) ~= "table" then return v end
+  if m.proxy[v] then return m.proxy[v] end
+  if graph.is_tensor(v) then return make_proxy(m, v, m.tensor_mt) end
+  if rawequal(debug.getmetatable(v), graph.Graph) then return make_proxy(m, v, m.graph_mt) end
+  local out = {}
+  for k, x in next, v do
+    if type(x) ~= "function" then out[k] = to_spec(m, x) end
+  end
+  return out
+end
+
+-- A spec-safe copy of a caught kiln error (the real one carries the shared metatable).
+local function spec_error(m, e)
+  if type(e) ~= "table" or not rawequal(debug.getmetatable(e), errors.Error) then return e end
+  m.error_mt = m.error_mt or { __tostring = errors.Error.__tostring, __metatable = "kiln.error" }
+  return setmetatable({ code = rawget(e, "code"), msg = rawget(e, "msg"), file = rawget(e, "file"),
+                        line = rawget(e, "line") }, m.error_mt)
+end
+
+local function spec_pcall(m)
+  local function pass(ok, ...) if ok then return ok, ... end return ok, spec_error(m, (...)) end
+  return function(f, ...) return pass(pcall(f, ...)) end
+end
+
+-- The handler runs after the unwind, not as the message handler: a message handler runs
+-- with hooks off, out of reach of the budget.
+local function spec_xpcall(m)
+  return function(f, handler, ...)
+    local function pass(ok, ...)
+      if ok then return ok, ... end
+      local e = spec_error(m, (...))
+      if type(handler) ~= "function" then return false, e end
+      return false, select(2, pcall(handler, e))
+    end
+    return pass(pcall(f, ...))
+  end
+end
+
+-- k.graph for this load: the graph spec itself stays on the compiler's side of the membrane.
+local function spec_graph(m)
+  return function(name)
+    local make = dsl.graph(name)
+    return function(def)
+      if type(def) ~= "table" then errors.raise("E_SPEC", "k.graph '%s' needs a table { ... }", name) end
+      local copy = {}
+      for k, v in next, def do copy[to_host(m, k, 1, { 0 })] = to_host(m, v, 1, { 0 }, k == "body") end
+      local gs = make(copy)
+      local info = debug.getinfo(2, "Sl")
+      if info and info.source:sub(1, 1) == "@" then gs.file, gs.line = info.source:sub(2), info.currentline end
+      local handle = setmetatable({}, { __metatable = "kiln.graph_spec", __index = { name = name },
+                                        __newindex = function() sandbox_error("a graph spec is read-only") end })
+      m.specs[handle] = gs
+      return handle
+    end
+  end
+end
+
+local function spec_module(m)
+  local k = copy_lib(dsl, { GraphSpec = true })
+  k.dynamic, k.graph = m.dynamic, spec_graph(m)
+  return k
+end
+
+-- Raw access only to the spec's own tables: proxies and sentinels are the compiler's.
+local function guard_target(m, t, what)
+  if m.real[t] ~= nil or m.specs[t] ~= nil then sandbox_error("%s on a kiln object is not allowed", what) end
+end
+
+local function spec_setmetatable(m)
+  return function(t, mt)
+    guard_target(m, t, "setmetatable")
+    -- a finalizer would run later, outside the spec budget
+    if type(mt) == "table" and rawget(mt, "__gc") ~= nil then sandbox_error("__gc metamethods are not available to specs") end
+    return setmetatable(t, mt)
+  end
+end
+
+local function spec_rawset(m)
+  return function(t, k, v) guard_target(m, t, "rawset"); return rawset(t, k, v) end
+end
+
+local function sandbox_env(m)
+  local k = spec_module(m)
   local env = {
-    assert = assert, error = error, ipairs = ipairs, next = next, pairs = pairs, pcall = pcall,
-    select = select, tonumber = tonumber, tostring = tostring, type = type, xpcall = xpcall,
-    rawequal = rawequal, rawlen = rawlen, rawget = rawget, setmetatable = setmetatable,
-    getmetatable = getmetatable, _VERSION = _VERSION,
-    string = copy_lib(string, { dump = true }), table = copy_lib(table), math = copy_lib(math),
+    assert = assert, error = error, ipairs = ipairs, next = next, pairs = pairs, pcall = spec_pcall(m),
+    select = select, tonumber = tonumber, tostring = tostring, type = type, xpcall = spec_xpcall(m),
+    rawequal = rawequal, rawlen = rawlen, rawget = rawget, rawset = spec_rawset(m),
+    setmetatable = spec_setmetatable(m), getmetatable = getmetatable, _VERSION = _VERSION,
+    string = copy_lib(string, { dump = true }), table = copy_lib(table), math = copy_lib(math, { randomseed = true }),
     utf8 = copy_lib(utf8),
     print = function(...)  -- specs may print diagnostics; they go to stderr, never stdout
       local t = table.pack(...)
@@ -37,15 +225,33 @@ local function sandbox_env()
     end,
   }
   env.require = function(name)
-    if name == "kiln" then return dsl end
+    if name == "kiln" then return k end
     errors.raise("E_SANDBOX", "specs may only require \"kiln\" (not \"%s\")", tostring(name))
   end
   return setmetatable(env, {
-    __index = function(_, k)
-      if FORBIDDEN[k] then errors.raise("E_SANDBOX", "'%s' is not available to specs (sandbox)", tostring(k)) end
+    __index = function(_, key)
+      if FORBIDDEN[key] then errors.raise("E_SANDBOX", "'%s' is not available to specs (sandbox)", tostring(key)) end
       return nil
     end,
   })
+end
+
+-- A typed error built from raw fields only: whatever the spec threw, printing it runs no spec code.
+local function host_error(e)
+  if type(e) == "string" then
+    if #e > MAX_STRING then e = e:sub(1, MAX_STRING) .. "..." end
+    return errors.from_lua(e, "E_SPEC")
+  end
+  if type(e) ~= "table" then return errors.new("E_SPEC", "spec raised a " .. type(e) .. " value") end
+  local code, msg, file, line = rawget(e, "code"), rawget(e, "msg"), rawget(e, "file"), rawget(e, "line")
+  if type(code) ~= "string" or not code:match("^E_[%u_]+$") or #code > 64 then
+    return errors.new("E_SPEC", "spec raised a table value")
+  end
+  if type(msg) ~= "string" then msg = "(no message)" end
+  if #msg > MAX_STRING then msg = msg:sub(1, MAX_STRING) .. "..." end
+  if type(file) ~= "string" or #file > 4096 then file = nil end
+  if math.type(line) ~= "integer" then line = nil end
+  return errors.new(code, msg, file, line)
 end
 
 -- Runs fn under the spec budget; the budget stops whatever happens.
@@ -53,7 +259,7 @@ local function budgeted(fn, ...)
   c.budget(MAX_INSTR, MAX_MEM)
   local res = table.pack(pcall(fn, ...))
   c.budget(0)
-  if not res[1] then error(errors.from_lua(res[2], "E_SPEC"), 0) end
+  if not res[1] then error(host_error(res[2]), 0) end
   return table.unpack(res, 2, res.n)
 end
 
@@ -120,7 +326,7 @@ local function param_names(fn)
 end
 
 -- Builds one graph instance of a graph spec for one combination of dim values.
-local function instantiate(gs, dims, combo)
+local function instantiate(m, gs, dims, combo)
   local def = gs.def
   local where = function() return gs.file, gs.line end
   local io_dtype = dtypes.canonical(def.dtype or "fp32")
@@ -189,14 +395,20 @@ local function instantiate(gs, dims, combo)
     local strides
     if spec.strides then
       strides = {}
-      for j, s in ipairs(spec.strides) do strides[j] = type(s) == "string" and resolve_stride(name, s) or s end
+      for j, s in ipairs(spec.strides) do
+        if type(s) ~= "string" and math.type(s) ~= "integer" then
+          errors.raise_at(gs.file, gs.line, "E_SPEC", "graph '%s': input '%s' has a bad stride", gs.name, name)
+        end
+        strides[j] = type(s) == "string" and resolve_stride(name, s) or s
+      end
       if #strides ~= #d then
         errors.raise_at(gs.file, gs.line, "E_SHAPE", "graph '%s': input '%s' has %d dims but %d strides", gs.name, name, #d, #strides)
       end
     end
     args[i] = g:input(name, d, spec.dtype, { uid = spec.uid, strides = strides, role = spec.scalar and "scalar" or nil })
   end
-  local outs = def.body(g, table.unpack(args, 1, #order))
+  local outs = def.body(to_spec(m, g, table.unpack(args, 1, #order)))
+  outs = to_host(m, outs, 1, { 0 })
   if graph.is_tensor(outs) then outs = { y = outs } end
   if type(outs) ~= "table" then
     errors.raise_at(gs.file, gs.line, "E_SPEC", "graph '%s': body must return { name = tensor, ... }", gs.name)
@@ -210,7 +422,10 @@ function M.load(path, opts)
   opts = opts or {}
   local text, err = c.read_file(path)
   if not text then errors.raise_at(nil, nil, "E_IO", "cannot read spec: %s", err) end
-  local chunk, perr = load(text, "@" .. path, "t", sandbox_env())
+  local m = new_membrane()
+  m.specs = setmetatable({}, { __mode = "k" })
+  proxy_metatables(m)
+  local chunk, perr = load(text, "@" .. path, "t", sandbox_env(m))
   if not chunk then
     local e = errors.from_lua(perr, "E_SYNTAX")
     e.code = "E_SYNTAX"
@@ -227,12 +442,11 @@ function M.load(path, opts)
   local ok, result = pcall(budgeted, function()
     local res = chunk()
     local specs = {}
-    if getmetatable(res) == dsl.GraphSpec then specs = { res }
-    elseif type(res) == "table" and #res > 0 then
-      for _, s in ipairs(res) do
-        if getmetatable(s) ~= dsl.GraphSpec then
-          errors.raise_at(path, nil, "E_SPEC", "a spec returns k.graph(...) or a list of them")
-        end
+    if m.specs[res] then specs = { m.specs[res] }
+    elseif type(res) == "table" and rawlen(res) > 0 then
+      for i = 1, rawlen(res) do
+        local s = m.specs[rawget(res, i)]
+        if not s then errors.raise_at(path, nil, "E_SPEC", "a spec returns k.graph(...) or a list of them") end
         specs[#specs + 1] = s
       end
     else
@@ -245,9 +459,9 @@ function M.load(path, opts)
       if opts.graph == nil or opts.graph == gs.name then
         local dims = parse_dims(gs, opts.set, opts.keep_dynamic)
         for _, combo in ipairs(combinations(dims)) do
-          local ok, g = pcall(instantiate, gs, dims, combo)
+          local ok, g = pcall(instantiate, m, gs, dims, combo)
           if not ok then
-            local e = errors.from_lua(g, "E_SPEC")
+            local e = host_error(g)
             if not e.file then e.file, e.line = gs.file, gs.line end
             error(e, 0)
           end
