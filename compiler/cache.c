@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,10 +29,19 @@
 #define KEY_SCHEMA "kiln.cache.key/1"
 #define TEMP_PREFIX ".tmp."
 #define TEMP_STALE_S 3600 /* a writer that held a temp file this long has died */
+#define TEMP_DEAD_S 60    /* a temp file this old whose writer's pid is gone is garbage */
+#define SIZE_FILE "size"  /* ROOT/v1/size: the running total of entry bytes (cache.h) */
+#define SIZE_MAGIC "KILNSZ01"
+#define SIZE_BYTES 24
+#define COLLECT_TO(max) ((max) - (max) / 10) /* a collection frees down to 90% of the bound */
 
 struct kiln_cache {
   char root[PATH_MAX];
   unsigned long long maxsize;
+  kiln_cache_warn_fn warn;
+  void *warn_ctx;
+  atomic_int unwritable;  /* a write was refused: warned once, no more tries */
+  atomic_int lock_warned; /* a lock could not be taken: warned once */
 };
 
 /* ---- small helpers ---- */
@@ -38,6 +49,39 @@ struct kiln_cache {
 static const char *env_nonempty(const char *name) {
   const char *v = getenv(name);
   return v && *v ? v : NULL;
+}
+
+__attribute__((format(printf, 2, 3))) static void cache_warn(kiln_cache *c, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->warn)
+    c->warn(c->warn_ctx, msg);
+  else
+    (void)fprintf(stderr, "kiln: warning: %s\n", msg); /* nothing to do if stderr fails */
+}
+
+/* errno values by which a file system refuses writes: the cache is full or read-only. */
+static int write_refused(int err) {
+  return err == ENOSPC || err == EDQUOT || err == EROFS || err == EACCES || err == EPERM ||
+         err == EFBIG;
+}
+
+/* The cache could not store an entry (full, read-only, ...). A cache only saves time, so the
+ * build goes on compiling without it: one warning per handle, and no more writes tried.
+ * Returns 0, for kiln_cache_put and kiln_cache_lock to return. */
+__attribute__((format(printf, 2, 3))) static int store_refused(kiln_cache *c, const char *fmt, ...) {
+  char why[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  if (atomic_exchange(&c->unwritable, 1) == 0)
+    cache_warn(c, "cache %s cannot be written (%s); compiling without storing kernels in it",
+               c->root, why);
+  return 0;
 }
 
 static int write_all(int fd, const void *buf, size_t len) {
@@ -212,17 +256,28 @@ int kiln_cache_open(const char *root, kiln_cache **out, kiln_err *e) {
                         "K, M or G suffix (got '%s')", max);
 
   char v1[PATH_MAX];
-  if (snprintf(v1, sizeof v1, "%s/" CACHE_SUBDIR, dir) >= (int)sizeof v1 || kiln_mkdir_p(v1) != 0)
+  if (snprintf(v1, sizeof v1, "%s/" CACHE_SUBDIR, dir) >= (int)sizeof v1)
+    return kiln_err_set(e, "E_CACHE", "cache directory path too long");
+  /* A cache the file system will not let us create still opens: lookups miss, and the first
+   * write says why it cannot store (store_refused). */
+  if (kiln_mkdir_p(v1) != 0 && !write_refused(errno))
     return kiln_err_set(e, "E_CACHE", "creating cache directory %s: %s", v1, strerror(errno));
   kiln_cache *c = calloc(1, sizeof *c);
   if (!c) return kiln_err_set(e, "E_CACHE", "out of memory opening the cache");
   snprintf(c->root, sizeof c->root, "%s", dir);
   c->maxsize = maxsize;
+  atomic_init(&c->unwritable, 0);
+  atomic_init(&c->lock_warned, 0);
   *out = c;
   return 0;
 }
 
 void kiln_cache_close(kiln_cache *c) { free(c); }
+
+void kiln_cache_set_warn(kiln_cache *c, kiln_cache_warn_fn fn, void *ctx) {
+  c->warn = fn;
+  c->warn_ctx = ctx;
+}
 
 const char *kiln_cache_root(const kiln_cache *c) { return c->root; }
 
@@ -325,7 +380,7 @@ static int entry_load(const char *path, int with_payload, entry *en, char *probl
   if (!with_payload) en->buf[mlen] = '\0';
   rc = LOAD_OK;
 done:
-  close(fd);
+  (void)close(fd); /* read-only descriptor: nothing to flush */
   if (rc != LOAD_OK) {
     free(en->buf);
     en->buf = NULL;
@@ -333,11 +388,25 @@ done:
   return rc;
 }
 
-/* Removes path if it is still the file we read (a writer may have replaced it since). */
-static void remove_if_same(const char *path, const struct stat *seen) {
+/* Removes path if it is still the file we read (a writer may have replaced it since): 1
+ * removed, 0 not (gone, replaced, or the file system refused). */
+static int remove_if_same(const char *path, const struct stat *seen) {
   struct stat now;
-  if (lstat(path, &now) == 0 && now.st_dev == seen->st_dev && now.st_ino == seen->st_ino)
-    unlink(path);
+  if (lstat(path, &now) != 0 || now.st_dev != seen->st_dev || now.st_ino != seen->st_ino)
+    return 0;
+  return unlink(path) == 0;
+}
+
+static int size_adjust(kiln_cache *c, long long delta, int on_disk, const char *keep,
+                       kiln_err *e);
+
+/* A bad entry (torn, corrupt) found by a lookup: removed, said, and compiled again. */
+static void drop_bad(kiln_cache *c, const char *path, const entry *en, const char *problem) {
+  int removed = remove_if_same(path, &en->st);
+  cache_warn(c, "cache entry %s is bad (%s); %s, compiling it again", path, problem,
+             removed ? "removed it" : "could not remove it");
+  /* an overcount left by a failed adjust only brings the next collection forward */
+  if (removed) (void)size_adjust(c, -(long long)en->st.st_size, 1, NULL, NULL);
 }
 
 int kiln_cache_get(kiln_cache *c, const char *key, void **data, size_t *size, kiln_err *e) {
@@ -346,10 +415,13 @@ int kiln_cache_get(kiln_cache *c, const char *key, void **data, size_t *size, ki
   char path[PATH_MAX], problem[256];
   if (key_path(c, key, ".kc", path, sizeof path, e) != 0) return -1;
   entry en;
-  switch (entry_load(path, 1, &en, problem, sizeof problem, e)) {
+  kiln_err lerr;
+  switch (entry_load(path, 1, &en, problem, sizeof problem, &lerr)) {
     case LOAD_MISSING: return 0;
-    case LOAD_BAD: remove_if_same(path, &en.st); return 0;
-    case LOAD_ERROR: return -1;
+    case LOAD_BAD: drop_bad(c, path, &en, problem); return 0;
+    case LOAD_ERROR: /* an unreadable entry costs a compile, not the build */
+      cache_warn(c, "%s; compiling it instead", lerr.msg);
+      return 0;
     default: break;
   }
   void *out = malloc(en.payload_len ? en.payload_len : 1);
@@ -360,7 +432,7 @@ int kiln_cache_get(kiln_cache *c, const char *key, void **data, size_t *size, ki
   memcpy(out, en.buf + en.manifest_len, en.payload_len);
   free(en.buf);
   /* LRU clock. A read-only cache still serves hits, so a refused touch is not an error. */
-  utimensat(AT_FDCWD, path, NULL, 0);
+  (void)utimensat(AT_FDCWD, path, NULL, 0);
   *data = out;
   *size = en.payload_len;
   return 1;
@@ -401,7 +473,7 @@ static int fsync_dir(const char *dir) {
   if (fd < 0) return -1;
   int rc = fsync(fd);
   int err = errno;
-  close(fd);
+  (void)close(fd); /* read-only descriptor: nothing to flush */
   if (rc != 0 && err != EINVAL) { /* some file systems cannot sync a directory */
     errno = err;
     return -1;
@@ -409,18 +481,16 @@ static int fsync_dir(const char *dir) {
   return 0;
 }
 
-static int gc_keep(kiln_cache *c, unsigned long long maxsize, const char *keep,
-                   unsigned long long *freed, kiln_err *e);
+/* Removes a temp file we made. Nothing better to do on failure: its name marks it as ours,
+ * and gc and verify remove it once we are gone. */
+static void temp_remove(const char *tmp) { (void)unlink(tmp); }
 
 int kiln_cache_put(kiln_cache *c, const char *key, const kiln_cache_keyparts *kp,
                    const void *data, size_t size, kiln_err *e) {
   char path[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX];
   if (key_path(c, key, ".kc", path, sizeof path, e) != 0) return -1;
   if (shard_dir(c, key, dir, sizeof dir, e) != 0) return -1;
-  if (snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%s.XXXXXX", dir, key) >= (int)sizeof tmp)
-    return kiln_err_set(e, "E_CACHE", "cache path too long");
-  if (kiln_mkdir_p(dir) != 0)
-    return kiln_err_set(e, "E_CACHE", "creating %s: %s", dir, strerror(errno));
+  if (atomic_load(&c->unwritable)) return 0; /* said once already */
   char *manifest = manifest_text(key, kp);
   if (!manifest) return kiln_err_set(e, "E_CACHE", "out of memory writing cache entry %s", key);
   size_t mlen = strlen(manifest);
@@ -437,10 +507,27 @@ int kiln_cache_put(kiln_cache *c, const char *key, const kiln_cache_keyparts *kp
   put_u64(head + 16, (uint64_t)size);
   put_u64(head + 24, XXH3_64bits_digest(&st));
 
-  int fd = mkstemp(tmp);
+  /* The writer's pid in the name lets gc tell a dead writer's temp file (cache.h). A clear
+   * may remove the shard directory between our mkdir and mkstemp: try again. */
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 3; tries++) {
+    if (kiln_mkdir_p(dir) != 0) {
+      int err = errno;
+      free(manifest);
+      return store_refused(c, "creating %s: %s", dir, strerror(err));
+    }
+    if (snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%s.%ld.XXXXXX", dir, key, (long)getpid()) >=
+        (int)sizeof tmp) {
+      free(manifest);
+      return kiln_err_set(e, "E_CACHE", "cache path too long");
+    }
+    fd = mkstemp(tmp);
+    if (fd < 0 && errno != ENOENT) break;
+  }
   if (fd < 0) {
+    int err = errno;
     free(manifest);
-    return kiln_err_set(e, "E_CACHE", "creating %s: %s", tmp, strerror(errno));
+    return store_refused(c, "creating %s: %s", tmp, strerror(err));
   }
   const char *step = "writing";
   int ok = write_all(fd, head, sizeof head) == 0 && write_all(fd, manifest, mlen) == 0 &&
@@ -454,19 +541,29 @@ int kiln_cache_put(kiln_cache *c, const char *key, const kiln_cache_keyparts *kp
     err = errno;
     step = "closing";
   }
-  if (ok && rename(tmp, path) != 0) {
-    ok = 0;
-    err = errno;
-    step = "renaming";
-  }
   if (!ok) {
-    unlink(tmp);
-    return kiln_err_set(e, "E_CACHE", "%s cache entry %s: %s", step, tmp, strerror(err));
+    temp_remove(tmp);
+    return store_refused(c, "%s %s: %s", step, tmp, err ? strerror(err) : "short write");
   }
-  if (fsync_dir(dir) != 0)
-    return kiln_err_set(e, "E_CACHE", "syncing %s: %s", dir, strerror(errno));
-  if (c->maxsize && gc_keep(c, c->maxsize, key, NULL, e) < 0)
-    return kiln_err_wrap(e, "stored %s, then evicting", key);
+  /* The running size counts the entry before it appears: a writer killed in between leaves
+   * an overcount, which only brings the next collection (and its exact recount) forward. */
+  struct stat old;
+  long long delta = (long long)(CACHE_HEADER + mlen + size);
+  if (lstat(path, &old) == 0 && S_ISREG(old.st_mode)) delta -= (long long)old.st_size;
+  kiln_err serr;
+  if (size_adjust(c, delta, 0, key, &serr) != 0) {
+    temp_remove(tmp);
+    return store_refused(c, "%s", serr.msg);
+  }
+  if (rename(tmp, path) != 0) {
+    err = errno;
+    temp_remove(tmp);
+    (void)size_adjust(c, -delta, 1, NULL, NULL); /* an overcount is harmless (above) */
+    return store_refused(c, "renaming %s: %s", tmp, strerror(err));
+  }
+  if (fsync_dir(dir) != 0) /* stored, though a power cut may lose it: say so, go on */
+    cache_warn(c, "syncing %s: %s (cache entry %s stored, may not survive a crash)", dir,
+               strerror(errno), key);
   return 0;
 }
 
@@ -477,17 +574,31 @@ int kiln_cache_lock(kiln_cache *c, const char *key, int *fd, kiln_err *e) {
   char path[PATH_MAX], dir[PATH_MAX];
   if (key_path(c, key, ".lock", path, sizeof path, e) != 0) return -1;
   if (shard_dir(c, key, dir, sizeof dir, e) != 0) return -1;
-  if (kiln_mkdir_p(dir) != 0)
-    return kiln_err_set(e, "E_CACHE", "creating %s: %s", dir, strerror(errno));
-  int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (f < 0) return kiln_err_set(e, "E_CACHE", "opening lock %s: %s", path, strerror(errno));
-  int rc;
-  while ((rc = flock(f, LOCK_EX)) != 0 && errno == EINTR) {
+  if (atomic_load(&c->unwritable)) return 0; /* nothing will be written: no lock needed */
+  int f = -1;
+  for (int tries = 0; f < 0 && tries < 3; tries++) { /* a clear may remove the shard meanwhile */
+    if (kiln_mkdir_p(dir) != 0) {
+      int err = errno;
+      if (write_refused(err)) return store_refused(c, "creating %s: %s", dir, strerror(err));
+      break;
+    }
+    f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0 && errno != ENOENT) break;
   }
+  int err = errno;
+  if (f < 0 && write_refused(err))
+    return store_refused(c, "opening lock %s: %s", path, strerror(err));
+  int rc = -1;
+  if (f >= 0)
+    while ((rc = flock(f, LOCK_EX)) != 0 && (err = errno) == EINTR) {
+    }
   if (rc != 0) {
-    int err = errno;
-    close(f);
-    return kiln_err_set(e, "E_CACHE", "locking %s: %s", path, strerror(err));
+    /* The lock only saves a second compile of the same kernel; entries appear by rename. */
+    if (f >= 0) (void)close(f);
+    if (atomic_exchange(&c->lock_warned, 1) == 0)
+      cache_warn(c, "locking %s: %s; compiling without the lock (another process may compile "
+                 "the same kernel)", path, strerror(err));
+    return 0;
   }
   *fd = f;
   return 0;
@@ -495,8 +606,7 @@ int kiln_cache_lock(kiln_cache *c, const char *key, int *fd, kiln_err *e) {
 
 void kiln_cache_unlock(int fd) {
   if (fd < 0) return;
-  flock(fd, LOCK_UN);
-  close(fd);
+  (void)close(fd); /* closing releases the flock; the file was never written */
 }
 
 /* ---- walking the cache ---- */
@@ -542,7 +652,7 @@ static int walk(kiln_cache *c, walk_fn fn, void *ctx, int remove_shards, kiln_er
   struct dirent *de;
   while ((de = readdir(d)) != NULL)
     if (is_shard(de->d_name) && nshards < 256) memcpy(shards[nshards++], de->d_name, 3);
-  closedir(d);
+  (void)closedir(d); /* read-only: nothing to report */
   qsort(shards, (size_t)nshards, sizeof shards[0], shard_order);
   for (int s = 0; s < nshards; s++) {
     char dir[PATH_MAX];
@@ -567,9 +677,9 @@ static int walk(kiln_cache *c, walk_fn fn, void *ctx, int remove_shards, kiln_er
       if (!S_ISREG(st.st_mode)) continue;
       rc = fn(ctx, path, key, kind, &st, e);
     }
-    closedir(sd);
+    (void)closedir(sd);
     if (rc != 0) return -1;
-    if (remove_shards) rmdir(dir); /* fails harmlessly while another writer uses it */
+    if (remove_shards) (void)rmdir(dir); /* fails harmlessly while another writer uses it */
   }
   return 0;
 }
@@ -578,6 +688,108 @@ static int unlink_quiet(const char *path, kiln_err *e) {
   if (unlink(path) != 0 && errno != ENOENT)
     return kiln_err_set(e, "E_CACHE", "removing %s: %s", path, strerror(errno));
   return 0;
+}
+
+/* A temp file no writer will rename: older than an hour, or older than a minute with its
+ * writer's pid (".tmp.KEY.PID.XXXXXX") gone from this machine. */
+static int temp_stale(const char *path, const struct stat *st, time_t now) {
+  double age = difftime(now, st->st_mtime);
+  if (age > TEMP_STALE_S) return 1;
+  if (age < TEMP_DEAD_S) return 0;
+  const char *name = strrchr(path, '/');
+  name = name ? name + 1 : path;
+  const char *p = name + strlen(TEMP_PREFIX);
+  if (strlen(p) < 34 || p[32] != '.') return 0;
+  char *end;
+  errno = 0;
+  long pid = strtol(p + 33, &end, 10);
+  if (errno || end == p + 33 || *end != '.' || pid <= 0 || pid > INT_MAX) return 0;
+  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* ---- the running size ---- */
+
+/* ROOT/v1/size, opened and locked (flock, exclusive): the lock every size change, collection
+ * and clear takes. 0, or -1 (E_CACHE). */
+static int size_lock(kiln_cache *c, int *fd, kiln_err *e) {
+  char path[PATH_MAX];
+  *fd = -1;
+  if (snprintf(path, sizeof path, "%s/" CACHE_SUBDIR "/" SIZE_FILE, c->root) >= (int)sizeof path)
+    return kiln_err_set(e, "E_CACHE", "cache path too long");
+  int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (f < 0) return kiln_err_set(e, "E_CACHE", "opening %s: %s", path, strerror(errno));
+  int rc;
+  while ((rc = flock(f, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  if (rc != 0) {
+    int err = errno;
+    (void)close(f);
+    return kiln_err_set(e, "E_CACHE", "locking %s: %s", path, strerror(err));
+  }
+  *fd = f;
+  return 0;
+}
+
+/* The total the size file holds: 0, or -1 when it is missing, short or corrupt. */
+static int size_read(int fd, unsigned long long *total) {
+  unsigned char b[SIZE_BYTES];
+  if (read_at(fd, b, sizeof b, 0) != 1 || memcmp(b, SIZE_MAGIC, 8) != 0 ||
+      get_u64(b + 16) != XXH3_64bits(b, 16))
+    return -1;
+  *total = get_u64(b + 8);
+  return 0;
+}
+
+/* One pwrite of 24 bytes: a killed process leaves the old or the new total, and a torn one
+ * (power cut) fails its checksum and is recounted. Not synced: the file is only a hint. */
+static int size_write(kiln_cache *c, int fd, unsigned long long total, kiln_err *e) {
+  unsigned char b[SIZE_BYTES];
+  memcpy(b, SIZE_MAGIC, 8);
+  put_u64(b + 8, total);
+  put_u64(b + 16, XXH3_64bits(b, 16));
+  ssize_t w;
+  while ((w = pwrite(fd, b, sizeof b, 0)) < 0 && errno == EINTR) {
+  }
+  if (w != (ssize_t)sizeof b)
+    return kiln_err_set(e, "E_CACHE", "writing %s/" CACHE_SUBDIR "/" SIZE_FILE ": %s", c->root,
+                        w < 0 ? strerror(errno) : "short write");
+  return 0;
+}
+
+static int stat_one(void *ctx, const char *path, const char *key, int kind,
+                    const struct stat *st, kiln_err *e);
+static int collect(kiln_cache *c, unsigned long long target, const char *keep, long long pending,
+                   unsigned long long *left, unsigned long long *freed, kiln_err *e);
+
+/* Adds delta to the running total, under the size lock. on_disk: the change has happened
+ * already (a removal), so a recount by walking includes it; else it is pending (an entry
+ * about to be renamed in). A missing or corrupt size file is rebuilt by one walk. Over the
+ * bound, collects least recently used entries (never keep) down to 90% of it, which also
+ * recounts exactly. 0 or -1 (E_CACHE). */
+static int size_adjust(kiln_cache *c, long long delta, int on_disk, const char *keep,
+                       kiln_err *e) {
+  int fd;
+  if (size_lock(c, &fd, e) != 0) return -1;
+  unsigned long long total = 0;
+  int rc = 0;
+  if (size_read(fd, &total) != 0) {
+    kiln_cache_stats st = {0, 0};
+    rc = walk(c, stat_one, &st, 0, e);
+    total = st.bytes;
+    if (on_disk) delta = 0;
+  }
+  if (rc == 0) {
+    if (delta < 0)
+      total = (unsigned long long)-delta > total ? 0 : total - (unsigned long long)-delta;
+    else
+      total += (unsigned long long)delta;
+    if (c->maxsize && total > c->maxsize &&
+        collect(c, COLLECT_TO(c->maxsize), keep, on_disk ? 0 : delta, &total, NULL, e) < 0)
+      rc = -1;
+  }
+  if (rc == 0) rc = size_write(c, fd, total, e);
+  (void)close(fd); /* releases the lock; the write above has been checked */
+  return rc;
 }
 
 /* ---- stat, clear ---- */
@@ -608,23 +820,29 @@ static int clear_one(void *ctx, const char *path, const char *key, int kind,
 }
 
 int kiln_cache_clear(kiln_cache *c, kiln_err *e) {
-  int removed = 0;
-  if (walk(c, clear_one, &removed, 1, e) != 0) return -1;
-  return removed;
+  int removed = 0, fd;
+  if (size_lock(c, &fd, e) != 0) return -1;
+  int rc = walk(c, clear_one, &removed, 1, e);
+  if (rc == 0) rc = size_write(c, fd, 0, e);
+  (void)close(fd); /* releases the lock */
+  return rc == 0 ? removed : -1;
 }
 
 /* ---- verify ---- */
 
 typedef struct {
+  kiln_cache *c;
   int remove_bad, bad;
   kiln_cache_report_fn fn;
   void *ctx;
+  time_t now;
 } verify_ctx;
 
 static int verify_one(void *ctx, const char *path, const char *key, int kind,
                       const struct stat *st, kiln_err *e) {
-  (void)st;
   verify_ctx *v = ctx;
+  if (kind == FILE_TEMP && v->remove_bad && temp_stale(path, st, v->now))
+    return unlink_quiet(path, e);
   if (kind != FILE_ENTRY) return 0;
   char problem[512] = "";
   entry en;
@@ -649,13 +867,15 @@ static int verify_one(void *ctx, const char *path, const char *key, int kind,
   }
   v->bad++;
   if (v->fn) v->fn(v->ctx, path, problem);
-  if (v->remove_bad) remove_if_same(path, &en.st);
+  /* an overcount left by a failed adjust only brings the next collection forward */
+  if (v->remove_bad && remove_if_same(path, &en.st))
+    (void)size_adjust(v->c, -(long long)en.st.st_size, 1, NULL, NULL);
   return 0;
 }
 
 int kiln_cache_verify(kiln_cache *c, int remove_bad, kiln_cache_report_fn fn, void *ctx,
                       kiln_err *e) {
-  verify_ctx v = {remove_bad, 0, fn, ctx};
+  verify_ctx v = {c, remove_bad, 0, fn, ctx, time(NULL)};
   if (walk(c, verify_one, &v, 0, e) != 0) return -1;
   return v.bad;
 }
@@ -679,10 +899,7 @@ typedef struct {
 static int gc_one(void *ctx, const char *path, const char *key, int kind,
                   const struct stat *st, kiln_err *e) {
   gc_ctx *g = ctx;
-  if (kind == FILE_TEMP) {
-    if (g->now - st->st_mtime > TEMP_STALE_S) return unlink_quiet(path, e);
-    return 0;
-  }
+  if (kind == FILE_TEMP) return temp_stale(path, st, g->now) ? unlink_quiet(path, e) : 0;
   if (kind != FILE_ENTRY) return 0;
   if (g->n == g->cap) {
     size_t cap = g->cap ? g->cap * 2 : 64;
@@ -707,37 +924,59 @@ static int gc_older_first(const void *a, const void *b) {
   return strcmp(x->key, y->key);
 }
 
-static int gc_keep(kiln_cache *c, unsigned long long maxsize, const char *keep,
-                   unsigned long long *freed, kiln_err *e) {
+/* Under the size lock: one walk (removing stale temp files), then evicts least recently used
+ * entries (never keep) until the entries' total plus pending (an entry about to appear, or
+ * one being replaced: its size difference) is at most target. *left gets that total. Returns
+ * entries evicted or -1. */
+static int collect(kiln_cache *c, unsigned long long target, const char *keep, long long pending,
+                   unsigned long long *left, unsigned long long *freed, kiln_err *e) {
   if (freed) *freed = 0;
   gc_ctx g = {NULL, 0, 0, 0, time(NULL)};
   if (walk(c, gc_one, &g, 0, e) != 0) {
     free(g.items);
     return -1;
   }
+  unsigned long long total = g.total;
+  if (pending < 0)
+    total = (unsigned long long)-pending > total ? 0 : total - (unsigned long long)-pending;
+  else
+    total += (unsigned long long)pending;
   int evicted = 0;
-  if (g.total > maxsize) qsort(g.items, g.n, sizeof *g.items, gc_older_first);
-  for (size_t i = 0; i < g.n && g.total > maxsize; i++) {
+  if (total > target) qsort(g.items, g.n, sizeof *g.items, gc_older_first);
+  for (size_t i = 0; i < g.n && total > target; i++) {
     gc_item *it = &g.items[i];
     if (keep && strcmp(it->key, keep) == 0) continue;
     char lock[PATH_MAX];
-    if (unlink_quiet(it->path, e) != 0) {
+    if (unlink(it->path) != 0) {
+      if (errno == ENOENT) continue; /* removed meanwhile (a bad entry a reader dropped) */
+      int err = errno;
+      free(g.items);
+      return kiln_err_set(e, "E_CACHE", "removing %s: %s", it->path, strerror(err));
+    }
+    /* Its lock file goes too: at worst a writer holding it compiles once more. */
+    if (key_path(c, it->key, ".lock", lock, sizeof lock, NULL) == 0 &&
+        unlink_quiet(lock, e) != 0) {
       free(g.items);
       return -1;
     }
-    /* Its lock file goes too: at worst a writer holding it compiles once more. */
-    if (key_path(c, it->key, ".lock", lock, sizeof lock, NULL) == 0) unlink(lock);
-    g.total -= it->size;
+    total -= it->size;
     if (freed) *freed += it->size;
     evicted++;
   }
   free(g.items);
+  *left = total;
   return evicted;
 }
 
 int kiln_cache_gc(kiln_cache *c, unsigned long long maxsize, unsigned long long *freed,
                   kiln_err *e) {
-  return gc_keep(c, maxsize, NULL, freed, e);
+  int fd;
+  if (size_lock(c, &fd, e) != 0) return -1;
+  unsigned long long left = 0;
+  int n = collect(c, maxsize, NULL, 0, &left, freed, e);
+  if (n >= 0 && size_write(c, fd, left, e) != 0) n = -1;
+  (void)close(fd); /* releases the lock */
+  return n;
 }
 
 /* ---- why ---- */
