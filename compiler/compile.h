@@ -7,9 +7,7 @@
 #include "cache.h"
 #include "err.h"
 
-#if !defined(KILN_VERSION)
-#define KILN_VERSION "0.1.0"
-#endif
+#include "kiln.h" /* KILN_VERSION */
 
 /* $KILN_JIT: on (default) compiles misses; off never loads NVRTC and a miss is
  * E_CACHE_MISS; strict is off plus a diagnosis of each miss (kiln_cache_why). */

@@ -3,6 +3,7 @@
 #include "files.h"
 
 #include <errno.h>
+#include <math.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <stdarg.h>
@@ -16,10 +17,7 @@
 #include "embedded.h"
 #include "luajson.h"
 #include "pack.h"
-
-#ifndef KILN_VERSION
-#define KILN_VERSION "0.1.0"
-#endif
+#include "kiln.h"  /* KILN_VERSION */
 
 /* Budgets apply while spec code runs; trusted modules run unbounded. */
 typedef struct host_state {
@@ -260,12 +258,150 @@ void kiln_host_register(lua_State *L, const luaL_Reg *fns) {
   lua_pop(L, 2);
 }
 
+/* Steps a pattern match may take at most: every variable-length item may retry over the
+ * whole subject, from every start position. */
+static double pattern_cost(const char *p, size_t plen, size_t slen, int plain) {
+  double n = (double)slen + 1, cost = (plen && p[0] == '^' && !plain ? 1 : n) * (double)(plen + 1);
+  for (size_t i = 0; i < plen && !plain; i++) {
+    if (p[i] == '%') {
+      if (i + 1 < plen && p[i + 1] == 'b') cost *= n;
+      i++;
+    } else if (p[i] == '[') {
+      if (++i < plen && p[i] == '^') i++;
+      do { if (i < plen && p[i] == '%') i++; i++; } while (i < plen && p[i] != ']');
+    } else if (p[i] == '*' || p[i] == '+' || p[i] == '-') {
+      cost *= n;
+    } else if (p[i] == '?') {
+      cost *= 2;
+    }
+  }
+  return cost;
+}
+
+/* Whether the caller is kiln's own Lua code (chunks "=name"), which the budget trusts. */
+static int trusted_caller(lua_State *L) {
+  lua_Debug ar;
+  return lua_getstack(L, 1, &ar) && lua_getinfo(L, "S", &ar) && ar.what[0] == 'L' && ar.source[0] == '=';
+}
+
+/* How a library function's C work grows with its arguments. */
+enum { COST_LINEAR, COST_FIND, COST_MATCH, COST_SORT, COST_REP };
+
+/* Size of one argument: a string's bytes or a table's border. */
+static double arg_size(lua_State *L, int i) {
+  if (lua_type(L, i) == LUA_TSTRING) return (double)lua_rawlen(L, i);
+  if (lua_type(L, i) == LUA_TTABLE) return (double)lua_rawlen(L, i);
+  return 0;
+}
+
+static double call_cost(lua_State *L, int kind) {
+  double n = 1;
+  for (int i = 1, top = lua_gettop(L); i <= top; i++) n += arg_size(L, i);
+  size_t slen, plen;
+  switch (kind) {
+  case COST_FIND:
+  case COST_MATCH: {
+    if (!lua_isstring(L, 1) || !lua_isstring(L, 2)) return n;
+    lua_tolstring(L, 1, &slen);
+    const char *p = lua_tolstring(L, 2, &plen);
+    return pattern_cost(p, plen, slen, kind == COST_FIND && lua_toboolean(L, 4));
+  }
+  case COST_SORT: return n * (log2(n) + 1) * 4;
+  case COST_REP: return n * (lua_isinteger(L, 2) && lua_tointeger(L, 2) > 0 ? (double)lua_tointeger(L, 2) : 1);
+  default: return n;
+  }
+}
+
+/* Library functions run in C, where the count hook never fires: while a spec runs, each
+ * call is charged to the instruction budget up front by the size of its arguments. */
+static int charged_call(lua_State *L) {
+  host_state *hs = get_state(L);
+  if (hs->budget_on && !trusted_caller(L)) {
+    double cost = call_cost(L, (int)lua_tointeger(L, lua_upvalueindex(2)));
+    if (hs->exhausted || cost > (double)hs->instr_left) {
+      hs->exhausted = 1;
+      lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
+      return kiln_host_raise(L, "E_LIMIT", "spec exceeded its instruction budget (KILN_SPEC_MAX_INSTR) in a library call");
+    }
+    hs->instr_left -= (long long)cost;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static int kind_of(const char *lib, const char *name) {
+  if (strcmp(lib, LUA_STRLIBNAME) == 0) {
+    if (strcmp(name, "find") == 0) return COST_FIND;
+    if (strcmp(name, "match") == 0 || strcmp(name, "gmatch") == 0 || strcmp(name, "gsub") == 0) return COST_MATCH;
+    if (strcmp(name, "rep") == 0) return COST_REP;
+  }
+  if (strcmp(lib, LUA_TABLIBNAME) == 0 && strcmp(name, "sort") == 0) return COST_SORT;
+  return COST_LINEAR;
+}
+
+/* Wraps every function of one library table in charged_call. */
+static int charge_library(lua_State *L, const char *lib) {
+  if (lua_getglobal(L, lib) != LUA_TTABLE) { lua_pop(L, 1); return -1; }
+  lua_newtable(L);  /* the wrappers, set after the walk so it never sees a changed table */
+  for (lua_pushnil(L); lua_next(L, -3);) {
+    if (lua_type(L, -2) == LUA_TSTRING && lua_iscfunction(L, -1)) {
+      lua_pushinteger(L, kind_of(lib, lua_tostring(L, -2)));
+      lua_pushcclosure(L, charged_call, 2);
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_settable(L, -4);
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  for (lua_pushnil(L); lua_next(L, -2);) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_settable(L, -5);
+  }
+  lua_pop(L, 2);
+  return 0;
+}
+
+static int charge_libraries(lua_State *L) {
+  return charge_library(L, LUA_STRLIBNAME) || charge_library(L, LUA_TABLIBNAME) || charge_library(L, LUA_UTF8LIBNAME);
+}
+
+/* Every string reaches the string metatable: guard it, and give strings a copy of the string
+ * library without dump, so no spec can rewrite string.format for the whole compiler. */
+static int guard_string_metatable(lua_State *L) {
+  lua_pushliteral(L, "");
+  if (!lua_getmetatable(L, -1)) { lua_pop(L, 1); return -1; }
+  lua_newtable(L);
+  if (lua_getglobal(L, LUA_STRLIBNAME) != LUA_TTABLE) { lua_pop(L, 4); return -1; }
+  for (lua_pushnil(L); lua_next(L, -2);) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_settable(L, -5);
+  }
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  lua_setfield(L, -2, "dump");
+  lua_setfield(L, -2, "__index");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_pop(L, 2);
+  return 0;
+}
+
 lua_State *kiln_host_open(kiln_err *e) {
   host_state *hs = calloc(1, sizeof *hs);
   if (!hs) { kiln_err_set(e, "E_IO", "out of memory"); return NULL; }
   lua_State *L = lua_newstate(bounded_alloc, hs);
   if (!L) { free(hs); kiln_err_set(e, "E_IO", "cannot create the Lua state"); return NULL; }
   luaL_openlibs(L);
+  if (charge_libraries(L) != 0 || guard_string_metatable(L) != 0) {
+    kiln_host_close(L);
+    kiln_err_set(e, "E_IO", "cannot guard the string metatable");
+    return NULL;
+  }
   /* kiln.c: the C primitives the front end calls */
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   lua_newtable(L);

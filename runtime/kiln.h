@@ -34,9 +34,14 @@
 extern "C" {
 #endif
 
+/* kiln's version: the one place it is written (the compiler, cache keys, kilnrt.pc and
+ * configure all read it from here). */
 #define KILN_VERSION_MAJOR 0
 #define KILN_VERSION_MINOR 1
 #define KILN_VERSION_PATCH 0
+#define KILN__STR(x) #x
+#define KILN__XSTR(x) KILN__STR(x)
+#define KILN_VERSION KILN__XSTR(KILN_VERSION_MAJOR) "." KILN__XSTR(KILN_VERSION_MINOR) "." KILN__XSTR(KILN_VERSION_PATCH)
 
 /* Most dims a tensor may have. */
 #define KILN_MAX_DIMS 8

@@ -5,7 +5,7 @@ while [ ! -f build.ninja ] && [ "$PWD" != / ]; do cd ..; done   # the repo root
 KILN=${KILN:-$PWD/build/kiln}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$TMP/cache}
+export KILN_CACHE_DIR=$TMP/cache   # hermetic: never the caller's cache (a test of a shared one sets its own)
 _n=0
 _failed=0
 plan() { echo "1..$1"; }

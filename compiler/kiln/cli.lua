@@ -9,11 +9,13 @@ local USAGE = [[
 usage: kiln <command> [options]
 
 commands:
-  check SPEC...            load and validate specs (.lua or graph .json), print the graph
+  check SPEC... [--sm SM]  load and validate specs (.lua or graph .json), check that an
+                           engine takes every kernel group (on sm_90a unless --sm), print the graph
         [--json]           print graph JSON instead
   source SPEC [--sm SM]    print the generated CUDA of every kernel
         [--ptx]            the PTX modules instead, for the kernels compiled from one
   explain SPEC [--sm SM]   per kernel group and engine: accepted (plans) or declined, and why
+                           (exit 1 when a group has no engine)
   build SPEC... --sm SM [--sm SM ...] [-o PACK] [--emit-c DIR] [-v] [-j N]
                            compile every kernel through the cache (and write a pack)
   run SPEC --check [--bench] [--set DIM=N] [--instance K=V,...]
@@ -27,7 +29,7 @@ commands:
 
 common options:
   --set DIM=N              fix a dim (specialized or dynamic) to N
-  --graph NAME             only the graph NAME of a spec with several
+  --graph NAME             only the graph NAME of a spec with several (again for more)
   -h, --help               this text;  --version  the version
 
 environment: KILN_CACHE_DIR, KILN_CACHE_MAXSIZE, KILN_JIT=on|off|strict, KILN_DUMP_DIR,
@@ -41,12 +43,12 @@ local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) en
 -- Options each command accepts: name -> "flag" | "value" | "list".
 local OPTIONS = {
   ["--json"] = "flag", ["--ptx"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
-  ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "value",
+  ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "list",
   ["-j"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value",
 }
 
 local function parse(argv)
-  local args = { positional = {}, sm = {}, set = {} }
+  local args = { positional = {}, sm = {}, set = {}, graph = {} }
   local i = 1
   while i <= #argv do
     local a = argv[i]
@@ -95,9 +97,11 @@ local function parse(argv)
   return args
 end
 
-local function load_graphs(path, args)
-  return require("kiln.spec").load_graphs(path, { set = args.set, graph = args.graph })
-end
+-- The graph instances of every SPEC given (only those --graph names, where given).
+local function load_graphs(args) return require("kiln.build").load_all(args) end
+
+-- The SM that check, source, explain and cache why take without --sm.
+local DEFAULT_ARCH = "sm_90a"
 
 local function need_specs(args, cmd)
   if #args.positional == 0 then usage("%s needs at least one SPEC", cmd) end
@@ -108,9 +112,11 @@ local commands = {}
 function commands.check(args)
   need_specs(args, "check")
   local shape = require "kiln.shape"
-  local all = {}
-  for _, path in ipairs(args.positional) do
-    for _, g in ipairs(load_graphs(path, args)) do all[#all + 1] = g end
+  local plan = require "kiln.plan"
+  local all = load_graphs(args)
+  for _, arch in ipairs(#args.sm > 0 and args.sm or { DEFAULT_ARCH }) do
+    local target = plan.target(arch)
+    for _, g in ipairs(all) do plan.check_engines(g, target) end
   end
   if args.json then
     if #all == 1 then io.write(all[1]:to_json(2), "\n")
@@ -149,68 +155,80 @@ function commands.check(args)
   return 0
 end
 
-local function first_arch(args) return args.sm[1] or "sm_90a" end
+local function first_arch(args) return args.sm[1] or DEFAULT_ARCH end
 
 function commands.source(args)
   need_specs(args, "source")
   local plan = require "kiln.plan"
   local target = plan.target(first_arch(args))
-  for _, path in ipairs(args.positional) do
-    for _, g in ipairs(load_graphs(path, args)) do
-      local m = plan.manifest(g, target)
-      for _, k in ipairs(m.kernels) do
-        -- ptxas's level where not its default: the module's -ON, or NVRTC's --ptxas-options=-ON
-        local level
-        for _, o in ipairs(k.options or {}) do level = level or o:match("^%-O(%d)$") or o:match("^%-%-ptxas%-options=%-O(%d)$") end
-        io.write(string.format("// ---- %s [%s] kernel %s, plan %s, %s%s%s\n", g.name, m.instance, k.symbol, k.plan_id,
-          target.arch, k.cuda and ", compiled as a PTX module by " .. k.options[1]:match("=(.*)") or "",
-          level and (k.cuda and " at -O" or ", ptxas at -O") .. level or ""))
-        -- the CUDA form, readable; --ptx: the PTX module that is compiled where there is one
-        io.write(args.ptx and k.source or k.cuda or k.source, "\n")
-      end
+  for _, g in ipairs(load_graphs(args)) do
+    local m = plan.manifest(g, target)
+    for _, k in ipairs(m.kernels) do
+      -- ptxas's level where not its default: the module's -ON, or NVRTC's --ptxas-options=-ON
+      local level
+      for _, o in ipairs(k.options or {}) do level = level or o:match("^%-O(%d)$") or o:match("^%-%-ptxas%-options=%-O(%d)$") end
+      io.write(string.format("// ---- %s [%s] kernel %s, plan %s, %s%s%s\n", g.name, m.instance, k.symbol, k.plan_id,
+        target.arch, k.cuda and ", compiled as a PTX module by " .. k.options[1]:match("=(.*)") or "",
+        level and (k.cuda and " at -O" or ", ptxas at -O") .. level or ""))
+      -- the CUDA form, readable; --ptx: the PTX module that is compiled where there is one
+      io.write(args.ptx and k.source or k.cuda or k.source, "\n")
     end
   end
   return 0
 end
 
+-- The kernels of one group among a manifest's kernels (plan.lua's symbols kiln_NAME_kG[_*]).
+local function group_kernels(kernels, g, grp)
+  local base, out = string.format("kiln_%s_k%d", g.name, grp.index - 1), {}
+  for _, k in ipairs(kernels) do
+    if k.symbol == base or k.symbol:sub(1, #base + 1) == base .. "_" then out[#out + 1] = k end
+  end
+  return out
+end
+
+-- Prints one group of `kiln explain`: its ops and plan, each engine's answer, its kernels.
+local function explain_group(grp, kernels)
+  local ops = {}
+  for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
+  io.write(string.format("  group %d (%s): %s\n", grp.index - 1, table.concat(ops, " "),
+    grp.plan and ("plan " .. grp.plan.id) or "NO ENGINE"))
+  for _, r in ipairs(grp.report) do
+    if r.accepted then io.write(string.format("    %-10s accepted: %s\n", r.engine, table.concat(r.plans, ", ")))
+    else io.write(string.format("    %-10s declined: %s\n", r.engine, r.reason)) end
+  end
+  for _, k in ipairs(kernels) do
+    io.write(string.format("    kernel %s: %s\n", k.symbol, k.cuda and "a PTX module (ptxas alone)"
+      or "CUDA through NVRTC, " .. (k.cuda_why or "its engine's only form")))
+  end
+end
+
+-- Explains one graph instance; returns whether an engine takes every group and its kernels generate.
+local function explain_graph(g, target)
+  local plan = require "kiln.plan"
+  local key = g:instance_key()
+  io.write(string.format("graph %s%s for %s\n", g.name, key ~= "" and (" [" .. key .. "]") or "", target.arch))
+  local groups = plan.route(g, target)
+  -- the kernels each group's plan builds (generated, not compiled) and how each compiles
+  local kernels, planned = {}, #groups > 0
+  for _, grp in ipairs(groups) do planned = planned and grp.plan ~= nil end
+  local made, m = false, nil
+  if planned then made, m = pcall(plan.manifest, g, target) end
+  if made then kernels = m.kernels end
+  for _, grp in ipairs(groups) do explain_group(grp, group_kernels(kernels, g, grp)) end
+  if planned and not made then
+    io.write(string.format("  kernels not generated: %s\n", tostring(m)))
+  end
+  return made
+end
+
 function commands.explain(args)
   need_specs(args, "explain")
-  local plan = require "kiln.plan"
-  local target = plan.target(first_arch(args))
-  for _, path in ipairs(args.positional) do
-    for _, g in ipairs(load_graphs(path, args)) do
-      local key = g:instance_key()
-      io.write(string.format("graph %s%s for %s\n", g.name, key ~= "" and (" [" .. key .. "]") or "", target.arch))
-      local groups = plan.route(g, target)
-      -- the kernels each group's plan builds (generated, not compiled) and how each compiles
-      local kernels, planned = {}, #groups > 0
-      for _, grp in ipairs(groups) do planned = planned and grp.plan ~= nil end
-      local made, m = false, nil
-      if planned then made, m = pcall(plan.manifest, g, target) end
-      if made then kernels = m.kernels end
-      for _, grp in ipairs(groups) do
-        local ops = {}
-        for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
-        io.write(string.format("  group %d (%s): %s\n", grp.index - 1, table.concat(ops, " "),
-          grp.plan and ("plan " .. grp.plan.id) or "NO ENGINE"))
-        for _, r in ipairs(grp.report) do
-          if r.accepted then io.write(string.format("    %-10s accepted: %s\n", r.engine, table.concat(r.plans, ", ")))
-          else io.write(string.format("    %-10s declined: %s\n", r.engine, r.reason)) end
-        end
-        local base = string.format("kiln_%s_k%d", g.name, grp.index - 1)  -- plan.lua's symbols
-        for _, k in ipairs(kernels) do
-          if k.symbol == base or k.symbol:sub(1, #base + 1) == base .. "_" then
-            io.write(string.format("    kernel %s: %s\n", k.symbol, k.cuda and "a PTX module (ptxas alone)"
-              or "CUDA through NVRTC, " .. (k.cuda_why or "its engine's only form")))
-          end
-        end
-      end
-      if planned and not made then
-        io.write(string.format("  kernels not generated: %s\n", tostring(m)))
-      end
-    end
+  local target = require("kiln.plan").target(first_arch(args))
+  local status = 0
+  for _, g in ipairs(load_graphs(args)) do
+    if not explain_graph(g, target) then status = 1 end
   end
-  return 0
+  return status
 end
 
 function commands.build(args)
@@ -229,16 +247,14 @@ function commands.cache(args)
     table.remove(args.positional, 1)
     need_specs(args, "cache why")
     local plan = require "kiln.plan"
-    local archs = #args.sm > 0 and args.sm or { "sm_90a" }
-    for _, path in ipairs(args.positional) do
-      for _, g in ipairs(load_graphs(path, args)) do
-        for _, arch in ipairs(archs) do
-          local m = plan.manifest(g, plan.target(arch))
-          for _, k in ipairs(m.kernels) do
-            io.write(string.format("%s [%s] %s %s:\n", g.name, m.instance, k.symbol, arch))
-            local report = c.cache_why { symbol = k.symbol, source = k.source, arch = arch, options = k.options }
-            io.write((report:gsub("[^\n]+", "  %0")), report:sub(-1) == "\n" and "" or "\n")
-          end
+    local archs = #args.sm > 0 and args.sm or { DEFAULT_ARCH }
+    for _, g in ipairs(load_graphs(args)) do
+      for _, arch in ipairs(archs) do
+        local m = plan.manifest(g, plan.target(arch))
+        for _, k in ipairs(m.kernels) do
+          io.write(string.format("%s [%s] %s %s:\n", g.name, m.instance, k.symbol, arch))
+          local report = c.cache_why { symbol = k.symbol, source = k.source, arch = arch, options = k.options }
+          io.write((report:gsub("[^\n]+", "  %0")), report:sub(-1) == "\n" and "" or "\n")
         end
       end
     end

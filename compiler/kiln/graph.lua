@@ -23,8 +23,19 @@ Graph.__index = function(g, key)
   end
 end
 
--- ", did you mean 'gelu'?" for a near miss among op names (edit distance <= 2).
+-- Names users bring from other frameworks -> what kiln calls them (for unknown-op hints).
+local HINTS = {
+  where = "binary_select(a, b, mask): a where mask, else b", select = "binary_select(a, b, mask)",
+  maximum = "max", minimum = "min", greater = "cmp_gt", less = "cmp_lt", equal = "cmp_eq",
+  gt = "cmp_gt", ge = "cmp_ge", lt = "cmp_lt", le = "cmp_le", eq = "cmp_eq", ne = "cmp_neq",
+  sum = "reduction(x, { mode = \"add\" })", mean = "reduction(x, { mode = \"avg\" })",
+  layer_norm = "layernorm", rms_norm = "rmsnorm", silu = "swish", mm = "matmul", linear = "matmul",
+  scaled_dot_product_attention = "sdpa",
+}
+
+-- ", did you mean 'gelu'?" for a known alias or a near miss among op names (edit distance <= 2).
 function M.suggest(name)
+  if HINTS[name] then return string.format(" (kiln calls it g:%s)", HINTS[name]) end
   local function dist(a, b)
     local prev = {}
     for j = 0, #b do prev[j] = j end
@@ -64,6 +75,28 @@ Tensor.__mul = binop("mul")
 Tensor.__div = binop("div")
 Tensor.__pow = binop("pow")
 Tensor.__unm = function(a) return a.graph:op("neg", a) end
+
+-- A tensor or number as a spec wrote it, for hints ("x", "0").
+local function operand(v)
+  return M.is_tensor(v) and v.name or tostring(v)
+end
+
+-- Lua turns what <, <=, >, >= return into a boolean, so they cannot build a node: a typed
+-- error names the op that does. a > b reaches here as b < a, hence both spellings.
+local function compare(lua_op, flipped, cmp, flipped_cmp)
+  return function(a, b)
+    errors.raise("E_SPEC", "'%s %s %s' (or '%s %s %s') on tensors: Lua makes a boolean of it, not a tensor; use g:%s(%s, %s) (or g:%s(%s, %s))",
+      operand(a), lua_op, operand(b), operand(b), flipped, operand(a), cmp, operand(a), operand(b), flipped_cmp, operand(b), operand(a))
+  end
+end
+Tensor.__lt = compare("<", ">", "cmp_lt", "cmp_gt")
+Tensor.__le = compare("<=", ">=", "cmp_le", "cmp_ge")
+-- What a spec gets for x == w on tensors (its tensors are proxies, see spec.lua): Lua would
+-- make a boolean of it, so a typed error points to cmp_eq, or rawequal for identity.
+function M.eq_error(a, b)
+  errors.raise("E_SPEC", "'%s == %s' (or ~=) on tensors: Lua makes a boolean of it, not a tensor; use g:cmp_eq(%s, %s) (or g:cmp_neq), or rawequal(%s, %s) to ask whether they are the same tensor",
+    operand(a), operand(b), operand(a), operand(b), operand(a), operand(b))
+end
 Tensor.__tostring = function(t)
   return string.format("tensor %s (uid %d, %s %s)", t.name, t.uid, t.dtype or "?", shape.format(t.dims))
 end

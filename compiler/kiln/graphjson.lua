@@ -11,14 +11,9 @@ local M = {}
 
 local ROLES = { input = true, output = true, virtual = true, constant = true, scalar = true }
 
-function M.parse(text, path)
-  local ok, data = pcall(c.json_decode, text)
-  if not ok then
-    local e = errors.from_lua(data, "E_JSON")
-    e.file = path
-    error(e, 0)
-  end
-  local function fail(code, fmt, ...) errors.raise_at(path, nil, code, fmt, ...) end
+-- One graph of decoded graph JSON; what names it in errors ("" or " (graph #2)").
+local function parse_graph(data, path, what)
+  local function fail(code, fmt, ...) errors.raise_at(path, nil, code, "%s" .. fmt, what, ...) end
   if type(data) ~= "table" then fail("E_JSON", "graph JSON must be an object") end
   if data.schema ~= "kiln.graph" then fail("E_JSON_VERSION", "schema is '%s', expected 'kiln.graph'", tostring(data.schema)) end
   if data.version ~= 1 then fail("E_JSON_VERSION", "graph JSON version %s is not supported (this kiln reads version 1)", tostring(data.version)) end
@@ -119,6 +114,21 @@ function M.parse(text, path)
     end
   end
   return g
+end
+
+-- Returns the graph of a graph JSON object, or one graph per element of an array of them
+-- (what `kiln check --json` prints for a spec of several instances), as several results.
+function M.parse(text, path)
+  local ok, data = pcall(c.json_decode, text)
+  if not ok then
+    local e = errors.from_lua(data, "E_JSON")
+    e.file = path
+    error(e, 0)
+  end
+  if type(data) ~= "table" or data.schema ~= nil or #data == 0 then return parse_graph(data, path, "") end
+  local graphs = {}
+  for i, one in ipairs(data) do graphs[i] = parse_graph(one, path, string.format("graph #%d: ", i)) end
+  return table.unpack(graphs)
 end
 
 return M

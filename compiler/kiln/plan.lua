@@ -50,14 +50,24 @@ function M.route(g, target)
   return (route_groups(g, target, {})), g
 end
 
-local function no_engine(g, grp)
+-- Groups are numbered from 0, as `kiln explain` and KILN_PLAN number them.
+local function no_engine(g, grp, target)
   local why = {}
   for _, r in ipairs(grp.report) do why[#why + 1] = r.engine .. ": " .. r.reason end
   local ops = {}
   for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
-  errors.raise("E_NO_ENGINE", "graph '%s'%s: no engine for kernel group %d (%s): %s", g.name,
-    g:instance_key() ~= "" and (" [" .. g:instance_key() .. "]") or "", grp.index, table.concat(ops, ", "),
-    table.concat(why, "; "))
+  errors.raise("E_NO_ENGINE", "graph '%s'%s: no engine for kernel group %d (%s) on %s: %s", g.name,
+    g:instance_key() ~= "" and (" [" .. g:instance_key() .. "]") or "", grp.index - 1, table.concat(ops, ", "),
+    target.arch, table.concat(why, "; "))
+end
+
+-- Raises E_NO_ENGINE for the first kernel group of the graph that no engine takes on target
+-- (engine selection alone: no kernel is generated).
+function M.check_engines(spec_graph, target)
+  local groups, g = M.route(spec_graph, target)
+  for _, grp in ipairs(groups) do
+    if not grp.plan then no_engine(g, grp, target) end
+  end
 end
 
 -- The manifest of one instance for one target; kernels carry their CUDA source.
@@ -66,7 +76,7 @@ function M.manifest(spec_graph, target)
   local kernels, align = c.json_array(), {}
   local workspaces = {}
   for _, grp in ipairs(groups) do
-    if not grp.plan then no_engine(g, grp) end
+    if not grp.plan then no_engine(g, grp, target) end
     local symbol = string.format("kiln_%s_k%d", g.name, grp.index - 1)
     -- an engine builds one kernel, or { kernels = {...}, workspace = {rule =, bytes_max =} }
     local built = grp.plan.engine.build(grp.plan, grp, g, target, symbol)

@@ -25,7 +25,7 @@ function M.run(args)
   local target = plan.target(args.sm[1] or arch)
   local mismatches, runs = 0, 0
   for _, path in ipairs(args.positional) do
-    local graphs = require("kiln.spec").load_graphs(path, { set = args.set, graph = args.graph, keep_dynamic = true })
+    local graphs = require("kiln.build").load_all({ positional = { path }, set = args.set, graph = args.graph }, { keep_dynamic = true })
     for _, g in ipairs(graphs) do
       if M.matches(g:instance_key(), args.instance) then
       local dims = {}

@@ -1,0 +1,4 @@
+-- 'x > 0' on tensors: Lua cannot make it a tensor
+local k = require "kiln"
+return k.graph "compare_gt" { dims = { T = k.dynamic }, inputs = { x = { "T", 8 }, w = { "T", 8 } },
+  body = function(g, x, w) return { y = g:mul(x, x > 0) } end }
