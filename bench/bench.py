@@ -74,13 +74,16 @@ def side_by_side(fns, rounds):
     return [statistics.median(t) for t in times]
 
 
-def pack_args(doc, out=None):
-    """Parsed arguments of a side-by-side script: --pack, --rounds, --out (default `out`);
-    the description is the first line of `doc`."""
+def pack_args(doc, out=None, extra=()):
+    """Parsed arguments of a side-by-side script: --pack, --rounds, --out (default `out`), and
+    the script's own (`extra`: (flag, add_argument keywords) pairs); the description is the
+    first line of `doc`."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--pack", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=out)
+    for flag, kw in extra:
+        ap.add_argument(flag, **kw)
     return ap.parse_args()
 
 

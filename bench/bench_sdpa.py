@@ -4,9 +4,10 @@
 Shapes of the attention issue (BHSD bf16, scale 1/sqrt(D), inference: no Stats); each case's O
 is compared with cuDNN's (both bf16 outputs of fp32 math: max abs difference) before timing.
 Times are medians of CUDA-graph replays (bench.side_by_side); TFLOP/s count 4 B Hq Sq Skv D,
-halved under a causal mask. Usage:
+halved under a causal mask. Decode cases (1 or 4 new tokens against a cache of Skv keys, no
+mask) count GB/s of K and V read once (2 B Hkv Skv D x 2 bytes) and go to sdpa_decode.csv. Usage:
 
-    python3 bench/bench_sdpa.py --pack build/sdpa.kpack --out DIR [--rounds N]
+    python3 bench/bench_sdpa.py --pack build/sdpa.kpack --out DIR [--rounds N] [--only prefill|decode]
 """
 import os
 import sys
@@ -33,6 +34,20 @@ CASES = [
     ("sdpa_full", 32, 16, 16, 1024, 64, False),
 ]
 
+# (B, Hq, Hkv, Sq, Skv): Llama-3 8B (32/8) from one sequence to a batch of 64, 70B (64/8), MHA
+DECODE = [
+    (1, 32, 8, 1, 8192),
+    (1, 32, 8, 1, 131072),
+    (16, 32, 8, 1, 4096),
+    (64, 32, 8, 1, 2048),
+    (8, 64, 8, 1, 32768),
+    (8, 32, 8, 4, 8192),
+    (8, 16, 16, 1, 8192),
+]
+# paged decode (pages of 16 keys in a random order, full lengths) beside the peers' dense
+# decode of the same sizes: (B, Skv)
+PAGED = [(16, 8192), (64, 2048)]
+
 
 def peer(backend, q, k, v, causal, gqa):
     def run():
@@ -42,10 +57,11 @@ def peer(backend, q, k, v, causal, gqa):
 
 
 def main():
-    args = bench.pack_args(__doc__, out="build/bench-sdpa")
+    args = bench.pack_args(__doc__, out="build/bench-sdpa",
+                           extra=[("--only", {"choices": ["prefill", "decode"], "help": "one half of the cases"})])
     pack = kiln.Pack(args.pack)
     rows = []
-    for graph, B, H, HK, S, D, causal in CASES:
+    for graph, B, H, HK, S, D, causal in (CASES if args.only != "decode" else []):
         inst = "D=%d,H=%d,HK=%d" % (D, H, HK)
         plan = pack.plan(graph, inst)
         q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
@@ -85,8 +101,82 @@ def main():
             row["check"], row["plan"]), flush=True)
         del q, k, v, o, ref
         torch.cuda.empty_cache()
-    bench.write_csv(args.out, "sdpa.csv", rows)
-    return 0 if all(r["check"] == "ok" for r in rows) else 1
+    if rows:
+        bench.write_csv(args.out, "sdpa.csv", rows)
+    drows = decode_cases(pack, args.rounds) if args.only != "prefill" else []
+    if drows:
+        bench.write_csv(args.out, "sdpa_decode.csv", drows)
+    return 0 if all(r["check"] == "ok" for r in rows + drows) else 1
+
+
+def paged_inputs(k, v):
+    """k, v [B, H, Skv, 128] as block containers of 16 keys in a random order and their tables."""
+    B, H, SK, D = k.shape
+    per = SK // 16
+    perm = torch.randperm(B * per, device="cuda")
+    table = perm.view(B, 1, per, 1).to(torch.int32)
+
+    def container(x):
+        c = torch.empty(B * per, H, 16, D, device="cuda", dtype=x.dtype)
+        c[perm] = x.view(B, H, per, 16, D).permute(0, 2, 1, 3, 4).reshape(B * per, H, 16, D)
+        return c
+    return container(k), container(v), table
+
+
+def decode_cases(pack, rounds):
+    cases = [(B, H, HK, S, SK, False) for B, H, HK, S, SK in DECODE] + [(B, 32, 8, 1, SK, True) for B, SK in PAGED]
+    rows = []
+    for B, H, HK, S, SK, paged in cases:
+        q = torch.randn(B, H, S, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(B, HK, SK, 128, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(B, HK, SK, 128, device="cuda", dtype=torch.bfloat16)
+        o = torch.full((B, H, S, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+        if paged:
+            plan = pack.plan("sdpa_decode_paged_32_8")
+            kc, vc, table = paged_inputs(k, v)
+            lq = torch.full((B, 1, 1, 1), S, device="cuda", dtype=torch.int32)
+            lk = torch.full((B, 1, 1, 1), SK, device="cuda", dtype=torch.int32)
+
+            def run_kiln():
+                plan(q=q, kk=kc, v=vc, lq=lq, lk=lk, kt=table, vt=table, o=o)
+        else:
+            plan = pack.plan("sdpa_decode_%d_%d" % (H, HK), "H=%d,HK=%d,S=%d" % (H, HK, S))
+
+            def run_kiln():
+                plan(q=q, kk=k, v=v, o=o)
+        gqa = H != HK
+        peers = []
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+            fn = peer(backend, q, k, v, False, gqa)
+            try:
+                out = fn()
+                torch.cuda.synchronize()
+                peers.append((name, fn, out))
+            except RuntimeError:
+                pass
+        run_kiln()
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=gqa)
+        torch.cuda.synchronize()
+        err = (o.float() - ref).abs().max().item()
+        ok = err < 2e-2 and not torch.isnan(o).any().item()
+        times = bench.side_by_side([run_kiln] + [p[1] for p in peers], rounds)
+        gbs = [2.0 * B * HK * SK * 128 * 2 / (t * 1e-3) / 1e9 for t in times]
+        name = "decode%s B%d H%d/%d Sq%d Skv%d d128" % (" paged16" if paged else "", B, H, HK, S, SK)
+        row = {"case": name, "plan": plan.kernels[0].plan_id, "kiln_ms": "%.4f" % times[0], "kiln_GBs": "%.0f" % gbs[0]}
+        for n in ("cudnn", "fa2"):
+            i = [p[0] for p in peers].index(n) + 1 if n in [p[0] for p in peers] else None
+            row[n + "_ms"] = "%.4f" % times[i] if i else ""
+            row[n + "_GBs"] = "%.0f" % gbs[i] if i else ""
+            row["x_" + n] = "%.3f" % (times[i] / times[0]) if i else ""
+        row["max_abs_vs_fp32"] = "%.3g" % err
+        row["check"] = "ok" if ok else "MISMATCH"
+        rows.append(row)
+        print("%-36s kiln %7.4f ms %5.0f GB/s  cuDNN %s (%sx)  FA2 %s (%sx)  |O-fp32| %.3g %s  [%s]" % (
+            name, times[0], gbs[0], row["cudnn_GBs"] or "-", row["x_cudnn"] or "-", row["fa2_GBs"] or "-",
+            row["x_fa2"] or "-", err, row["check"], row["plan"]), flush=True)
+        del q, k, v, o, ref, peers
+        torch.cuda.empty_cache()
+    return rows
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ static int l_compile(lua_State *L) {
 static void print_bad(void *ctx, const char *path, const char *problem) {
   int *count = ctx;
   (*count)++;
-  printf("bad entry %s: %s (removed)\n", path, problem);
+  printf("bad entry %s: %s\n", path, problem);
 }
 
 /* kiln.c.cache_command(sub, json) -> exit status; prints what it finds. */
@@ -150,10 +150,11 @@ static int l_cache_command(lua_State *L) {
              kiln_cache_maxsize(c), kiln_cache_maxsize(c) ? "" : " (unbounded)");
   } else if (strcmp(sub, "verify") == 0) {
     int bad = 0;
-    int checked = kiln_cache_verify(c, 1, print_bad, &bad, &e);
-    if (checked < 0) rc = -1;
+    kiln_cache_stats st;
+    if (kiln_cache_stat(c, &st, &e) != 0 || kiln_cache_verify(c, 1, print_bad, &bad, &e) < 0) rc = -1;
     else {
-      printf("%d entr%s checked, %d bad\n", checked, checked == 1 ? "y" : "ies", bad);
+      printf("%ld entr%s checked, %d bad%s\n", st.entries, st.entries == 1 ? "y" : "ies", bad,
+             bad ? " (removed, so that they are compiled again)" : "");
       if (bad) rc = 1;
     }
   } else if (strcmp(sub, "clear") == 0) {
@@ -323,6 +324,19 @@ static int l_run(lua_State *L) {
   lua_getfield(L, 1, "seed");
   o.seed = (uint64_t)lua_tointeger(L, -1);
   lua_pop(L, 4);
+  kiln_run_range ranges[64];
+  lua_getfield(L, 1, "ranges");
+  for (lua_Integer i = 1; lua_istable(L, -1) && i <= (lua_Integer)lua_rawlen(L, -1) && o.nranges < 64; i++) {
+    lua_rawgeti(L, -1, i);
+    kiln_run_range *r = &ranges[o.nranges++];
+    lua_getfield(L, -1, "uid");
+    lua_getfield(L, -2, "lo");
+    lua_getfield(L, -3, "hi");
+    r->uid = lua_tointeger(L, -3), r->lo = lua_tointeger(L, -2), r->hi = lua_tointeger(L, -1);
+    lua_pop(L, 4);
+  }
+  lua_pop(L, 1);
+  o.ranges = ranges;
   o.out = stdout;
   fflush(stdout);
   kiln_run_result r;

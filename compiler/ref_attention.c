@@ -1,7 +1,7 @@
 /* kiln reference executor: sdpa forward and backward (OPS.md §7.3, §7.5, §7.6), dense BHSD:
  * scale, softcap, bias, ALiBi, padding mask, diagonal bands (causal both alignments, sliding
- * window), GQA, sink token; forward outputs O, Stats (LSE), Max, Sum_exp; backward dQ, dK,
- * dV, dBias, DSINK_TOKEN. No dropout, paging, ragged layouts or fp8. */
+ * window), GQA, sink token, paged K/V (forward, §7.4); forward outputs O, Stats (LSE), Max,
+ * Sum_exp; backward dQ, dK, dV, dBias, DSINK_TOKEN. No dropout, ragged layouts or fp8. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +12,10 @@
 static int eval_sdpa(const ref_op *op, const ref_node *n, kiln_err *e);
 static int eval_sdpa_bwd(const ref_op *op, const ref_node *n, kiln_err *e);
 
-/* Ports the reference does not evaluate (ragged, dropout, block mask, paging). */
+/* Ports the reference does not evaluate (ragged, dropout, block mask). */
 static const char *const UNSUPPORTED[] = {
     "block_mask", "cu_seq_len_q", "cu_seq_len_kv", "seed", "offset", "dropout_mask",
-    "dropout_scale", "paged_attention_k_table", "paged_attention_v_table", "RNG_DUMP", NULL};
+    "dropout_scale", "RNG_DUMP", NULL};
 static const char *const INPUTS[] = {
     "q|Q", "k|K", "v|V", "attn_scale|Attn_scale", "bias|Bias", "seq_len_q|SEQ_LEN_Q",
     "seq_len_kv|SEQ_LEN_KV", "sink_token|SINK_TOKEN", "block_mask", "cu_seq_len_q",
@@ -81,8 +81,6 @@ static int read_cfg(const ref_node *n, int scale_port, sdpa_cfg *c, kiln_err *e)
     return -1;
   if (kiln__ref_attr_has(n, "dropout_probability") || rng_dump)
     return kiln__ref_unsupported(n, "dropout", e);
-  if (kiln__ref_attr_has(n, "paged_attention_max_seq_len_kv"))
-    return kiln__ref_unsupported(n, "paged K/V", e);
   if (scale_port && kiln__ref_attr_has(n, "attn_scale"))
     return kiln_err_set(e, "E_ATTR", "sdpa: attn_scale given both as attribute and port");
   if (causal && causal_br)
@@ -131,7 +129,63 @@ typedef struct {
   ref_tensor *q, *k, *v, *bias, *slq, *slk, *sink;
   int64_t B, Hq, Sq, Dqk, Hk, Skv, Hv, Dv;
   int64_t bstride[4]; /* bias strides over (B, Hq, Sq, Skv), 0 where broadcast */
+  ref_tensor paged[2]; /* paged K/V gathered into dense (B, H, S_kv, D) copies (owned) */
 } sdpa_prob;
+
+static void sdpa_prob_free(sdpa_prob *p) {
+  free(p->paged[0].data);
+  free(p->paged[1].data);
+}
+
+/* Block container c (blocks, H, bs, D) through page table t (B, 1, blocks a sequence, 1) into
+ * dense (B, H, S_kv, D) (OPS.md §7.4); keys at or past a sequence's length (the table need not
+ * name a block for them) are zero. */
+static int gather_pages(const ref_tensor *c, const ref_tensor *t, const ref_tensor *slk, int64_t B,
+                        int64_t skv, ref_tensor *out, kiln_err *e) {
+  if (c->rank != 4 || t->rank != 4 || t->dims[0] != B || t->dims[1] != 1 || t->dims[3] != 1)
+    return kiln_err_set(e, "E_SHAPE", "sdpa: paged K/V needs containers (blocks, H, bs, D) and "
+                        "page tables (B, 1, blocks, 1)");
+  int64_t nb = c->dims[0], H = c->dims[1], bs = c->dims[2], D = c->dims[3], per = t->dims[2];
+  if (bs < 1 || per * bs < skv)
+    return kiln_err_set(e, "E_SHAPE", "sdpa: %s holds %lld blocks of %lld keys, fewer than "
+                        "paged_attention_max_seq_len_kv = %lld", t->name, (long long)per,
+                        (long long)bs, (long long)skv);
+  *out = *c;
+  out->dims[0] = B, out->dims[2] = skv;
+  out->numel = (size_t)(B * H * skv * D);
+  out->owned = 1;
+  out->data = kiln__ref_alloc(out->numel, e);
+  if (!out->data) return -1;
+  for (int64_t b = 0; b < B; b++) {
+    int64_t lk = slk ? (int64_t)slk->data[b] : skv;
+    for (int64_t s = 0; s < skv && s < lk; s++) {
+      double blk = t->data[b * per + s / bs];
+      if (!(blk >= 0 && blk < (double)nb))
+        return kiln_err_set(e, "E_SHAPE", "sdpa: %s[%lld, 0, %lld] = %g is not a block of %s "
+                            "(%lld blocks)", t->name, (long long)b, (long long)(s / bs), blk,
+                            c->name, (long long)nb);
+      for (int64_t h = 0; h < H; h++)
+        memcpy(out->data + ((b * H + h) * skv + s) * D,
+               c->data + (((int64_t)blk * H + h) * bs + s % bs) * D, (size_t)D * sizeof(double));
+    }
+  }
+  return 0;
+}
+
+/* Paged K/V: p->k and p->v become dense gathered copies. */
+static int paged_kv(const ref_node *n, sdpa_prob *p, kiln_err *e) {
+  ref_tensor *kt = kiln__ref_in(n, "paged_attention_k_table"), *vt = kiln__ref_in(n, "paged_attention_v_table");
+  if (!kt && !vt) return 0;
+  int64_t skv;
+  if (!kt || !vt) return kiln_err_set(e, "E_PORT", "sdpa: paged K/V needs both page tables");
+  if (kiln__ref_attr_int(n, "paged_attention_max_seq_len_kv", 0, &skv, e)) return -1;
+  if (skv < 1) return kiln_err_set(e, "E_ATTR", "sdpa: paged K/V needs paged_attention_max_seq_len_kv >= 1");
+  if (gather_pages(p->k, kt, p->slk, p->q->dims[0], skv, &p->paged[0], e) ||
+      gather_pages(p->v, vt, p->slk, p->q->dims[0], skv, &p->paged[1], e))
+    return -1;
+  p->k = &p->paged[0], p->v = &p->paged[1];
+  return 0;
+}
 
 static int sdpa_prob_of(const ref_node *n, sdpa_prob *p, kiln_err *e) {
   memset(p, 0, sizeof *p);
@@ -146,6 +200,7 @@ static int sdpa_prob_of(const ref_node *n, sdpa_prob *p, kiln_err *e) {
     return -1;
   if (ts && kiln__ref_scalar(ts, &p->c.scale, e)) return -1;
   if (kiln__ref_attr_bool(n, "use_padding_mask", p->slq && p->slk, &p->c.padding, e)) return -1;
+  if (p->q->rank == 4 && paged_kv(n, p, e)) return -1;
   if (p->c.padding && (!p->slq || !p->slk))
     return kiln_err_set(e, "E_PORT", "%s: the padding mask needs seq_len_q and seq_len_kv",
                         n->op);
@@ -214,12 +269,20 @@ static int stats_shaped(const ref_tensor *t, const sdpa_prob *p, kiln_err *e) {
   return 0;
 }
 
+static int sdpa_forward(const ref_node *n, const sdpa_prob *pp, kiln_err *e);
+
 static int eval_sdpa(const ref_op *op, const ref_node *n, kiln_err *e) {
   (void)op;
   sdpa_prob p;
+  int rc = sdpa_prob_of(n, &p, e) || sdpa_forward(n, &p, e) ? -1 : 0;
+  sdpa_prob_free(&p);
+  return rc;
+}
+
+static int sdpa_forward(const ref_node *n, const sdpa_prob *pp, kiln_err *e) {
+  const sdpa_prob p = *pp;
   ref_tensor *o = kiln__ref_out(n, "O"), *stats = kiln__ref_out(n, "Stats");
   ref_tensor *mx = kiln__ref_out(n, "Max"), *sum = kiln__ref_out(n, "Sum_exp");
-  if (sdpa_prob_of(n, &p, e)) return -1;
   int64_t od[4] = {p.B, p.Hq, p.Sq, p.Dv};
   if ((o && kiln__ref_check_dims(o, 4, od, "O", e)) || stats_shaped(stats, &p, e) ||
       stats_shaped(mx, &p, e) || stats_shaped(sum, &p, e))

@@ -98,11 +98,13 @@ static int is_row_major(const run_tensor *t) {
 /* Fills t->logical and t->host with fresh random values: a table of TABLE random values of
  * the tensor's dtype (rounded and encoded once), indexed at random per element — fast for
  * tensors of hundreds of millions of elements, and still random data, never zeros. */
-static int fill_random(run_tensor *t, uint64_t *seed) {
+static int fill_random(run_tensor *t, const kiln_run_range *range, uint64_t *seed) {
   const char *dname = kiln_dtype_name(t->info.dtype);
   double table[TABLE];
   unsigned char enc[TABLE * 8];
-  for (int i = 0; i < TABLE; i++) table[i] = kiln_round_to(dname, random_value(t->info.dtype, t->info.role, seed));
+  for (int i = 0; i < TABLE; i++)
+    table[i] = range ? (double)(range->lo + (int64_t)(splitmix(seed) % (uint64_t)(range->hi - range->lo + 1)))
+                     : kiln_round_to(dname, random_value(t->info.dtype, t->info.role, seed));
   if (kiln_encode(dname, table, enc, TABLE) != 0) return -1;
   int contiguous = is_row_major(t);
   uint64_t x = splitmix(seed) | 1;
@@ -313,7 +315,10 @@ int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
     }
     CU(kiln__cu.MemAlloc(&t->dev, t->span * t->elem + 16));
     if (role == KILN_ROLE_INPUT) {
-      if (fill_random(t, &seed) != 0) {
+      const kiln_run_range *range = NULL;
+      for (int k = 0; k < o->nranges; k++)
+        if (o->ranges[k].uid == t->info.uid && o->ranges[k].hi >= o->ranges[k].lo) range = &o->ranges[k];
+      if (fill_random(t, range, &seed) != 0) {
         rc = kiln_err_set(e, "E_DTYPE", "cannot encode %s", dname);
         goto done;
       }

@@ -9,6 +9,12 @@
 
 #include "err.h"
 
+/* An integer input drawn uniformly from [lo, hi] instead of small random integers: the
+ * lengths and page tables of attention, which must lie within their tensors. */
+typedef struct kiln_run_range {
+  int64_t uid, lo, hi;
+} kiln_run_range;
+
 typedef struct kiln_run_opts {
   const void *pack;        /* pack bytes holding the plan */
   size_t pack_size;
@@ -20,6 +26,8 @@ typedef struct kiln_run_opts {
   int bench;               /* time the launch */
   int iters;               /* timed launches (default 100) */
   uint64_t seed;           /* 0: fresh from the clock */
+  const kiln_run_range *ranges; /* integer inputs with a range of their own */
+  int nranges;
   FILE *out;               /* report lines */
 } kiln_run_opts;
 

@@ -7,7 +7,7 @@
 # tests/specs/attention/forward.lua against the fp64 reference, both kernels).
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
-specs=(specs/sdpa_*.lua tests/specs/attention/forward.lua tests/specs/bench/sdpa.lua)
+specs=(specs/sdpa_*.lua tests/specs/attention/forward.lua tests/specs/attention/decode.lua tests/specs/bench/sdpa.lua)
 declined=(
   "bias|an additive bias \('bias'\)"
   "alibi|ALiBi \('use_alibi_mask'\)"
@@ -16,18 +16,22 @@ declined=(
   "dropout|dropout \('seed'\)"
   "backward|sdpa_backward has no kiln kernel yet"
   "o_fp32|O is fp32 but q is bf16"
+  "paged_prefill|paged K/V is taken by the decode kernels only"
 )
-plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 6 ))
+plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 10 ))
 
 for s in "${specs[@]}"; do
   KILN_DUMP_DIR=$TMP/dump run_kiln build "$s" --sm 80 --sm 90a --sm 100a -o "$TMP/$(basename "$s" .lua).kpack" -j 2
   expect_rc 0 "build $s for sm_80 sm_90a sm_100a"
+  # decode shapes (static S of 16 or fewer) take the split decode kernels on every SM
+  kind=sm90 other=mma
+  case $s in *decode*) kind=decode other=decode ;; */bench/*) kind="(sm90|decode)" other="(mma|decode)" ;; esac
   run_kiln explain "$s" --sm 90a
-  groups=$(grep -c '^  group' "$OUTF"); wg=$(grep -c 'plan attention:v1:sm90:' "$OUTF")
-  ok "explain $s: the attention engine takes all $groups groups with a wgmma plan on sm_90a" test "$groups" -gt 0 -a "$wg" = "$groups"
+  groups=$(grep -c '^  group' "$OUTF"); wg=$(grep -E -c "plan attention:v1:$kind:" "$OUTF")
+  ok "explain $s: the attention engine takes all $groups groups with a $kind plan on sm_90a" test "$groups" -gt 0 -a "$wg" = "$groups"
   run_kiln explain "$s" --sm 80
-  mma=$(grep -c 'plan attention:v1:mma:' "$OUTF")
-  ok "explain $s: the mma.sync plan on sm_80 for all $groups groups" test "$mma" = "$groups"
+  mma=$(grep -E -c "plan attention:v1:$other:" "$OUTF")
+  ok "explain $s: the $other plan on sm_80 for all $groups groups" test "$mma" = "$groups"
 done
 
 # spills: none in any kernel but D = 256's sm_90a kernel (O's 128 registers a thread beside S)
@@ -49,6 +53,17 @@ KILN_PLAN=attention:v1:sm90:128x176:s2 run_kiln explain tests/specs/bench/sdpa.l
 expect_out "plan attention:v1:sm90:128x176:s2$" "KILN_PLAN forces the 128x176 tile without ping-pong"
 KILN_PLAN=0=attention:v1:mma:128x64:s2 run_kiln explain tests/specs/bench/sdpa.lua --graph sdpa_causal --sm 90a
 expect_out "plan attention:v1:mma:128x64:s2$" "KILN_PLAN=G=ID forces group G's mma.sync plan on sm_90a"
+
+# decode: the deepest ring that fits first (sm_90a: 227 KB, sm_80: 163 KB), another forced by
+# KILN_PLAN; the split kernel and its combine in the pack
+run_kiln explain specs/sdpa_decode.lua --sm 90a
+expect_out "plan attention:v1:decode:k32:s3$" "sm_90a: blocks of 32 keys in rings of 3"
+run_kiln explain specs/sdpa_decode.lua --sm 80
+expect_out "plan attention:v1:decode:k16:s4$" "sm_80: blocks of 16 keys in rings of 4"
+KILN_PLAN=attention:v1:decode:k16:s2 run_kiln explain specs/sdpa_decode.lua --sm 90a
+expect_out "plan attention:v1:decode:k16:s2$" "KILN_PLAN forces another candidate"
+"$KILN" pack inspect "$TMP/sdpa_decode.kpack" > "$OUTF" 2>&1
+ok "the decode pack holds the split and combine kernels" grep -q '_combine' "$OUTF"
 
 # cold compile per attention kernel, one at a time (target 1.5 s on this machine)
 KILN_CACHE_DIR=$TMP/cold run_kiln build specs/sdpa_prefill.lua specs/sdpa_window_sink.lua --sm 90a --sm 80 -v -j 1

@@ -5,7 +5,7 @@
 # without storing, with one warning); stale temp, lock and size files of dead processes.
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
-plan 31
+plan 32
 SPECS="specs/bias_gelu.lua specs/swiglu.lua specs/scale_residual_cast.lua"
 SM="--sm 80"
 export KILN_CACHE_DIR=$TMP/shared
@@ -28,6 +28,7 @@ failed=0
 for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
 ok "48 staggered builds of overlapping specs into one cache all succeed ($failed failed)" test $failed = 0
 run_kiln cache verify; expect_rc 0 "the shared cache verifies"; expect_out " 0 bad" "no bad entry"
+expect_out "^[1-9][0-9]* entries checked" "... counting the entries it checked"
 ok "the running size matches the entries ($(size_file "$KILN_CACHE_DIR") = $(stat_bytes "$KILN_CACHE_DIR"))" \
   test "$(size_file "$KILN_CACHE_DIR")" = "$(stat_bytes "$KILN_CACHE_DIR")"
 

@@ -18,6 +18,31 @@ function M.matches(key, filter)
   return true
 end
 
+-- Integer inputs that index their tensors, drawn over their whole range rather than as small
+-- random integers: sdpa's lengths (0 to S) and page tables (any block of the container).
+function M.index_ranges(g, dims)
+  local function value(d) return math.type(d) == "integer" and d or dims[d] end
+  local ranges = {}
+  local function add(uid, hi)
+    if uid and hi then ranges[#ranges + 1] = { uid = uid, lo = 0, hi = hi } end
+  end
+  for _, n in ipairs(g.nodes) do
+    if n.op == "sdpa" then
+      local ins, by = n.inputs, g.by_uid
+      local q, k = by[ins.q], by[ins.k]
+      local paged = ins.paged_attention_k_table
+      add(ins.seq_len_q, value(q.dims[3]))
+      add(ins.seq_len_kv, paged and n.attrs.paged_attention_max_seq_len_kv or value(k.dims[3]))
+      if paged then
+        local blocks = value(k.dims[1])
+        add(ins.paged_attention_k_table, blocks and blocks - 1)
+        add(ins.paged_attention_v_table, blocks and value(by[ins.v].dims[1]) - 1)
+      end
+    end
+  end
+  return ranges
+end
+
 function M.run(args)
   if #args.positional == 0 then errors.raise_at(nil, nil, "E_USAGE", "run needs a SPEC") end
   if not args.check and not args.bench then args.check = true end
@@ -43,7 +68,8 @@ function M.run(args)
       local pack = c.pack_build { { manifest = c.json_encode(m), archs = { target.arch }, images = images } }
       local r = c.run { pack = pack, graph = g.name, instance = m.instance, dims = dims, check = args.check,
                         bench = args.bench, iters = tonumber(args.iters or "0") or 0,
-                        seed = math.tointeger(tonumber(c.getenv("KILN_SEED") or "0")) or 0 }
+                        seed = math.tointeger(tonumber(c.getenv("KILN_SEED") or "0")) or 0,
+                        ranges = M.index_ranges(g, dims) }
       mismatches = mismatches + r.mismatched_outputs
       runs = runs + 1
       end

@@ -909,6 +909,40 @@ static void test_sdpa_gdn(void) {
      "gdn final_state [N, HV, V, K]");
 }
 
+/* Paged K/V (OPS.md §7.4): blocks of 2 keys through page tables give what the dense sdpa
+ * gives on the gathered keys; a table entry past a sequence's length is never read, and one
+ * that names no block is an error. */
+static void test_sdpa_paged(void) {
+  double q[4] = {1, 0.5, -1, 2}, kc[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  double vc[12] = {-1, 2, -3, 4, -5, 6, -7, 8, -9, 10, -11, 12};
+  double kt[4] = {2, 0, 1, 99}, vt[4] = {2, 0, 1, 99}, lq[2] = {1, 1}, lk[2] = {3, 2};
+  /* dense: b0 keys = blocks 2, 0 (first key) -> (9,10) (11,12) (1,2); b1 = block 1 -> (5,6) (7,8) */
+  double kd[12] = {9, 10, 11, 12, 1, 2, 5, 6, 7, 8, 0, 0}, vd[12] = {-9, 10, -11, 12, -1, 2, -5, 6, -7, 8, 0, 0};
+  double op[4], od[4];
+  kiln_ref_buffer b[] = {BUF(1, q), BUF(2, kc), BUF(3, vc), BUF(4, kt), BUF(5, vt), BUF(6, lq),
+                         BUF(7, lk), BUF(8, kd), BUF(9, vd), BUF(10, op), BUF(11, od)};
+  const char *g = GRAPH(TEN(1, "q", "fp32", "[2,1,1,2]", "input") ","
+                        TEN(2, "kc", "fp32", "[3,1,2,2]", "input") ","
+                        TEN(3, "vc", "fp32", "[3,1,2,2]", "input") ","
+                        TEN(4, "kt", "int32", "[2,1,2,1]", "input") ","
+                        TEN(5, "vt", "int32", "[2,1,2,1]", "input") ","
+                        TEN(6, "lq", "int32", "[2,1,1,1]", "input") ","
+                        TEN(7, "lk", "int32", "[2,1,1,1]", "input") ","
+                        TEN(8, "kd", "fp32", "[2,1,3,2]", "input") ","
+                        TEN(9, "vd", "fp32", "[2,1,3,2]", "input") ","
+                        TEN(10, "op", "fp64", "[2,1,1,2]", "output") ","
+                        TEN(11, "od", "fp64", "[2,1,1,2]", "output"),
+                        NODE("sdpa", "'q':1,'k':2,'v':3,'paged_attention_k_table':4,'paged_attention_v_table':5,"
+                             "'seq_len_q':6,'seq_len_kv':7", "'O':10",
+                             "'paged_attention_max_seq_len_kv':3,'use_padding_mask':true,'attn_scale':0.3") ","
+                        NODE("sdpa", "'q':1,'k':8,'v':9,'seq_len_q':6,'seq_len_kv':7", "'O':11",
+                             "'use_padding_mask':true,'attn_scale':0.3"));
+  int rc = run(g, b, 11);
+  OK(rc == 0 && close_to(op, od, 4, 1e-15), "sdpa paged K/V equals dense on the gathered keys");
+  kt[0] = 3;
+  OK(fails_with(g, b, 11, "E_SHAPE") && strstr(err.msg, "not a block"), "a page table entry past the blocks is E_SHAPE");
+}
+
 int main(void) {
   test_pointwise();
   test_reduction();
@@ -919,6 +953,7 @@ int main(void) {
   test_errors();
   test_quant_conv();
   test_sdpa_gdn();
+  test_sdpa_paged();
   test_more_norms();
   test_more_misc();
   test_sdpa_backward();

@@ -1,6 +1,7 @@
 -- sdpa graphs kiln's attention kernels decline, each by name in `kiln explain` (tests/attention.t):
 -- an additive bias, ALiBi, a head dim that is not built, a head dim that is not contiguous,
--- Philox dropout, the backward, and O in another dtype than q.
+-- Philox dropout, the backward, O in another dtype than q, and paged K/V for a prefill (S
+-- dynamic: the decode kernels take paged K/V).
 local kiln = require "kiln"
 local dims = { B = kiln.dynamic, S = kiln.dynamic }
 local function graph(name, inputs, body)
@@ -39,5 +40,15 @@ return {
   kiln.graph "o_fp32" {
     dims = dims, dtype = "bf16", inputs = qkv,
     body = function(g, q, k, v) return { o = g:sdpa(q, k, v, { attn_scale = 0.088, generate_stats = false, dtype = "fp32" }) } end,
+  },
+  kiln.graph "paged_prefill" {
+    dims = { B = kiln.dynamic, S = kiln.dynamic, NB = kiln.dynamic, NP = kiln.dynamic }, dtype = "bf16",
+    inputs = { q = { "B", 4, "S", 128 }, k = { "NB", 4, 16, 128 }, v = { "NB", 4, 16, 128 },
+               lq = { "B", 1, 1, 1, dtype = "int32" }, lk = { "B", 1, 1, 1, dtype = "int32" },
+               kt = { "B", 1, "NP", 1, dtype = "int32" }, vt = { "B", 1, "NP", 1, dtype = "int32" } },
+    body = function(g, q, k, v, lq, lk, kt, vt)
+      return { o = g:sdpa(q, k, v, { seq_len_q = lq, seq_len_kv = lk, paged_attention_k_table = kt, paged_attention_v_table = vt,
+        paged_attention_max_seq_len_kv = 4096, use_padding_mask = true, attn_scale = 0.088, generate_stats = false }) }
+    end,
   },
 }

@@ -1,6 +1,8 @@
 -- The forward sdpa at the benchmark's shapes (bench/bench_sdpa.py): BHSD bf16, inference
 -- (no Stats), the scale 1/sqrt(D); full attention at D = 64, 128, 256, causal at 128, and a
--- causal GQA of 64 q heads over 8 k/v heads and of 32 over 8 (Llama-3 8B).
+-- causal GQA of 64 q heads over 8 k/v heads and of 32 over 8 (Llama-3 8B); decode (1 or 4 new
+-- tokens against a cache of SK keys, no mask) at 32 over 8, 64 over 8 and 16 over 16 heads, and
+-- through page tables (pages of 16 keys, at most 8192 a sequence) at 32 over 8.
 local k = require "kiln"
 local function attn(name, o)
   return k.graph(name) {
@@ -13,7 +15,32 @@ local function attn(name, o)
     end,
   }
 end
+local function decode(name, o)
+  return k.graph(name) {
+    dims = { B = k.dynamic, S = { 1, 4 }, SK = k.dynamic, H = o.h, HK = o.hk }, dtype = "bf16",
+    inputs = { q = { "B", "H", "S", 128 }, kk = { "B", "HK", "SK", 128 }, v = { "B", "HK", "SK", 128 } },
+    body = function(g, q, kk, v)
+      return { o = g:sdpa(q, kk, v, { attn_scale = 1 / math.sqrt(128), generate_stats = false }) }
+    end,
+  }
+end
+local function decode_paged(name)
+  local i32 = { "B", 1, 1, 1, dtype = "int32" }
+  return k.graph(name) {
+    dims = { B = k.dynamic, NB = k.dynamic, NP = k.dynamic }, dtype = "bf16",
+    inputs = { q = { "B", 32, 1, 128 }, kk = { "NB", 8, 16, 128 }, v = { "NB", 8, 16, 128 }, lq = i32, lk = i32,
+               kt = { "B", 1, "NP", 1, dtype = "int32" }, vt = { "B", 1, "NP", 1, dtype = "int32" } },
+    body = function(g, q, kk, v, lq, lk, kt, vt)
+      return { o = g:sdpa(q, kk, v, { seq_len_q = lq, seq_len_kv = lk, paged_attention_k_table = kt, paged_attention_v_table = vt,
+        paged_attention_max_seq_len_kv = 8192, use_padding_mask = true, attn_scale = 1 / math.sqrt(128), generate_stats = false }) }
+    end,
+  }
+end
 return {
+  decode_paged("sdpa_decode_paged_32_8"),
+  decode("sdpa_decode_32_8", { h = 32, hk = 8 }),
+  decode("sdpa_decode_64_8", { h = 64, hk = 8 }),
+  decode("sdpa_decode_16_16", { h = 16, hk = 16 }),
   attn("sdpa_full", { h = 16, hk = 16, d = { 64, 128, 256 }, causal = false }),
   attn("sdpa_causal", { h = 16, hk = 16, d = 128, causal = true }),
   attn("sdpa_gqa_causal", { h = 64, hk = 8, d = 128, causal = true }),

@@ -17,6 +17,7 @@ local sms = require "kiln.engines.sms"
 local pw = require "kiln.engines.pwexpr"
 local problem = require "kiln.engines.attention.problem"
 local tile = require "kiln.engines.attention.tile"
+local decode = require "kiln.engines.attention.decode"
 
 local E = { id = "attention", version = 1 }
 
@@ -81,7 +82,14 @@ function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
   local P, why = problem.of(group, g)
   if not P then return nil, why end
-  local plans = {}
+  -- few query positions against many keys: the decode kernels first where they fit
+  local plans = decode.propose(P, target, 200)
+  if P.paged then
+    if #plans == 0 then
+      return nil, "paged K/V is taken by the decode kernels only (S_q known and <= 16, k and v heads equal)"
+    end
+    return plans
+  end
   local stats = P.stats and ":lse" or ""
   if target.sm == 90 and target.arch_specific then
     -- each tile, ranked: alone on the tensor cores, taking turns with the other warpgroup
@@ -169,13 +177,26 @@ local function tmaps(K, P, bn)
   return table.concat(decl, "\n")
 end
 
-function E.build(plan, group, g, target, symbol)
-  local P, knobs = plan.P, plan.knobs
-  local K = rowgen.kernel(g, symbol)
-  local src = K.src
+-- The headers every attention kernel needs.
+local function need_common(src, P)
   src:need(P.dtype == "bf16" and "common/bf16.cuh" or "common/fp16.cuh")
   src:need("common/exp2.cuh")
   src:need("common/cp_async.cuh")
+end
+
+function E.build(plan, group, g, target, symbol)
+  local P, knobs = plan.P, plan.knobs
+  if knobs.path == "decode" then
+    local vars = { what = "", BM = E.BM, D = P.D, DV = P.Dv, options = E.OPTIONS,
+                   MMA_T = P.dtype == "bf16" and "bf16" or "f16",
+                   PACK = P.dtype == "bf16" and "kiln_f32x2_to_bf16x2" or "kiln_f32x2_to_fp16x2" }
+    vars.what = string.format("%s %s, %d q positions, k/v heads %d, D %d, Dv %d%s", P.node.name, P.dtype, P.Sq, P.Hk,
+      P.D, P.Dv, tile.describe(P))
+    return decode.build(plan, g, symbol, vars, function(src) need_common(src, P) end)
+  end
+  local K = rowgen.kernel(g, symbol)
+  local src = K.src
+  need_common(src, P)
   src:need("common/tma.cuh")
   -- parameters: the tensors (inputs by uid, then outputs), the tensor maps, scalars, dims
   local setup = tile.setup(K, P, knobs.group ~= false)

@@ -19,7 +19,6 @@ local UNTAKEN_PORTS = {
   { "bias", "an additive bias" }, { "block_mask", "a block mask" },
   { "cu_seq_len_q", "ragged (THD) q" }, { "cu_seq_len_kv", "ragged (THD) k/v" },
   { "seed", "dropout" }, { "dropout_mask", "dropout" },
-  { "paged_attention_k_table", "paged K/V" },
 }
 
 -- A memory tensor's layout over its 4 logical axes: the last stride 1 and the others whole
@@ -68,6 +67,14 @@ function M.of(group, g)
   local P = { dtype = q.dtype, q = q, k = k, v = v, o = o, node = a }
   P.B, P.Hq, P.Sq, P.D = q.dims[1], q.dims[2], q.dims[3], q.dims[4]
   P.Hk, P.Hv, P.Skv, P.Dv = k.dims[2], v.dims[2], k.dims[3], v.dims[4]
+  if ins.paged_attention_k_table then
+    -- k and v are block containers [blocks, H, page, D]; the tables [B, 1, pages, 1] int32
+    P.paged = { k = by[ins.paged_attention_k_table], v = by[ins.paged_attention_v_table], page = k.dims[3] }
+    P.Skv = at.paged_attention_max_seq_len_kv
+    if math.type(P.paged.page) ~= "integer" or P.paged.page ~= v.dims[3] then
+      return fail("paged K/V needs one page size (the containers' dim 2) known at compile time")
+    end
+  end
   for _, n in ipairs { "Hq", "Hk", "Hv", "D", "Dv" } do
     if math.type(P[n]) ~= "integer" then return fail("%s (%s) must be specialized (compile-time)", n, tostring(P[n])) end
   end
