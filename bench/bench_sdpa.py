@@ -163,11 +163,16 @@ def decode_cases(pack, rounds):
         gbs = [2.0 * B * HK * SK * 128 * 2 / (t * 1e-3) / 1e9 for t in times]
         name = "decode%s B%d H%d/%d Sq%d Skv%d d128" % (" paged16" if paged else "", B, H, HK, S, SK)
         row = {"case": name, "plan": plan.kernels[0].plan_id, "kiln_ms": "%.4f" % times[0], "kiln_GBs": "%.0f" % gbs[0]}
-        for n in ("cudnn", "fa2"):
-            i = [p[0] for p in peers].index(n) + 1 if n in [p[0] for p in peers] else None
-            row[n + "_ms"] = "%.4f" % times[i] if i else ""
-            row[n + "_GBs"] = "%.0f" % gbs[i] if i else ""
-            row["x_" + n] = "%.3f" % (times[i] / times[0]) if i else ""
+        got = {p[0]: i + 1 for i, p in enumerate(peers)}
+
+        def cell(n, f):
+            return f(got[n]) if n in got else ""
+        row.update({
+            "cudnn_ms": cell("cudnn", lambda i: "%.4f" % times[i]), "cudnn_GBs": cell("cudnn", lambda i: "%.0f" % gbs[i]),
+            "x_cudnn": cell("cudnn", lambda i: "%.3f" % (times[i] / times[0])),
+            "fa2_ms": cell("fa2", lambda i: "%.4f" % times[i]), "fa2_GBs": cell("fa2", lambda i: "%.0f" % gbs[i]),
+            "x_fa2": cell("fa2", lambda i: "%.3f" % (times[i] / times[0])),
+        })
         row["max_abs_vs_fp32"] = "%.3g" % err
         row["check"] = "ok" if ok else "MISMATCH"
         rows.append(row)

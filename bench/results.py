@@ -624,6 +624,10 @@ def render(args, sources, skipped, runs):
         out += [table(["family", "peer", "cases", "at or above the peer", "worst ratio"], body), ""]
     else:
         out += ["No known CSV file was found.", ""]
+    missing = [f for f in FAMILIES if not any(s.fam is f for s in sources)]
+    if missing:
+        out += [prose("Not measured by this run (no CSV file; `tests/gpu/run` with its `bench` step writes them): "
+                      + "; ".join("%s (`%s`)" % (f.title, f.file) for f in missing) + "."), ""]
     done = set()
     for s in sources:
         if s.fam.file not in done:

@@ -4,7 +4,7 @@
 # missing CSV drops its section, a ratio below 1 is a miss, the same files give the same bytes.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "no python3"
-plan 34
+plan 35
 R=$TMP/run
 mkdir -p "$R"
 # the headers as the writers emit them (the column order of their dicts)
@@ -56,6 +56,10 @@ case,plan,kiln_ms,kiln_TFLOPs,cudnn_ms,cudnn_TFLOPs,x_cudnn,fa2_TFLOPs,x_fa2,max
 full B4 H16/16 S4096 d128,sdpa_full:sm90a,0.6000,733,0.6500,677,1.083,520,1.410,0.00391,ok
 causal B1 H64/8 S8192 d128,sdpa_gqa_causal:sm90a,1.2000,458,1.1000,500,0.917,,,0.00391,ok
 EOF
+cat > "$R/sdpa_decode.csv" <<'EOF'
+case,plan,kiln_ms,kiln_GBs,cudnn_ms,cudnn_GBs,x_cudnn,fa2_ms,fa2_GBs,x_fa2,max_abs_vs_fp32,check
+decode B1 H32/8 Sq1 Skv8192 d128,attention:v1:decode:k32:s3,0.0147,2287,0.0121,2763,0.828,0.0211,1588,1.440,0.00016,ok
+EOF
 printf 'a,b\n1,2\n' > "$R/extra.csv"
 cat > "$R/gpu.log" <<'EOF'
 === env: /w/build/kiln env
@@ -91,7 +95,8 @@ has() { grep -qF -- "$1" "$TMP/${2:-a.md}"; }
 for t in "Norms, softmax and pointwise beside torch" "GEMM beside cuBLAS" "Reductions over axes" \
   "Ops over other axes" "Graphs crossing kernels (scratch tensors)" \
   "Backward of batch norm, instance norm and adaptive layer norm" \
-  "Backward norms against the stream bound" "Attention beside cuDNN and FlashAttention-2"; do
+  "Backward norms against the stream bound" "Attention beside cuDNN and FlashAttention-2" \
+  "Decode attention beside cuDNN and FlashAttention-2"; do
   ok "section: $t" has "## $t"
 done
 ok "bench.csv rows and ratios" has '| `bias_gelu` | 16384x8192 | 0.2000 | 4.02 | 95% | 0.3700 | 1.85x | 0.2200 | 1.10x | 4.10 | 98% | 1.90x | 1.12x | yes |  |'

@@ -53,7 +53,7 @@ done
 exec 2>&4 4>&-
 grep -v "^kiln: warning" "$TMP/storm.err" | sort | uniq -c | head -5 | sed 's/^/# /'
 echo "# kill storm: $kills killed, $builds finished, $other failed otherwise"
-ok "hundreds of builds killed ($kills), none failed otherwise ($other)" test "$kills" -ge 200 -a "$other" = 0
+ok "a hundred builds or more killed mid-way ($kills), none failed otherwise ($other)" test "$kills" -ge 100 -a "$other" = 0
 bad_seen=$(grep -c "is bad" "$TMP/storm.err")
 sums "$KILN_CACHE_DIR" >"$TMP/after.sums"
 lost=$(LC_ALL=C comm -23 "$TMP/before.sums" "$TMP/after.sums" | wc -l)
