@@ -23,9 +23,15 @@ M.PER_SM = 8         -- CTAs that fill an SM (8 of 256 threads)
 M.MIN_ROWS = 16      -- rows each CTA takes at least
 
 -- Whether the split form can take the group: dy and x row-major, the statistics one fp32
--- value per row or gathered, the scale one row.
+-- value per row or gathered, the scale one row, and its outputs written as they are (no op
+-- fused after them: the dx kernel stores dx itself).
 function M.accepts(info, g)
   local a = info.anchor
+  for port, uid in pairs(a.outputs) do
+    if g.by_uid[uid].role == "virtual" then
+      return false, string.format("%s feeds ops fused after the norm (the split form stores it as it is)", port)
+    end
+  end
   for _, port in ipairs({ "grad", "input" }) do
     local t = g.by_uid[a.inputs[port]]
     if info.access[t.uid] ~= "full" then return false, t.name .. " is not row-major over the element space" end

@@ -24,8 +24,12 @@ local SMEM_MAX = { [80] = 166912, [86] = 101376, [87] = 166912, [89] = 101376 }
 M.SMEM_DEFAULT = 232448
 -- CTAs an SM the grid is sized for: one pack plan has one grid on every SM it is built for.
 M.W = 2
--- Candidates, best first: keys a block (BN) and the depth of each warp's ring.
+-- Candidates, best first: keys a block (BN) and the depth of each warp's ring. H200, d128, 32/8
+-- heads: dense caches within 2% across the first three (3.5-4.0 TB/s), blocks of 16 in rings of 2
+-- 5-15% behind; through page tables of 16 keys the order turns (blocks of 16 in rings of 2, three
+-- CTAs an SM: 3.1-3.5 TB/s against 2.1-2.2).
 M.CANDIDATES = { { bn = 32, stages = 3 }, { bn = 16, stages = 4 }, { bn = 32, stages = 2 }, { bn = 16, stages = 2 } }
+M.CANDIDATES_PAGED = { { bn = 16, stages = 2 }, { bn = 16, stages = 4 }, { bn = 32, stages = 3 }, { bn = 32, stages = 2 } }
 
 local function pitch(d) return (d + 8) * 2 end
 
@@ -58,7 +62,7 @@ function M.propose(P, target, top)
   if not mt then return {} end
   local limit = SMEM_MAX[target.sm] or M.SMEM_DEFAULT
   local plans = {}
-  for i, c in ipairs(M.CANDIDATES) do
+  for i, c in ipairs(P.paged and M.CANDIDATES_PAGED or M.CANDIDATES) do
     local smem = M.smem(P, mt, c)
     if smem <= limit and partials_fit(P, mt, c) and (mt * P.Dv <= M.ACC_WIDE or c.bn == 16) then
       -- work items of KEYS_MIN keys, at most W CTAs an SM (the kernel loops past them), one more
