@@ -3,6 +3,8 @@
 #include "files.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <lauxlib.h>
 #include <lualib.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -218,6 +221,38 @@ static int l_write_file(lua_State *L) {
   return 0;
 }
 
+/* kiln.c.append_line(path, text): text and a newline appended under an exclusive lock, so
+ * lines of processes appending at once never interleave. */
+static int l_append_line(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  size_t n;
+  const char *text = luaL_checklstring(L, 2, &n);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return kiln_host_raise(L, "E_IO", "cannot append to %s: %s", path, strerror(errno));
+  int bad = flock(fd, LOCK_EX) != 0;
+  for (size_t done = 0; !bad && done < n + 1;) {
+    ssize_t w = done < n ? write(fd, text + done, n - done) : write(fd, "\n", 1);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) bad = 1;
+    else done += (size_t)w;
+  }
+  int err = errno;
+  close(fd); /* releases the lock */
+  if (bad) return kiln_host_raise(L, "E_IO", "cannot append to %s: %s", path, strerror(err));
+  return 0;
+}
+
+/* kiln.c.realpath(path) -> the absolute path | nil */
+static int l_realpath(lua_State *L) {
+  char buf[PATH_MAX];
+  if (!realpath(luaL_checkstring(L, 1), buf)) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  lua_pushstring(L, buf);
+  return 1;
+}
+
 static int l_mkdir(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   if (mkdir(path, 0777) != 0 && errno != EEXIST)
@@ -242,6 +277,7 @@ static int l_getenv(lua_State *L) {
 static const luaL_Reg host_fns[] = {
     {"budget", l_budget},       {"template", l_template}, {"read_file", l_read_file},
     {"write_file", l_write_file}, {"mkdir", l_mkdir},     {"clock_ms", l_clock_ms},
+    {"append_line", l_append_line}, {"realpath", l_realpath},
     {"getenv", l_getenv},       {NULL, NULL}};
 
 int kiln_host_on_error(lua_State *L) {

@@ -3,6 +3,7 @@
 local c = require "kiln.c"
 local errors = require "kiln.errors"
 local plan = require "kiln.plan"
+local record = require "kiln.record"
 
 local M = {}
 
@@ -144,6 +145,26 @@ function M.plans(args, failures)
   return plans, jobs_of(plans, args.sm)
 end
 
+-- The plans and compile jobs of a record file's builds (kiln.record, --from FILE), each graph
+-- instance once, for the SMs of --sm and of every recorded build.
+local function replay(args, failures)
+  local builds = record.read(args.from)
+  local sms, seen = {}, {}
+  local function add(sm) if not seen[sm] then seen[sm], sms[#sms + 1] = true, sm end end
+  for _, sm in ipairs(args.sm) do add(sm) end
+  for _, b in ipairs(builds) do for _, sm in ipairs(b.sm) do add(sm) end end
+  args.sm = sms
+  local plans, have = {}, {}
+  for _, b in ipairs(builds) do
+    local ps = M.plans({ positional = b.positional, set = b.set, graph = b.graph, sm = sms }, failures)
+    for _, p in ipairs(ps) do
+      local key = p.manifests[1].graph .. "\0" .. p.manifests[1].instance
+      if not have[key] then have[key], plans[#plans + 1] = true, p end
+    end
+  end
+  return plans, jobs_of(plans, sms)
+end
+
 -- Compiles every job through the cache; fills each plan's images. Returns the results.
 function M.compile(plans, jobs, threads)
   local results = c.compile(jobs, threads or 0)
@@ -197,7 +218,9 @@ end
 function M.run(args)
   local t0 = c.clock_ms()
   local failures = {}
-  local plans, jobs = M.plans(args, failures)
+  if args.from and #args.positional > 0 then errors.raise_at(nil, nil, "E_USAGE", "build takes SPECs or --from FILE, not both") end
+  local plans, jobs
+  if args.from then plans, jobs = replay(args, failures) else plans, jobs = M.plans(args, failures) end
   if #plans == 0 and #failures == 1 then error(failures[1].err, 0) end
   for _, f in ipairs(failures) do io.stderr:write("kiln: error: ", failure_text(f), "\n") end
   if #plans == 0 then errors.raise_at(nil, nil, failures[1].err.code, "nothing to build: every graph failed (above)") end
@@ -212,6 +235,7 @@ function M.run(args)
     end
   end
   if args.o or args.emit_c then write_outputs(args, plans) end
+  if not args.from then record.note(args) end
   io.write(string.format("built %d kernel%s for %s: %d compiled, %d cached, %.0f ms%s\n", #jobs, #jobs == 1 and "" or "s",
     table.concat(args.sm, " "), compiled, cached, c.clock_ms() - t0, args.o and (" -> " .. args.o) or ""))
   if #failures == 0 then return 0 end

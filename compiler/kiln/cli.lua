@@ -18,6 +18,9 @@ commands:
                            (exit 1 when a group has no engine)
   build SPEC... --sm SM [--sm SM ...] [-o PACK] [--emit-c DIR] [-v] [-j N]
                            compile every kernel through the cache (and write a pack)
+  build --from FILE [-o PACK] [--sm SM ...]
+                           build again what KILN_RECORD=FILE recorded (every build's
+                           specs, dims and SMs) into one pack
   run SPEC --check [--bench] [--set DIM=N] [--instance K=V,...]
                            run on the GPU against the reference executor (only the
                            instances whose key has every K=V given, with --instance)
@@ -35,7 +38,8 @@ common options:
 environment: KILN_CACHE_DIR, KILN_CACHE_MAXSIZE, KILN_JIT=on|off|strict, KILN_DUMP_DIR,
              KILN_LUA_PATH, KILN_TEMPLATE_PATH, KILN_SPEC_MAX_INSTR, KILN_SPEC_MAX_MEM,
              KILN_PTX_MODULE=all|own|off, KILN_PTXAS=exe|nvjitlink, KILN_PTXC_PATH,
-             KILN_PTXAS_OPT=0|1|2|3
+             KILN_PTXAS_OPT=0|1|2|3, KILN_RECORD=FILE (every build appends what it built);
+             all of them with their defaults: docs/ENV.md
 ]]
 
 local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) end
@@ -44,7 +48,7 @@ local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) en
 local OPTIONS = {
   ["--json"] = "flag", ["--ptx"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
   ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "list",
-  ["-j"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value",
+  ["-j"] = "value", ["--from"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value",
 }
 
 local function parse(argv)

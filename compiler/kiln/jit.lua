@@ -1,6 +1,7 @@
 -- kiln.jit: the front end as a library call (compiler/jit.h): spec file, SMs and dim
 -- settings in, pack bytes out — compiling only what the cache lacks. Prints nothing.
 local build = require "kiln.build"
+local record = require "kiln.record"
 
 local M = {}
 
@@ -14,7 +15,9 @@ function M.build(path, archs, sets)
   end
   local plans, jobs = build.plans(args)
   build.compile(plans, jobs)
-  return build.pack_bytes(plans, archs)
+  local bytes = build.pack_bytes(plans, archs)
+  record.note(args)
+  return bytes
 end
 
 return M
