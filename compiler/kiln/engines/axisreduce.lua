@@ -32,9 +32,9 @@ E.SLICES_PER_SM = 4  -- inner: CTAs per SM the slices of all channels aim at (on
 E.MAX_SPLIT = 32     -- strided: the most ways a CTA splits the rows (the rest of its threads: outputs)
 -- strided: rows this many or more (or not compile-time) may split over up to E.MAX_SLICES CTAs,
 -- whose partials a second kernel adds in slice order, where the column blocks are too few to
--- fill E.STRIDED_PER_SM CTAs an SM (a persistent grid). Measured on the H200 (bench/RESULTS.md,
--- twenty-eighth session): adaptive layer norm's backward sums over 4096 rows 2.65x at one
--- sample, 1.60x at four; over 512 rows 0.53-0.93x (the second kernel's launch outweighs).
+-- fill E.STRIDED_PER_SM CTAs an SM (a persistent grid). On an H200 adaptive layer norm's
+-- backward sums over 4096 rows 2.65x at one sample, 1.60x at four; over 512 rows 0.53-0.93x
+-- (the second kernel's launch outweighs).
 E.SLICE_MIN_ROWS = 2048
 E.STRIDED_PER_SM = 8
 E.MAX_SLICES = 32

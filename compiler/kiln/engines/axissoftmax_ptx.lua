@@ -58,8 +58,8 @@ local function whole(t, info) return pw.dims_equal(t.dims, info.E) and shape.is_
 -- Whether this form takes the group (axissoftmax's info): true, or nil and why not.
 function M.accepts(group, g, info, target)
   if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
-  -- measured on the H200 against the CUDA form (2026-12-03, bench/RESULTS.md): 1.04-1.48x
-  -- everywhere but the staged forward over 32 splits (rows of 300 and 512: 0.71-0.99x)
+  -- on an H200 against the CUDA form: 1.04-1.48x everywhere but the staged forward over 32
+  -- splits (rows of 300 and 512: 0.71-0.99x)
   if info.staged and info.kind == "fwd" and info.RS > M.STAGED_FWD_SPLITS then
     return nil, "a staged forward over more than " .. M.STAGED_FWD_SPLITS .. " row splits (slower in PTX)"
   end
@@ -331,9 +331,9 @@ function M.emit(K, group, g, info, B, U)
     P:store("shared", mine, 0, acc)
     put("bar.sync 0;")
     -- a loop over the splits, one a trip, from the fold's identity (the same bits as from split
-    -- 0): 1, 2 or 4 splits a trip and all unrolled measured alike on the H200 (rows of 300 and
-    -- 512 in 32 splits, 2026-12-03), and one a trip is the least ptxas time (unrolled, the
-    -- splits were a third of the kernel's PTX)
+    -- 0): 1, 2 or 4 splits a trip and all unrolled measure alike on an H200 (rows of 300 and
+    -- 512 in 32 splits), and one a trip is the least ptxas time (unrolled, the splits are a
+    -- third of the kernel's PTX)
     local out = fill(IDENTITY[op])
     local at = def("b32", "mov.b32 %s, %s;", col_at)
     local stop = def("b32", "add.u32 %s, %s, %d;", col_at, RS * TW * 4)

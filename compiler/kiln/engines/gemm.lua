@@ -46,9 +46,9 @@ E.SMEM_MAX_SM90, E.SMEM_MAX = 232448, 166912
 E.EPI_BYTES = 2 * 2 * 64 * 128
 -- Epilogue warps (a staged output of a bf16/fp16 GEMM): warps 1-3 of the producer warpgroup run
 -- the epilogue on the sums the consumers leave in a per-CTA workspace buffer (128 x BN fp32),
--- under the consumers' next mainloop. Correct (GPU check, racecheck, emulator) but measured
--- 3-4% slower than the consumers' own epilogue on the H200 (2026-11-30: bias+GELU 8192^3 1.710
--- against 1.659 ms, plain 1.683 against 1.635, SwiGLU and residual at 8192x4096x4096 likewise),
+-- under the consumers' next mainloop. Correct (GPU check, racecheck, emulator) but 3-4% slower
+-- than the consumers' own epilogue on an H200 (bias+GELU 8192^3 1.710 against 1.659 ms, plain
+-- 1.683 against 1.635, SwiGLU and residual at 8192x4096x4096 likewise),
 -- so `auto` (E.EWG.auto) leaves it off; KILN_GEMM_EPILOGUE=warpgroup turns it on (taken then for
 -- any K), for measuring. With auto on it would be taken from min_kb k-blocks (below that three
 -- warps cannot keep up with a tile's mainloop). Registers: 2 * 176 + 152 = 504. A fourth
@@ -64,8 +64,8 @@ end
 -- warpgroup holds the whole tile: 128 fp32 accumulators per thread), 7 stages of 32 KB.
 E.SM90_PP_TILE = { bn = 128, stages = 7 }
 -- sm90 clusters: CM CTAs along M share each B tile (each copies 1/CM of it, multicast), which
--- cuts the operand traffic from L2 by a third at 128 x 256. Correct, but measured slower on
--- the H200 (0.85x vs 0.97x cuBLAS at 8192^3, bench/RESULTS.md), so off by default;
+-- cuts the operand traffic from L2 by a third at 128 x 256. Correct, but slower on an H200
+-- (0.85x vs 0.97x cuBLAS at 8192^3), so off by default;
 -- KILN_GEMM_CLUSTER=2 turns it on (for measuring).
 E.CLUSTER_M = 1
 -- The sm90 kernels take tiles in groups of GROUP_M m tiles per column of n tiles, so one
@@ -362,7 +362,7 @@ function E.propose(group, g, target)
     "// KILN_GEMM_SCHEDULE=pingpong declined: fp8 (its promotion needs 2 x 128 accumulators per thread); the cooperative kernel" or ""
   local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8)) or nil
   -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list);
-  -- not for fp8 by default: measured 0.91x of the plain schedule at 8192^3 on the H200 (bf16:
+  -- not for fp8 by default: 0.91x of the plain schedule at 8192^3 on an H200 (bf16:
   -- 1.003-1.011x)
   local sk = order ~= nil and not pp and streamk_on(info.fp8)
   local cm = pp and 1 or cluster_m()

@@ -37,8 +37,8 @@ end
 -- Whether inputs repeating along the leading dims take this form (KILN_PW_REPEAT=cuda, build
 -- time, for measuring, keeps them in the CUDA form). The thread's vector counted and masked in
 -- 32 bits: bias_gelu 0.988-1.006x the CUDA form at 4096-32768 rows of 4096 and 8192, a bias +
--- GELU + scale 0.985-0.996x, in half its cold compile and without loading NVRTC (H200,
--- 2026-12-02; docs/INTERNALS.md).
+-- GELU + scale 0.985-0.996x, in half its cold compile and without loading NVRTC (on an H200;
+-- docs/INTERNALS.md).
 local function repeat_wanted()
   return settings.pick("KILN_PW_REPEAT", { "cuda" }) ~= "cuda"
 end

@@ -51,9 +51,9 @@ E.SMEM_MAX = 160 * 1024
 -- Threads per CTA of the backward norms (several rows per CTA).
 E.BWD_BLOCK = 512
 -- Rows wider than this that the staged backward does not take build the split backward
--- (rowbwd_colsum.lua) rather than the legacy kernel. Measured on the H200 (2026-12-01, graph
--- timing, split against legacy): 0.95x (layernorm) and 0.70x (rmsnorm) at 16384 x 16384,
--- 1.11x and 1.15x at 8192 x 20480.
+-- (rowbwd_colsum.lua) rather than the legacy kernel. On an H200 (graph timing, split against
+-- legacy): 0.95x (layernorm) and 0.70x (rmsnorm) at 16384 x 16384, 1.11x and 1.15x at
+-- 8192 x 20480.
 E.LEGACY_MAX_H = 16384
 -- Vectors per thread per pass (N): the row-held passes are fully unrolled, so N trades
 -- loads in flight per thread against code size (NVRTC time); the backward's work per element
@@ -62,8 +62,8 @@ E.MAX_N = 4
 E.MAX_N_FUSED = 2
 -- Full occupancy (2048 threads per SM: at most 32 registers) for the forward kernels that hold
 -- little, softmax / log-softmax and RMSNorm without fused ops, at N = 2 vectors per thread:
--- measured on the H200 (bench/RESULTS.md, fourth session) softmax 16384x8192 3.90 -> 4.18
--- TB/s, rmsnorm 32768x2048 4.07 -> 4.19; layernorm (the mean) spills at 32 registers.
+-- on an H200 softmax 16384x8192 4.18 TB/s against 3.90 without it, rmsnorm 32768x2048 4.19
+-- against 4.07; layernorm (the mean) spills at 32 registers.
 E.FULL_OCCUPANCY_N = 2
 -- Ops whose plain 16-bit rows re-read from L2 rather than hold a row in 1024 threads at one CTA
 -- an SM (analyze): on the H200 layernorm 1.13-1.32x, log_softmax 1.27-1.46x, log_softmax_backward
@@ -75,12 +75,12 @@ E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- compile at -O1 for layernorm (one CTA's, no fused ops), whose stores -O1 leaves after each
 -- vector's values instead of sinking all four to the kernel's end, and RMSNorm's wide rows (in
 -- 1024 threads or over a cluster) with a fused prologue (a residual add) and nothing else fused.
--- Measured on the H200 (2026-12-02, graph replays, bf16, KILN_PTXAS_OPT=1 against the default;
--- bench/RESULTS.md): layernorm 1.02-1.06x at 4096 rows of 1024-16384, 1.00-1.04x at 16384 rows;
--- rmsnorm_residual 1.04-1.07x at H = 24576, 32768 and 65536 (level at 2048-16384). Not plain
+-- On an H200 (graph replays, bf16, KILN_PTXAS_OPT=1 against the default): layernorm 1.02-1.06x
+-- at 4096 rows of 1024-16384, 1.00-1.04x at 16384 rows; rmsnorm_residual 1.04-1.07x at
+-- H = 24576, 32768 and 65536 (level at 2048-16384). Not plain
 -- RMSNorm (0.94-1.03x), the re-read or staged layernorm (0.73-0.77x, 0.99x), fused rows that spill
 -- (add_rmsnorm_silu_gate 0.86-0.95x at 4096-8192), softmax (0.98-1.03x) nor the backward norms.
--- The softmax backwards' rows held by one CTA compile at -O1 too (2026-12-02, H = 2048-8192):
+-- The softmax backwards' rows held by one CTA compile at -O1 too (H = 2048-8192):
 -- log_softmax_backward 1.02-1.05x at 4096 rows, 0.995-1.002x at 16384 and 32768; softmax_backward
 -- 1.05x at 4096 x 2048, 1.000-1.004x elsewhere.
 function E.ptxas_level(info, group)
@@ -97,14 +97,14 @@ end
 -- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
 -- 32 registers: more row parts in flight while others wait at the cluster barrier), unless it
 -- fuses these ops, whose code spills there (layernorm's, under KILN_ROW_CLUSTER, spills too).
--- Measured on the H200 (2026-12-01, graph timing, bf16, 1024-16384 rows of 65536, against
--- ptxas's 44-45 registers): rmsnorm 1.14x (3.76-3.80 TB/s), rmsnorm_train 1.10x,
+-- On an H200 (graph timing, bf16, 1024-16384 rows of 65536, against ptxas's 44-45
+-- registers): rmsnorm 1.14x (3.76-3.80 TB/s), rmsnorm_train 1.10x,
 -- rmsnorm_residual 1.04-1.05x, its fp8 form 1.07x; add_rmsnorm_silu_gate 0.53x and the softmax
 -- backwards 0.51-0.56x (spilling) keep theirs.
 E.CLUSTER_OCCUPANCY_DECLINES = { exp = true, sigmoid = true, swish = true, gelu = true }
 -- The most CTAs a wide row's cluster may take (8: the portable cluster size), and its CTAs'
--- shape: vectors a thread, most threads (measured on the H200, 2026-12-01, 4096 and 16384 rows
--- of 65536 bf16: rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
+-- shape: vectors a thread, most threads (on an H200 at 4096 and 16384 rows of 65536 bf16:
+-- rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
 -- 4 of 512 0.96x; softmax backward 4 of 512 and 8 of 256 both 1.33x)
 E.MAX_CLUSTER = 8
 -- The most a forced cluster (KILN_ROW_CLUSTER=16) may take: the H200's non-portable size.
@@ -155,9 +155,9 @@ end
 -- Whether the wide-row cluster layout is taken for a forward kernel of `kind` (analyze): where
 -- it measured faster than the row re-read from L2 (docs/MEMORY_BOUND.md, "Wide rows"): rmsnorm
 -- without per-row reductions and the softmax backwards. Layernorm and softmax over a cluster
--- measured 0.89x and 0.93x the re-read row at 16384 x 65536 (H200, 2026-12-01); exchanging one
+-- measure 0.89x and 0.93x the re-read row at 16384 x 65536 (H200); exchanging one
 -- pair a CTA (its mean and squared deviations, its max and sum of exps) instead of meeting the
--- cluster twice measured slower still (0.95x the two meetings).
+-- cluster twice measures slower still (0.95x the two meetings).
 local function cluster_pays(op, kind, rowred)
   if kind == "norm" then return op == "rmsnorm" and #rowred == 0 end
   return kind == "softmax_bwd"

@@ -30,8 +30,8 @@ M.MAX_SUMS = 32
 M.MAX_SUMS_CLUSTER = 64
 -- The dx pass takes xh (fp32) and dy (as loaded) held in registers from the reduction's pass,
 -- instead of reading the staged row again, when the thread's long-lived registers (scale, column
--- sums, held values) stay within this many words. Measured on the H200 (2026-11-30, graph
--- timing): rmsnorm_backward (56 words at N x V = 16) 7% faster at 32768 x 2048, the same at
+-- sums, held values) stay within this many words. On an H200 (graph timing):
+-- rmsnorm_backward (56 words at N x V = 16) 7% faster at 32768 x 2048, the same at
 -- 16384 x 8192, 2% slower at 4096 x 4096; layernorm_backward (72 words: 128 registers and a
 -- spill) 8% slower at 16384 x 8192, so it reads the row again.
 M.MAX_HELD_WORDS = 64

@@ -89,8 +89,8 @@ function M.build(info, g, symbol, plan_id, engine_id)
   add("#pragma unroll\n  for (int j = 0; j < %d; j++) w_[j] = %s;", V, pw.fmt(sw.load, "wr_[j]"))
   for i in ipairs(info.colsum) do add("  float s%d_[%d] = {};", i - 1, V) end
   add("  const float2 *rs_ = reinterpret_cast<const float2 *>(%s);", rsum)
-  -- rows in flight: 4 for one sum, 2 for two (measured on the H200, 2026-12-01, 4096 x 65536:
-  -- rmsnorm 3% faster at 4, layernorm level; layernorm at 4 compiles in 65 ms, at 2 in 50)
+  -- rows in flight: 4 for one sum, 2 for two (on an H200 at 4096 x 65536: rmsnorm 3% faster
+  -- at 4, layernorm level; layernorm at 4 compiles in 65 ms, at 2 in 50)
   add("#pragma unroll %d  // one vector per thread per row", #info.colsum > 1 and 2 or 4)
   add("  for (kiln_i64 row = blockIdx.x; row < %s; row += gridDim.x) {", info.rows)
   if mean then add("    const float mean = %s;", mean) end

@@ -36,8 +36,8 @@ function M.accepts(info, group, g, target)
   for _, r in ipairs(group.rowred or {}) do
     if not RED[r.attrs.mode] then return nil, "a per-row " .. r.attrs.mode .. " reduction" end
   end
-  -- re-read rows the CUDA form reads faster (H200, 2026-12-04, graph replays, 1024-16384 rows,
-  -- clusters off): layer norm over x + r at 32768 0.83-0.91x in every trip and reduction order
+  -- re-read rows the CUDA form reads faster (H200, graph replays, 1024-16384 rows, clusters
+  -- off): layer norm over x + r at 32768 0.83-0.91x in every trip and reduction order
   -- tried, fp32 at 28672 0.86-0.90x; RMSNorm of x + r gated by silu(gate) 0.85-0.87x at 32768,
   -- 0.92-1.00x at 65536 (in trips of 2 or 4); RMSNorm in trips of one vector 0.94-0.99x
   if info.strategy == "reread" and rows_read(info, group, g) > 1 then
@@ -65,10 +65,10 @@ function M.emit(K, info, group, g, target, amax_out)
   local made = rowgen.made(group)
   if #amax == 0 then rowgen.pdl_entry(K) end  -- the plan's only kernel: pdl at entry
   -- a re-read row with exp, sigmoid or swish ops, or reading more than one row tensor (a
-  -- residual): 2 vectors a trip, not 4. Measured on the H200: add_rmsnorm_silu_gate at 4096 x
-  -- 65536 level, compiling in 51 ms, not 70 (2026-12-01); rmsnorm_residual_fp8_rowwise at 65536
-  -- 1.20-1.22x at 4096 and 16384 rows, 52 ms, not 73 (2026-12-02; the plain re-read rows of
-  -- layernorm and softmax measured 0.84-1.00x at 2 and 0.87-0.97x at 1: docs/MEMORY_BOUND.md)
+  -- residual): 2 vectors a trip, not 4. On an H200: add_rmsnorm_silu_gate at 4096 x 65536
+  -- level, compiling in 51 ms, not 70; rmsnorm_residual_fp8_rowwise at 65536 1.20-1.22x at 4096
+  -- and 16384 rows, 52 ms, not 73 (the plain re-read rows of layernorm and softmax measure
+  -- 0.84-1.00x at 2 and 0.87-0.97x at 1: docs/MEMORY_BOUND.md)
   if rows_read(info, group, g) > 1 or rowgen.fuses_any(group, EXP_FAMILY) then info.reread_u = 2 end
   local R = rowptx.new(K, info, g, group.inputs, made)
   local P, put, def, base = R.P, R.put, R.def, R.base

@@ -29,23 +29,23 @@ local NEG_INF = rowsm_ptx.NEG_INF
 -- Stages in the ring, CTAs per SM and rows a cluster meeting carries (R: a stage holds R rows,
 -- whose reductions meet together), per op and dtype of x (none: the row re-read); some only
 -- over clusters of at least min_cl CTAs of at most `block` threads, or at the row widths
--- `widths` lists (those measured). Measured on the H200
--- (2026-12-02, graph replays, 4096 and 16384 rows, against the re-read; docs/MEMORY_BOUND.md,
--- "Staged over a cluster"): layernorm fp32 1.16x at H = 40960, 1.26x at 65536; bf16 and fp16 at
--- 65536 in clusters of 8 CTAs of 256 threads, 4 an SM, 1.02-1.11x, but 0.82-0.90x at 32768
--- (clusters of 4) and 0.54-0.93x in other shapes; two or four rows a meeting 0.78-1.05x.
--- Softmax (with its log-sum-exp) at 65536: bf16 1.09-1.10x in layernorm's 16-bit shape, fp32
--- 1.08-1.11x (8 CTAs of 512 threads, 2 an SM), fp16 1.09x; bf16 at 32768 0.76-0.91x, fp16 0.81x.
--- With one reduction a row (2026-12-02): log_softmax at 65536 1.14-1.15x the re-read in bf16 and
--- fp16, 1.21-1.24x in fp32 (softmax's fp32 shape), fp16 at 32768 0.85-0.88x; 2 or 4 stages, 2
--- CTAs an SM, 2 rows a meeting 0.82-1.00x, and layernorm and softmax at 32768 still 0.74-0.92x.
+-- `widths` lists (those measured). On an H200 (graph replays, 4096 and 16384 rows, against the
+-- re-read; docs/MEMORY_BOUND.md, "Staged over a cluster"): layernorm fp32 1.16x at H = 40960,
+-- 1.26x at 65536; bf16 and fp16 at 65536 in clusters of 8 CTAs of 256 threads, 4 an SM,
+-- 1.02-1.11x, but 0.82-0.90x at 32768 (clusters of 4) and 0.54-0.93x in other shapes; two or
+-- four rows a meeting 0.78-1.05x. Softmax (with its log-sum-exp) at 65536: bf16 1.09-1.10x in
+-- layernorm's 16-bit shape, fp32 1.08-1.11x (8 CTAs of 512 threads, 2 an SM), fp16 1.09x; bf16
+-- at 32768 0.76-0.91x, fp16 0.81x. With one reduction a row: log_softmax at 65536 1.14-1.15x
+-- the re-read in bf16 and fp16, 1.21-1.24x in fp32 (softmax's fp32 shape), fp16 at 32768
+-- 0.85-0.88x; 2 or 4 stages, 2 CTAs an SM, 2 rows a meeting 0.82-1.00x, and layernorm and
+-- softmax at 32768 0.74-0.92x.
 -- KILN_ROW_STAGE=sNcM[bB][rR] (read at build time, for measuring) stages every dtype's wide
 -- layernorm and softmax row, in N stages, M CTAs an SM, CTAs of at most B threads (the smallest
 -- such cluster), R rows a meeting; `off` re-reads every row.
 local SIXTEEN = { S = 3, C = 4, R = 1, block = 256, min_cl = 8 }
 local FP32_SOFTMAX = { S = 3, C = 2, R = 1, widths = { [65536] = true } }
--- (16-bit softmax and log_softmax at 65536: the re-read row pipelined, rowptx.pipelined, measured
--- 1.11-1.14x this form on 2026-12-04, so they re-read)
+-- (16-bit softmax and log_softmax at 65536: the re-read row pipelined, rowptx.pipelined, measures
+-- 1.11-1.14x this form, so they re-read)
 M.DEFAULT = {
   layernorm = { fp32 = { S = 3, C = 2, R = 1 }, bf16 = SIXTEEN, fp16 = SIXTEEN },
   softmax = { fp32 = FP32_SOFTMAX },

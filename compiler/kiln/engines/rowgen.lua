@@ -637,9 +637,8 @@ function M.row_hint()
 end
 
 -- Row reads of a large grid keep their lines in L2 ahead of the rows written (evict_last): the
--- written lines then leave L2 first and the DRAM writes stream out with the reads. Measured on
--- the H200 (2026-12-01, graph timing, rmsnorm, layernorm, softmax and softmax_bwd, bf16): with a
--- row input of 256 MiB and more 1.00-1.04x (16384x8192, 32768x4096, 65536x2048 and twice
+-- written lines then leave L2 first and the DRAM writes stream out with the reads. On an H200
+-- (graph timing, rmsnorm, layernorm, softmax and softmax_bwd, bf16): with a row input of 256 MiB and more 1.00-1.04x (16384x8192, 32768x4096, 65536x2048 and twice
 -- those); at 128 MiB 0.99-1.01x; at 64 MiB and less 0.97-1.01x.
 M.L2_LAST_BYTES = 1 << 28
 

@@ -66,7 +66,7 @@ end
 -- Vectors a trip of a re-read row: the most that divide the thread's N and are at most
 -- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4; but a
 -- pass that is not pipelined over N vectors not a multiple of 4 takes trips of up to 8 (layer
--- norm at N = 5 and 7 in one trip: 1.06-1.13x trips of one, H200 2026-12-04; the pipelined
+-- norm at N = 5 and 7 in one trip: 1.06-1.13x trips of one on an H200; the pipelined
 -- passes keep small trips: softmax's 5-7 in one trip 0.93x).
 function M.trip(info)
   local v = settings.pick("KILN_ROW_TRIP", { "1", "2", "4", "8" })
@@ -85,8 +85,8 @@ end
 
 -- Whether the loop over trips of a pass loads the next trip's vectors before this trip's work
 -- (software pipelined: one trip's loads in flight while the other's fold): the re-read rows of
--- softmax, log_softmax and rmsnorm. Measured on the H200 (2026-12-04, graph replays, 4096 and
--- 16384 rows of 65536, against the loop without): softmax with its statistics 1.19-1.21x, with
+-- softmax, log_softmax and rmsnorm. On an H200 (graph replays, 4096 and 16384 rows of 65536,
+-- against the loop without): softmax with its statistics 1.19-1.21x, with
 -- a sink 1.18-1.20x, rmsnorm_residual_fp8_rowwise 1.05-1.06x, rmsnorm with a residual 1.09-1.11x
 -- (where the cluster forms decline); and bf16 and fp16 softmax and log_softmax 1.11-1.14x their
 -- staged cluster form (rowfwd_staged_ptx). Not layer norm (64 registers and 416 bytes of

@@ -28,15 +28,14 @@ local function reductions(info, group) return group.reductions or { info.anchor 
 function M.accepts(info, group, g, target)
   if info.kind ~= "reduce" then return nil, "not a row reduction" end
   if info.L.CL then return nil, "a row over a cluster" end
-  -- (rows of 1024 threads measured 0.83-0.99x the CUDA form on the H200: H = 32768 and 65536,
-  -- fp32 and fp16, one pass and re-read; bench/RESULTS.md, thirtieth session; with the siblings'
-  -- one meeting 0.91-0.93x at 512 rows, and the re-read row at 2 CTAs an SM misses L2 twice as
-  -- often as the CUDA form at 1: thirty-first session)
+  -- (rows of 1024 threads measure 0.83-0.99x the CUDA form on an H200: H = 32768 and 65536,
+  -- fp32 and fp16, one pass and re-read; with the siblings' one meeting 0.91-0.93x at 512 rows,
+  -- and the re-read row at 2 CTAs an SM misses L2 twice as often as the CUDA form at 1)
   -- (pipelined, KILN_ROW_PIPE=1: 0.92-0.95x at 512 rows of 65536 fp32, 0.99-1.00x at 4096; unrolled
   -- with 4, 6 or 8 loads ahead, NVVM's schedule: 0.92x; that with plain .nc reads instead of the
   -- L2 policy: one sum 0.99x, four sibling reductions 0.92x / 0.96x at 512 / 4096 rows)
   if info.L.P >= 1024 and not rowptx.pipelined(info) then return nil, "a row of 1024 threads" end
-  -- (a ragged row held by 128 threads or fewer for the epilogue measured 0.92-0.97x: adaptive
+  -- (a ragged row held by 128 threads or fewer for the epilogue measures 0.92-0.97x: adaptive
   -- layer norm's backward and a per-sample scale at 1152 columns, layer norm at 768; by 256
   -- threads 1.00-1.09x: instance norm's backward at 3136, adaptive layer norm's at 3072)
   if info.maps and not info.L.even and info.L.P <= 128 then return nil, "a ragged row held by 128 threads for the epilogue" end
