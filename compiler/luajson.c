@@ -48,15 +48,23 @@ static void push_json(lua_State *L, json_t *j, int depth) {
   }
 }
 
+static int push_json_protected(lua_State *L) {
+  push_json(L, lua_touserdata(L, 1), 0);
+  return 1;
+}
+
 static int l_json_decode(lua_State *L) {
   size_t n;
   const char *text = luaL_checklstring(L, 1, &n);
   json_error_t err;
   json_t *j = json_loadb(text, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
   if (!j) return kiln_host_raise(L, "E_JSON", "line %d column %d: %s", err.line, err.column, err.text);
-  /* a raise inside push_json would leak j; decode depth is bounded, so keep it simple */
-  push_json(L, j, 0);
+  /* push_json raises (too deep, out of memory): in a protected call, so that j is freed */
+  lua_pushcfunction(L, push_json_protected);
+  lua_pushlightuserdata(L, j);
+  int rc = lua_pcall(L, 1, 1, 0);
   json_decref(j);
+  if (rc != LUA_OK) return lua_error(L);
   return 1;
 }
 

@@ -346,10 +346,13 @@ static int parse_tensor(ref_graph *g, const json_t *jt, size_t idx, const kiln_r
                         json_array_size(jd), KILN_REF_MAXRANK);
   t->rank = (int)json_array_size(jd);
   t->numel = 1;
+  int64_t span = 1; /* product of the nonzero extents: ops multiply extents in int64 */
   for (int i = 0; i < t->rank; i++) {
     if (resolve_dim(g->root, json_array_get(jd, (size_t)i), dims, ndims, &t->dims[i], t->name,
                     e))
       return -1;
+    if (t->dims[i] > 0 && __builtin_mul_overflow(span, t->dims[i], &span))
+      return kiln_err_set(e, "E_SHAPE", "tensor '%s': element count overflows", t->name);
     t->numel *= (size_t)t->dims[i];
   }
   if (t->role == REF_CONSTANT) {
