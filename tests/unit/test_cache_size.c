@@ -9,20 +9,10 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "scratch_dir.h"
 #include "tap.h"
 
 static char root[256];
-
-static void rm_rf(const char *path) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  if (system(cmd) != 0) DIAG("could not remove %s", path);
-}
-
-static void sleep_ms(int ms) {
-  struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
 
 static void key_for(int i, char key[33]) {
   char sym[32];

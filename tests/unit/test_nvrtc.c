@@ -10,6 +10,7 @@
 #include "compile.h"
 #include "nvrtc.h"
 #include "ptxas.h"
+#include "scratch_dir.h"
 #include "tap.h"
 
 static char root[256];
@@ -18,12 +19,6 @@ static double now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static void rm_rf(const char *path) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  if (system(cmd) != 0) DIAG("could not remove %s", path);
 }
 
 /* An ELF file for the CUDA machine (EM_CUDA = 190). */
