@@ -228,6 +228,21 @@ def scratch_shape(r):
     return f % n if f and n is not None and n == int(n) else "n=%s" % r["n"]
 
 
+
+def attention_cols(unit, label, err, err_label):
+    """The table columns of bench_sdpa.py's CSV files: times and rates (kiln_<unit>, ...) of kiln,
+    cuDNN and FA2, the ratios, kiln's error against the check's reference, check, plan."""
+    return [("case", lambda r: r["case"]), ("kiln ms", lambda r: fixed(r["kiln_ms"], 4)),
+            ("kiln " + label, lambda r: fixed(r["kiln_" + unit], 0)), ("cuDNN ms", lambda r: fixed(r["cudnn_ms"], 4)),
+            ("cuDNN " + label, lambda r: fixed(r["cudnn_" + unit], 0)), ("x cuDNN", lambda r: ratio_cell(r["x_cudnn"], 3)),
+            ("FA2 " + label, lambda r: fixed(r["fa2_" + unit], 0)), ("x FA2", lambda r: ratio_cell(r["x_fa2"], 3)),
+            (err_label, lambda r: r.get(err) or DASH),
+            ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
+            ("plan", lambda r: code(r.get("plan", "")))]
+
+
+ATTENTION_RATIOS = [Ratio("x_cudnn", "cuDNN (torch SDPA)", 3), Ratio("x_fa2", "FlashAttention-2 (torch SDPA)", 3)]
+
 FAMILIES = [
     Family(
         "bench.csv", "Norms, softmax and pointwise beside torch", "bench/bench.py", "bench-vs-torch",
@@ -347,14 +362,7 @@ FAMILIES = [
         "%s build tests/specs/bench/sdpa.lua --sm 90a -o sdpa.kpack && python3 bench/bench_sdpa.py "
         "--pack sdpa.kpack --out DIR" % KILN,
         ["case", "kiln_ms", "kiln_TFLOPs", "cudnn_ms", "cudnn_TFLOPs", "x_cudnn", "fa2_TFLOPs", "x_fa2", "check"],
-        [("case", lambda r: r["case"]), ("kiln ms", lambda r: fixed(r["kiln_ms"], 4)),
-         ("kiln TFLOP/s", lambda r: fixed(r["kiln_TFLOPs"], 0)), ("cuDNN ms", lambda r: fixed(r["cudnn_ms"], 4)),
-         ("cuDNN TFLOP/s", lambda r: fixed(r["cudnn_TFLOPs"], 0)), ("x cuDNN", lambda r: ratio_cell(r["x_cudnn"], 3)),
-         ("FA2 TFLOP/s", lambda r: fixed(r["fa2_TFLOPs"], 0)), ("x FA2", lambda r: ratio_cell(r["x_fa2"], 3)),
-         ("max abs vs cuDNN", lambda r: r.get("max_abs_vs_cudnn") or DASH),
-         ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
-         ("plan", lambda r: code(r.get("plan", "")))],
-        [Ratio("x_cudnn", "cuDNN (torch SDPA)", 3), Ratio("x_fa2", "FlashAttention-2 (torch SDPA)", 3)],
+        attention_cols("TFLOPs", "TFLOP/s", "max_abs_vs_cudnn", "max abs vs cuDNN"), ATTENTION_RATIOS,
         lambda r: r["case"],
         "kiln's forward attention (BHSD bf16, scale 1/sqrt(D), inference) beside torch's SDPA "
         "backends cuDNN and FlashAttention-2, in one process on the same tensors; times are medians "
@@ -368,14 +376,7 @@ FAMILIES = [
         "%s build tests/specs/bench/sdpa.lua --sm 90a -o sdpa.kpack && python3 bench/bench_sdpa.py "
         "--pack sdpa.kpack --only decode --out DIR" % KILN,
         ["case", "kiln_ms", "kiln_GBs", "cudnn_ms", "cudnn_GBs", "x_cudnn", "fa2_ms", "fa2_GBs", "x_fa2", "check"],
-        [("case", lambda r: r["case"]), ("kiln ms", lambda r: fixed(r["kiln_ms"], 4)),
-         ("kiln GB/s", lambda r: fixed(r["kiln_GBs"], 0)), ("cuDNN ms", lambda r: fixed(r["cudnn_ms"], 4)),
-         ("cuDNN GB/s", lambda r: fixed(r["cudnn_GBs"], 0)), ("x cuDNN", lambda r: ratio_cell(r["x_cudnn"], 3)),
-         ("FA2 GB/s", lambda r: fixed(r["fa2_GBs"], 0)), ("x FA2", lambda r: ratio_cell(r["x_fa2"], 3)),
-         ("max abs vs fp32", lambda r: r.get("max_abs_vs_fp32") or DASH),
-         ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
-         ("plan", lambda r: code(r.get("plan", "")))],
-        [Ratio("x_cudnn", "cuDNN (torch SDPA)", 3), Ratio("x_fa2", "FlashAttention-2 (torch SDPA)", 3)],
+        attention_cols("GBs", "GB/s", "max_abs_vs_fp32", "max abs vs fp32"), ATTENTION_RATIOS,
         lambda r: r["case"],
         "kiln's decode attention (1 or 4 new tokens a sequence against a cache of Skv keys, BHSD "
         "bf16, d128, no mask) beside torch's SDPA backends cuDNN and FlashAttention-2 on the same "
