@@ -15,6 +15,8 @@ M.list = {
   (require "kiln.engines.axisreduce"), -- reductions over a middle block of axes, or a leading and a trailing one
   (require "kiln.engines.axissoftmax"), -- softmax, log_softmax and their backwards over a non-last axis
   (require "kiln.engines.attention.engine"), -- sdpa forward (wgmma on sm_90a, mma.sync elsewhere)
+  (require "kiln.engines.conv1d.engine"), -- causal depthwise conv1d forward and backward
+  (require "kiln.engines.gdn.engine"),    -- Gated DeltaNet forward (recurrent and chunked)
 }
 
 -- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): an
