@@ -20,6 +20,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr kiln_u32 Q_BYTES = BM * 128 * DB, K_BYTES = BN * 128 * DB, V_BYTES = BN * 128 * DVB;
   constexpr bool PINGPONG = ${PINGPONG};
   constexpr kiln_u32 TURN = 1;  // named barriers TURN + h: consumer warpgroup h may issue
+  constexpr kiln_u32 ZERO = 3;  // named barrier: the last block's padding rows of V are zero
 ${setup}
   extern __shared__ __align__(1024) kiln_u8 kiln_smem[];
   const kiln_u32 sq = (kiln_smem_u32(kiln_smem) + 1023u) & ~1023u;
@@ -227,8 +228,23 @@ ${setup}
         for (; jlo + jj < hi_start; jj++) step(jj, false);
 #pragma unroll 1
         for (; jj < n; jj++) step(jj, true);
-        // the last block's P V
+        // the last block's P V; its V rows from lk on lie inside the tensor when a padding
+        // length ends the keys early (the copies zero-fill past the tensor only): warpgroup 0
+        // zeroes them, since P's zeros there would still take a NaN or Inf of V into O
         const kiln_u32 last = (it + n - 1) % STAGES;
+        if (jhi * BN > lk && lk < SKV) {
+          kiln_mbar_wait(full_v(last), ((it + n - 1) / STAGES) & 1);
+          if (h == 0) {
+            const int z0 = lk - (jhi - 1) * BN, per_row = 8 * DVB;  // 16-byte chunks of a key's row over the boxes
+#pragma unroll 1
+            for (int i = t; i < (BN - z0) * per_row; i += 128) {
+              const int row = z0 + i / per_row, box = (i % per_row) / 8, chunk = i % 8;
+              kiln_st_shared_v4(sv + last * V_BYTES + box * BN * 128 + row * 128 + chunk * 16, 0u, 0u, 0u, 0u);
+            }
+            kiln_fence_proxy_async();  // the zeros before the tensor cores' reads
+          }
+          kiln_bar_sync(ZERO, 256);
+        }
         turn_wait();
         rescale(corr);
         kiln_mbar_wait(full_v(last), ((it + n - 1) / STAGES) & 1);
