@@ -3,7 +3,7 @@
 # plan introspection, typed errors.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "python3 not installed"
-plan 4
+plan 5
 if python3 - <<'PY' > "$OUTF" 2>&1; then pass "python binding: build, introspect, errors"; else fail "python binding"; sed 's/^/# /' "$OUTF"; fi
 import sys
 sys.path.insert(0, "python")
@@ -72,4 +72,28 @@ rule = int(plan.workspace.split()[0])
 want = (rule + 255) // 256 * 256 + 100 * 1024 * 2
 assert plan.workspace_size(T=100) == want, (plan.workspace_size(T=100), want)
 PY
+# pip install ./python into a fresh virtual environment (setuptools from PyPI): the package
+# finds the compiler and runtime it carries, from any folder, with no KILN* variables
+venv=$TMP/venv
+if ! python3 -m venv "$venv" > "$OUTF" 2>&1; then
+  pass "# SKIP pip install ./python: python3 -m venv unavailable"
+elif ! "$venv/bin/pip" install -q ./python > "$OUTF" 2>&1; then
+  if grep -q -i -E "connection|could not find a version|network|temporary failure" "$OUTF"; then
+    pass "# SKIP pip install ./python: PyPI unreachable for setuptools ($(tail -1 "$OUTF"))"
+  else fail "pip install ./python"; sed 's/^/# /' "$OUTF"; fi
+elif (cd "$TMP" && env -u KILN -u KILN_RT_LIB KILN_CACHE_DIR="$TMP/pipcache" "$venv/bin/python" - "$OLDPWD" > "$OUTF" 2>&1 <<'PY'
+import os, sys
+import kiln
+root = sys.argv[1]
+here = os.path.dirname(kiln.__file__)
+assert here.startswith(sys.prefix), (here, sys.prefix)  # the installed copy, not the tree's
+assert kiln._kiln_executable() == os.path.join(here, "_native", "bin", "kiln"), kiln._kiln_executable()
+assert kiln.load_library()._name == os.path.join(here, "_native", "lib", "libkilnrt.so"), kiln.load_library()._name
+p = kiln.build(os.path.join(root, "specs/rmsnorm.lua"), sm="90a", set={"H": 4096})
+assert ("rmsnorm", "H=4096") in {(x.graph, x.instance) for x in p.plans()}
+print("ok")
+PY
+) && "$venv/bin/kiln" --version >> "$OUTF" 2>&1; then
+  pass "pip install ./python: import kiln elsewhere finds its own compiler and runtime; the kiln command runs"
+else fail "pip install ./python: the installed package"; sed 's/^/# /' "$OUTF"; fi
 done_testing

@@ -10,8 +10,9 @@
 Plans that need a workspace (plan.workspace is its size rule) get one allocated with torch
 on the launch's device and stream, kept on the plan and reused (grown when too small).
 
-The library is found through $KILN_RT_LIB, else build/libkilnrt.so of the source tree
-this package sits in, else the system library path. torch is imported only when a
+The library is found through $KILN_RT_LIB, else the one installed with the package
+(`pip install ./python`), else build/libkilnrt.so of the source tree this package sits in,
+else the system library path; the compiler (kiln.build) likewise through $KILN. torch is imported only when a
 launch needs it. Every failure raises KilnError (status name + the runtime's detail).
 """
 import ctypes
@@ -91,7 +92,8 @@ def _candidates():
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.join(here, "..", "build", "libkilnrt.so"),
+    paths = [os.path.join(here, "_native", "lib", "libkilnrt.so"),  # an installed package
+             os.path.join(here, "..", "build", "libkilnrt.so"),
              os.path.join(here, "..", "..", "build", "libkilnrt.so")]
     found = ctypes.util.find_library("kilnrt")
     return [p for p in paths if os.path.exists(p)] + ([found] if found else [])
@@ -559,7 +561,8 @@ def _kiln_executable():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    for p in (os.path.join(here, "..", "..", "build", "kiln"), os.path.join(here, "..", "build", "kiln")):
+    for p in (os.path.join(here, "_native", "bin", "kiln"), os.path.join(here, "..", "..", "build", "kiln"),
+              os.path.join(here, "..", "build", "kiln")):
         if os.path.exists(p):
             return p
     import shutil
