@@ -4,7 +4,7 @@
 # missing CSV drops its section, a ratio below 1 is a miss, the same files give the same bytes.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "no python3"
-plan 35
+plan 36
 R=$TMP/run
 mkdir -p "$R"
 # the headers as the writers emit them (the column order of their dicts)
@@ -60,6 +60,10 @@ cat > "$R/sdpa_decode.csv" <<'EOF'
 case,plan,kiln_ms,kiln_GBs,cudnn_ms,cudnn_GBs,x_cudnn,fa2_ms,fa2_GBs,x_fa2,max_abs_vs_fp32,check
 decode B1 H32/8 Sq1 Skv8192 d128,attention:v1:decode:k32:s3,0.0147,2287,0.0121,2763,0.828,0.0211,1588,1.440,0.00016,ok
 EOF
+cat > "$R/decoder.csv" <<'EOF'
+case,torch_ms,compile_ms,kiln_ms,kiln_compile_ms,vs_torch,vs_compile,max_rel_err
+decoder 4x2048 h4096 heads32 ffn11008,30.100,27.500,28.900,27.000,1.115,1.019,0.0123
+EOF
 printf 'a,b\n1,2\n' > "$R/extra.csv"
 cat > "$R/gpu.log" <<'EOF'
 === env: /w/build/kiln env
@@ -96,7 +100,7 @@ for t in "Norms, softmax and pointwise beside torch" "GEMM beside cuBLAS" "Reduc
   "Ops over other axes" "Graphs crossing kernels (scratch tensors)" \
   "Backward of batch norm, instance norm and adaptive layer norm" \
   "Backward norms against the stream bound" "Attention beside cuDNN and FlashAttention-2" \
-  "Decode attention beside cuDNN and FlashAttention-2"; do
+  "Decode attention beside cuDNN and FlashAttention-2" "A decoder block's training step with kiln's modules"; do
   ok "section: $t" has "## $t"
 done
 ok "bench.csv rows and ratios" has '| `bias_gelu` | 16384x8192 | 0.2000 | 4.02 | 95% | 0.3700 | 1.85x | 0.2200 | 1.10x | 4.10 | 98% | 1.90x | 1.12x | yes |  |'

@@ -3,7 +3,8 @@
 The op allocates its outputs and matches an fp32 reference; torch.compile(fullgraph=True)
 traces a function around it with no graph break and matches eager; a CUDA graph captures and
 replays it; kiln.torch.function differentiates it through rmsnorm_bwd (eager and compiled)
-within tolerance of torch autograd in fp32; a wrong dtype raises KilnError. Fresh random inputs.
+within tolerance of torch autograd in fp32; kiln.torch.nn's RMSNorm, LayerNorm and
+FusedAddRMSNorm forward and backward; a wrong dtype raises KilnError. Fresh random inputs.
 TAP on stdout. Usage: torch_ops.py PACK"""
 import sys
 
@@ -24,6 +25,61 @@ def ref(x, w):
 def close(a, b, tol):
     """max |a - b| over max |b|: the bf16 outputs' error relative to the tensor's scale."""
     return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)) <= tol
+
+
+def grads_match(got, want, what):
+    ok(all(close(g, w_, 2e-2) for g, w_ in zip(got, want)), what)
+
+
+def modules(gen):
+    """kiln.torch.nn's modules against the same formulas in fp32 torch, forward and backward."""
+    from kiln.torch import nn as knn
+    x = torch.randn(2, 300, H, device="cuda", generator=gen).bfloat16()
+    r = torch.randn(2, 300, H, device="cuda", generator=gen).bfloat16()
+    gy = torch.randn(2, 300, H, device="cuda", generator=gen)
+    gh = torch.randn(2, 300, H, device="cuda", generator=gen)
+    w0 = (1 + 0.5 * torch.randn(H, device="cuda", generator=gen)).bfloat16()
+    b0 = (0.1 * torch.randn(H, device="cuda", generator=gen)).bfloat16()
+
+    m = knn.RMSNorm(H, eps=1e-5)
+    with torch.no_grad():
+        m.weight.copy_(w0)
+    xk = x.clone().requires_grad_()
+    y = m(xk)
+    (y.float() * gy).sum().backward()
+    xr, wr = x.float().requires_grad_(), w0.float().requires_grad_()
+    yr = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-5) * wr
+    (yr * gy).sum().backward()
+    ok(y.shape == x.shape and close(y, yr, 2 ** -7), "nn.RMSNorm(eps=1e-5): y matches")
+    grads_match((xk.grad, m.weight.grad), (xr.grad, wr.grad), "nn.RMSNorm: dx and dweight match")
+
+    m = knn.LayerNorm(H)
+    with torch.no_grad():
+        m.weight.copy_(w0)
+        m.bias.copy_(b0)
+    xk = x.clone().requires_grad_()
+    y = m(xk)
+    (y.float() * gy).sum().backward()
+    xr, wr, br = x.float().requires_grad_(), w0.float().requires_grad_(), b0.float().requires_grad_()
+    yr = torch.nn.functional.layer_norm(xr, (H,), wr, br, 1e-5)
+    (yr * gy).sum().backward()
+    ok(close(y, yr, 2 ** -7), "nn.LayerNorm: y matches torch's layer_norm")
+    grads_match((xk.grad, m.weight.grad, m.bias.grad), (xr.grad, wr.grad, br.grad),
+                "nn.LayerNorm: dx, dweight and dbias match")
+
+    m = knn.FusedAddRMSNorm(H)
+    with torch.no_grad():
+        m.weight.copy_(w0)
+    xk, rk = x.clone().requires_grad_(), r.clone().requires_grad_()
+    y, h = m(xk, rk)
+    ((y.float() * gy).sum() + (h.float() * gh).sum()).backward()
+    xr, rr, wr = x.float().requires_grad_(), r.float().requires_grad_(), w0.float().requires_grad_()
+    hr = xr + rr
+    yr = hr * torch.rsqrt(hr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr
+    ((yr * gy).sum() + (hr * gh).sum()).backward()
+    ok(close(y, yr, 2 ** -7) and close(h, hr, 2 ** -7), "nn.FusedAddRMSNorm: y and h match")
+    grads_match((xk.grad, rk.grad, m.weight.grad), (xr.grad, rr.grad, wr.grad),
+                "nn.FusedAddRMSNorm: dx, dresidual and dweight match")
 
 
 def main():
@@ -85,6 +141,8 @@ def main():
            "function under torch.compile(fullgraph=True): the same gradients as eager")
     except Exception as e:
         ok(False, "function under torch.compile: %s" % str(e).splitlines()[0])
+
+    modules(gen)
 
     try:
         rms(x.float(), w)

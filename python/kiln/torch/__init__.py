@@ -23,7 +23,7 @@ import re
 
 import torch
 
-from . import KilnError, KILN_ERR_INVALID_ARG, Plan, torch_dtype
+from .. import KilnError, KILN_ERR_INVALID_ARG, Plan, torch_dtype
 
 __all__ = ["op", "function"]
 
