@@ -136,10 +136,14 @@ def main():
         return (y.float() * gy).sum()
     xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
     try:
-        torch.compile(loss, fullgraph=True)(xc, wc).backward()
-        ok(close(xc.grad, xg.grad, 1e-3) and close(wc.grad, wg.grad, 1e-3),
-           "function under torch.compile(fullgraph=True): the same gradients as eager")
+        lc = torch.compile(loss, fullgraph=True)(xc, wc)
+        lc.backward()
+        missing = [n for n, t in (("x", xc), ("w", wc)) if t.grad is None]
+        ok(not missing and close(xc.grad, xg.grad, 1e-3) and close(wc.grad, wg.grad, 1e-3),
+           "function under torch.compile(fullgraph=True): the same gradients as eager (missing: %s)" % missing)
     except Exception as e:
+        import traceback
+        traceback.print_exc()
         ok(False, "function under torch.compile: %s" % str(e).splitlines()[0])
 
     modules(gen)

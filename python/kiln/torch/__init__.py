@@ -8,8 +8,9 @@ traces without a graph break, CUDA graphs capture, and autograd differentiates.
     f = kiln.torch.function(pack.plan("rmsnorm_train", "H=4096"), pack.plan("rmsnorm_bwd", "H=4096"))
     y, inv_rms = f(x, w)             # y.backward(g) fills x.grad and w.grad through rmsnorm_bwd
 
-An op takes the plan's inputs in plan order (tensors, then runtime scalars as floats) and
-returns its outputs (one tensor, or a tuple in plan order). Output shapes come from the
+An op takes the plan's inputs in plan order or by name (tensors, then runtime scalars as
+floats) and returns its outputs (one tensor, or a tuple in plan order; op.named(result) maps
+them by name). Output shapes come from the
 inputs' shapes and the plan's specialized dims, so the fake (meta) implementation needs no
 GPU. `function` pairs a forward and a backward plan by port names: a backward input `dY`
 receives the gradient of the forward output `Y`, any other backward input is the forward
@@ -125,6 +126,11 @@ class KilnOp:
     def __call__(self, *args, **kwargs):
         return self.op(*args, **kwargs)
 
+    def named(self, result):
+        """The op's result as {output name: tensor} (outputs come in the plan's order)."""
+        outs = result if isinstance(result, tuple) else (result,)
+        return {t.name: o for t, o in zip(self.outputs, outs)}
+
     def __repr__(self):
         return "<kiln.torch op torch.ops.%s: %s>" % (self.qualname.replace("::", "."), self._schema())
 
@@ -198,8 +204,8 @@ class _Function:
             out[k] = res[j].to(torch_dtype(want.dtype))
         return tuple(out)
 
-    def __call__(self, *args):
-        return self.fwd(*args)
+    def __call__(self, *args, **kwargs):
+        return self.fwd(*args, **kwargs)
 
 
 def function(fwd, bwd, name=None):

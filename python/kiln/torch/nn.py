@@ -123,8 +123,8 @@ class RMSNorm(_Norm):
         super().__init__("rmsnorm", hidden, eps, False, device, dtype)
 
     def forward(self, x):
-        y, _ = _function(self.kind, self.hidden, self.eps, x.dtype)(self._rows(x), self.weight)
-        return y.view(x.shape)
+        f = _function(self.kind, self.hidden, self.eps, x.dtype)
+        return f.fwd.named(f(x=self._rows(x), w=self.weight))["y"].view(x.shape)
 
 
 class LayerNorm(_Norm):
@@ -134,8 +134,8 @@ class LayerNorm(_Norm):
         super().__init__("layernorm", hidden, eps, True, device, dtype)
 
     def forward(self, x):
-        y, _, _ = _function(self.kind, self.hidden, self.eps, x.dtype)(self._rows(x), self.weight, self.bias)
-        return y.view(x.shape)
+        f = _function(self.kind, self.hidden, self.eps, x.dtype)
+        return f.fwd.named(f(x=self._rows(x), w=self.weight, b=self.bias))["y"].view(x.shape)
 
 
 class FusedAddRMSNorm(_Norm):
@@ -145,6 +145,7 @@ class FusedAddRMSNorm(_Norm):
         super().__init__("add_rmsnorm", hidden, eps, False, device, dtype)
 
     def forward(self, x, residual):
-        y, h, _ = _function(self.kind, self.hidden, self.eps, x.dtype)(self._rows(x), self._rows(residual),
-                                                                        self.weight)
+        f = _function(self.kind, self.hidden, self.eps, x.dtype)
+        out = f.fwd.named(f(x=self._rows(x), r=self._rows(residual), w=self.weight))
+        y, h = out["y"], out["h"]
         return y.view(x.shape), h.view(x.shape)
