@@ -332,8 +332,10 @@ static int l_run(lua_State *L) {
     lua_getfield(L, -1, "uid");
     lua_getfield(L, -2, "lo");
     lua_getfield(L, -3, "hi");
-    r->uid = lua_tointeger(L, -3), r->lo = lua_tointeger(L, -2), r->hi = lua_tointeger(L, -1);
-    lua_pop(L, 4);
+    lua_getfield(L, -4, "kind");
+    r->uid = lua_tointeger(L, -4), r->lo = lua_tointeger(L, -3), r->hi = lua_tointeger(L, -2);
+    r->kind = (int)lua_tointeger(L, -1);
+    lua_pop(L, 5);
   }
   lua_pop(L, 1);
   o.ranges = ranges;

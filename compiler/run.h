@@ -9,10 +9,14 @@
 
 #include "err.h"
 
-/* An integer input drawn uniformly from [lo, hi] instead of small random integers: the
- * lengths and page tables of attention, which must lie within their tensors. */
+/* An integer input drawn from [lo, hi] instead of small random integers: the lengths and
+ * page tables of attention, which must lie within their tensors (kind UNIFORM); sequence
+ * boundaries, sorted from lo to hi (BOUNDS: gdn's cu_seqlens); distinct rows (DISTINCT: gdn's
+ * state_indices into a pool). */
+enum { KILN_RANGE_UNIFORM = 0, KILN_RANGE_BOUNDS = 1, KILN_RANGE_DISTINCT = 2 };
 typedef struct kiln_run_range {
   int64_t uid, lo, hi;
+  int kind;
 } kiln_run_range;
 
 typedef struct kiln_run_opts {

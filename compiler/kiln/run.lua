@@ -23,8 +23,8 @@ end
 function M.index_ranges(g, dims)
   local function value(d) return math.type(d) == "integer" and d or dims[d] end
   local ranges = {}
-  local function add(uid, hi)
-    if uid and hi then ranges[#ranges + 1] = { uid = uid, lo = 0, hi = hi } end
+  local function add(uid, hi, kind)
+    if uid and hi then ranges[#ranges + 1] = { uid = uid, lo = 0, hi = hi, kind = kind } end
   end
   for _, n in ipairs(g.nodes) do
     if n.op == "sdpa" then
@@ -38,6 +38,14 @@ function M.index_ranges(g, dims)
         add(ins.paged_attention_k_table, blocks and blocks - 1)
         add(ins.paged_attention_v_table, blocks and value(by[ins.v].dims[1]) - 1)
       end
+    end
+    if n.op == "gdn" or n.op == "gdn_bwd" then
+      -- sequence boundaries 0 .. T (kind 1, sorted); pool rows distinct (kind 2), so an
+      -- in-place state update has one writer a row
+      local ins, by = n.inputs, g.by_uid
+      add(ins.cu_seqlens, value(by[ins.q].dims[1]), 1)
+      add(ins.state_indices, ins.initial_state and value(by[ins.initial_state].dims[1]) and
+        value(by[ins.initial_state].dims[1]) - 1, 2)
     end
   end
   return ranges

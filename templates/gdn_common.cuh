@@ -1,0 +1,82 @@
+// kiln GDN engine: device helpers the GDN kernels share (docs/OPS.md §8, docs/GDN.md): the
+// effective gate and write strength, the head map, sequence bounds and pool rows read so that
+// bad values skip work instead of faulting. Needs common/exp2.cuh.
+
+// How g holds the decay: log-space (alpha = e^g), linear (alpha = g, floored at 1e-10), or the
+// safe gate g_eff = -e^(a_log) softplus(g + dt_bias), alpha = e^(g_eff).
+enum { KILN_GDN_GATE_LOG = 0, KILN_GDN_GATE_LINEAR = 1, KILN_GDN_GATE_SAFE = 2 };
+// How beta is taken: as given, sigmoid(beta), or 2 sigmoid(beta) (negative eigenvalues allowed).
+enum { KILN_GDN_BETA_RAW = 0, KILN_GDN_BETA_SIGMOID = 1, KILN_GDN_BETA_2SIGMOID = 2 };
+
+// softplus(z) = log(1 + e^z), without overflow for large z (FLA's threshold of 20).
+__device__ __forceinline__ float kiln_gdn_softplus(float z) {
+  return z > 20.0f ? z : log1pf(__expf(z));
+}
+
+// The log-space gate g_eff of a raw g (LOG and SAFE); amp = e^(a_log) (1 without a_log), bias =
+// dt_bias (0 without it).
+template <int MODE>
+__device__ __forceinline__ float kiln_gdn_log_gate(float g, float amp, float bias) {
+  if (MODE == KILN_GDN_GATE_SAFE) return -amp * kiln_gdn_softplus(g + bias);
+  return g;
+}
+
+// The decay alpha of a raw g.
+template <int MODE>
+__device__ __forceinline__ float kiln_gdn_alpha(float g, float amp, float bias) {
+  if (MODE == KILN_GDN_GATE_LINEAR) return g > 1e-10f ? g : 1e-10f;
+  return kiln_exp2(kiln_gdn_log_gate<MODE>(g, amp, bias) * 1.4426950408889634f);
+}
+
+// The write strength of a raw beta.
+template <int MODE>
+__device__ __forceinline__ float kiln_gdn_beta(float b) {
+  if (MODE == KILN_GDN_BETA_RAW) return b;
+  const float s = 1.0f / (1.0f + __expf(-b));
+  return MODE == KILN_GDN_BETA_2SIGMOID ? 2.0f * s : s;
+}
+
+// The q, k and v heads state head ho reads (OPS.md §8.3): groups of consecutive heads.
+template <int H, int HK, int HV, int HO>
+__device__ __forceinline__ void kiln_gdn_heads(int ho, int &qh, int &kh, int &vh) {
+  static_assert(HO % H == 0 && HO % HV == 0 && (HK == H || HK == HV), "gdn: head counts do not group");
+  qh = ho / (HO / H);
+  vh = ho / (HO / HV);
+  kh = HK == H ? qh : vh;
+}
+
+// Sequence n's tokens [bos, eos) from cu_seqlens (int or kiln_i64); bounds outside
+// 0 <= bos <= eos <= T make the sequence empty.
+template <class I>
+__device__ __forceinline__ void kiln_gdn_bounds(const I *cu, kiln_i64 n, kiln_i64 T, kiln_i64 &bos, kiln_i64 &eos) {
+  bos = (kiln_i64)cu[n];
+  eos = (kiln_i64)cu[n + 1];
+  if (!(0 <= bos && bos <= eos && eos <= T)) bos = eos = 0;
+}
+
+// The pool row of sequence n (state_indices[n]), or -1 (the sequence is skipped) where it is
+// not a row of the pool.
+__device__ __forceinline__ kiln_i64 kiln_gdn_pool_row(const int *idx, kiln_i64 n, kiln_i64 rows) {
+  const kiln_i64 r = (kiln_i64)idx[n];
+  return r >= 0 && r < rows ? r : -1;
+}
+
+// Four consecutive state values (one 16-byte load of fp32, 8 bytes of bf16) as fp32.
+__device__ __forceinline__ void kiln_gdn_ld4(const float *p, float (&d)[4]) {
+  const float4 x = *reinterpret_cast<const float4 *>(p);
+  d[0] = x.x, d[1] = x.y, d[2] = x.z, d[3] = x.w;
+}
+__device__ __forceinline__ void kiln_gdn_ld4(const kiln_u16 *p, float (&d)[4]) {
+  const uint2 w = *reinterpret_cast<const uint2 *>(p);
+  d[0] = __uint_as_float(w.x << 16), d[1] = __uint_as_float(w.x & 0xffff0000u);
+  d[2] = __uint_as_float(w.y << 16), d[3] = __uint_as_float(w.y & 0xffff0000u);
+}
+__device__ __forceinline__ void kiln_gdn_st4(float *p, const float (&s)[4]) {
+  *reinterpret_cast<float4 *>(p) = make_float4(s[0], s[1], s[2], s[3]);
+}
+__device__ __forceinline__ void kiln_gdn_st4(kiln_u16 *p, const float (&s)[4]) {
+  kiln_u32 a, b;  // round to nearest even, the lower-indexed value in the low half
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(a) : "f"(s[1]), "f"(s[0]));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(s[3]), "f"(s[2]));
+  *reinterpret_cast<uint2 *>(p) = make_uint2(a, b);
+}
