@@ -243,6 +243,61 @@ def attention_cols(unit, label, err, err_label):
 
 ATTENTION_RATIOS = [Ratio("x_cudnn", "cuDNN (torch SDPA)", 3), Ratio("x_fa2", "FlashAttention-2 (torch SDPA)", 3)]
 
+# Gated DeltaNet (bench/bench_gdn.py): kiln's gdn forward beside FLA.
+def gdn_family():
+    """gdn.csv: decode (state traffic as % of a copy) and 32K-token forward cases against FLA."""
+    cols = [("case", lambda r: r["case"]), ("kiln us", lambda r: fixed(r["kiln_us"], 1)),
+            ("peer", lambda r: r["peer"] or DASH), ("peer us", lambda r: fixed(r["peer_us"], 1)),
+            ("x peer", lambda r: ratio_cell(r["ratio"], 3)), ("% of copy", lambda r: r.get("pct_copy") or DASH),
+            ("err vs peer", lambda r: r.get("err_ratio") or DASH),
+            ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
+            ("plan", lambda r: code(r.get("plan", "")))]
+    return Family(
+        "gdn.csv", "Gated DeltaNet beside FLA", "bench/bench_gdn.py", "bench-gdn",
+        "%s build specs/gdn_decode.lua tests/specs/gdn/bench.lua --sm 90a -o gdn.kpack && FLA_FLASH_QLA=0 "
+        "python3 bench/bench_gdn.py --pack gdn.kpack --out DIR" % KILN,
+        ["case", "plan", "kiln_us", "peer", "peer_us", "ratio", "pct_copy", "check"], cols,
+        [Ratio("ratio", "FLA (fused_recurrent / chunk_gated_delta_rule)", 3)], lambda r: r["case"],
+        "kiln's Gated DeltaNet forward (THD bf16, K = V = 128, fp32 states; inputs as FlashQLA's "
+        "benchmark draws them) beside FLA's Triton kernels on the same tensors (FLA_FLASH_QLA=0, its "
+        "autotuning outside the timing); times are medians over interleaved rounds of CUDA-graph "
+        "replays. decode: 256 sequences of one token, states from a pool updated in place (FLA: "
+        "fused_recurrent_gated_delta_rule on the gathered states); % of copy = the state bytes (read "
+        "and written) over the time, as a share of a torch copy of as many bytes. forward: T = 32768 "
+        "in 1 or 4 sequences, q/k over v heads (FLA: chunk_gated_delta_rule). x peer = FLA's time "
+        "over kiln's: > 1, kiln faster. err vs peer: the larger relative RMS difference of O and "
+        "the final state against FLA's (bound 5e-3). plan: the kiln plan that ran.",
+        bad=lambda r: None if r["check"] == "ok" else "O or the final state differs from FLA's")
+
+
+
+# Causal conv1d (bench/bench_conv1d.py): kiln's conv1d beside the copy rate and FLA.
+def conv1d_family():
+    """conv1d.csv: forward, backward and the decode update against a same-bytes copy and FLA."""
+    cols = [("case", lambda r: r["case"]), ("kiln us", lambda r: fixed(r["kiln_us"], 1)),
+            ("% of copy", lambda r: r.get("pct_copy") or DASH), ("peer", lambda r: r["peer"] or DASH),
+            ("peer us", lambda r: fixed(r["peer_us"], 1)), ("x peer", lambda r: ratio_cell(r["ratio"], 3)),
+            ("max err", lambda r: r.get("max_err") or DASH),
+            ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
+            ("plan", lambda r: code(r.get("plan", "")))]
+    return Family(
+        "conv1d.csv", "Causal conv1d beside the copy rate and FLA", "bench/bench_conv1d.py", "bench-conv1d",
+        "%s build tests/specs/conv1d/bench.lua --sm 90a -o conv1d.kpack && python3 bench/bench_conv1d.py "
+        "--pack conv1d.kpack --out DIR" % KILN,
+        ["case", "plan", "kiln_us", "peer", "peer_us", "ratio", "pct_copy", "check"], cols,
+        [Ratio("ratio", "FLA (causal_conv1d, causal_conv1d_bwd, causal_conv1d_update)", 3)], lambda r: r["case"],
+        "kiln's causal depthwise conv1d (width 4, bf16, D = 8192, x channel-last [B, T, D], silu, bias; "
+        "tests/specs/conv1d/bench.lua) beside FLA's Triton kernels on the same tensors; times are medians "
+        "over interleaved rounds of CUDA-graph replays. fwd: x read, y written; bwd: x and dout read, dx "
+        "written (dweight and dbias summed per CTA, then in a fixed order); update: the decode update of "
+        "256 sequences of one token (x and the conv state of 3 steps read, y and the new state written). "
+        "% of copy = those bytes over kiln's time as a share of a torch copy of as many bytes timed the same "
+        "way. x peer = FLA's time over kiln's: > 1, kiln faster. max err: kiln's outputs against torch's "
+        "F.conv1d (autograd for the backward), max |diff| over max |ref| (bound 2e-2).",
+        bad=lambda r: None if r["check"] == "ok" else "differs from torch's conv1d")
+
+
+
 FAMILIES = [
     Family(
         "bench.csv", "Norms, softmax and pointwise beside torch", "bench/bench.py", "bench-vs-torch",
@@ -403,8 +458,12 @@ FAMILIES = [
         "Times are medians of 20 steps after warm-up; x = the peer's time over kiln's better one. "
         "max rel err: the kiln block's output and gradients against eager torch's (max |diff| over "
         "max |ref|, bound 5e-2)."),
+    gdn_family(),
+    conv1d_family(),
 ]
 KNOWN = {f.file: f for f in FAMILIES}
+
+
 
 
 def fixed_e(v):

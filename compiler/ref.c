@@ -587,3 +587,47 @@ int kiln_ref_eval(const char *graph_json, const kiln_ref_dim *dims, int ndims,
   graph_free(&g);
   return rc;
 }
+
+/* Outputs checked at their node's io dtype's tolerance (kiln_ref_check_dtype): op, port, and
+ * the input port whose dtype is the io dtype. */
+static const struct {
+  const char *op, *port, *io;
+} IO_PRECISION[] = {
+    {"gdn", "final_state", "q"},
+    {"gdn", "state_checkpoints", "q"},
+};
+
+static const char *static_dtype(const char *name) {
+  static const char *const NAMES[] = {"fp16", "bf16", "fp8_e4m3", "fp8_e5m2"};
+  for (size_t i = 0; name && i < sizeof NAMES / sizeof NAMES[0]; i++)
+    if (strcmp(NAMES[i], name) == 0) return NAMES[i];
+  return NULL;
+}
+
+static const char *tensor_dtype(json_t *tensors, json_int_t uid) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(tensors, i, t) {
+    if (json_integer_value(json_object_get(t, "uid")) == uid)
+      return json_string_value(json_object_get(t, "dtype"));
+  }
+  return NULL;
+}
+
+const char *kiln_ref_check_dtype(const char *graph_json, int64_t uid) {
+  json_t *root = json_loads(graph_json, 0, NULL);
+  const char *found = NULL;
+  size_t i;
+  json_t *n;
+  json_array_foreach(json_object_get(root, "nodes"), i, n) {
+    const char *op = json_string_value(json_object_get(n, "op"));
+    for (size_t r = 0; op && !found && r < sizeof IO_PRECISION / sizeof IO_PRECISION[0]; r++) {
+      json_t *out = json_object_get(json_object_get(n, "outputs"), IO_PRECISION[r].port);
+      json_t *in = json_object_get(json_object_get(n, "inputs"), IO_PRECISION[r].io);
+      if (strcmp(op, IO_PRECISION[r].op) == 0 && json_integer_value(out) == uid && in)
+        found = static_dtype(tensor_dtype(json_object_get(root, "tensors"), json_integer_value(in)));
+    }
+  }
+  json_decref(root);
+  return found;
+}

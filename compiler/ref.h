@@ -37,4 +37,10 @@ typedef struct {
 int kiln_ref_eval(const char *graph_json, const kiln_ref_dim *dims, int ndims,
                   kiln_ref_buffer *bufs, int nbufs, kiln_err *e);
 
+/* The dtype whose tolerance output `uid` of graph_json is checked at, when its op's kernels may
+ * legitimately compute it through narrower operands than it is stored in (gdn's fp32 states
+ * from a chunked kernel's bf16/fp16 products, as FLA and cuDNN check them): the io dtype of the
+ * node that produces it, as a static name ("bf16"); NULL: the tensor's own dtype. */
+const char *kiln_ref_check_dtype(const char *graph_json, int64_t uid);
+
 #endif

@@ -76,7 +76,9 @@ static int read_cfg(const ref_node *n, int64_t K, gdn_cfg *c, kiln_err *e) {
       kiln__ref_attr_int(n, "checkpoint_every_n_tokens", 0, &ckpt, e) ||
       kiln__ref_attr_str(n, "gate_domain", "log", &domain, e))
     return -1;
-  if (overwrite) return kiln__ref_unsupported(n, "overwrite_initial_state", e);
+  /* overwrite_initial_state moves where the final state lands (into the pool rows), not what
+   * it is: O and final_state are the same, and the inputs are never written here */
+  (void)overwrite;
   if (ckpt && kiln__ref_out(n, "state_checkpoints"))
     return kiln__ref_unsupported(n, "state checkpoints", e);
   if (c->neg_eigval && !c->beta_sigmoid)

@@ -2,13 +2,15 @@
 above this folder) into the wheel as kiln/_native/{bin,lib}, where the package finds them
 without environment variables. Build kiln first (./configure && ninja)."""
 import os
+import re
 import shutil
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "build")
 NATIVE = {"bin": ["kiln"], "lib": ["libkilnrt.so", "libkilnptx.so"]}
 OPTIONAL = {"libkilnptx.so"}  # absent when configured with --ptx-compiler=none
 
@@ -34,4 +36,11 @@ class NativeDistribution(Distribution):
         return True  # a platform wheel: it carries x86-64 Linux binaries
 
 
-setup(cmdclass={"build_py": BuildWithNative}, distclass=NativeDistribution)
+def version():
+    """runtime/kiln.h's KILN_VERSION_MAJOR.MINOR.PATCH, kiln's one version."""
+    with open(os.path.join(HERE, "..", "runtime", "kiln.h")) as f:
+        parts = dict(re.findall(r"#define KILN_VERSION_(MAJOR|MINOR|PATCH) (\d+)", f.read()))
+    return "%s.%s.%s" % (parts["MAJOR"], parts["MINOR"], parts["PATCH"])
+
+
+setup(version=version(), cmdclass={"build_py": BuildWithNative}, distclass=NativeDistribution)

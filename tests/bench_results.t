@@ -4,7 +4,7 @@
 # missing CSV drops its section, a ratio below 1 is a miss, the same files give the same bytes.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "no python3"
-plan 36
+plan 38
 R=$TMP/run
 mkdir -p "$R"
 # the headers as the writers emit them (the column order of their dicts)
@@ -64,6 +64,14 @@ cat > "$R/decoder.csv" <<'EOF'
 case,torch_ms,compile_ms,kiln_ms,kiln_compile_ms,vs_torch,vs_compile,max_rel_err
 decoder 4x2048 h4096 heads32 ffn11008,30.100,27.500,28.900,27.000,1.115,1.019,0.0123
 EOF
+cat > "$R/gdn.csv" <<'EOF'
+case,plan,kiln_us,peer,peer_us,ratio,pct_copy,err_ratio,check
+decode B256 HV32 K128 V128,gdn:v1:recurrent:bv32:r2:c4,410.2,fla fused_recurrent,820.4,2.000,86%,0.0011,ok
+EOF
+cat > "$R/conv1d.csv" <<'EOF'
+case,plan,kiln_us,peer,peer_us,ratio,pct_copy,max_err,check
+fwd B4 T4096 D8192,conv1d:v1:fwd:cl:w4:c64:t128,110.5,fla causal_conv1d,150.1,1.358,91%,0.004,ok
+EOF
 printf 'a,b\n1,2\n' > "$R/extra.csv"
 cat > "$R/gpu.log" <<'EOF'
 === env: /w/build/kiln env
@@ -100,7 +108,8 @@ for t in "Norms, softmax and pointwise beside torch" "GEMM beside cuBLAS" "Reduc
   "Ops over other axes" "Graphs crossing kernels (scratch tensors)" \
   "Backward of batch norm, instance norm and adaptive layer norm" \
   "Backward norms against the stream bound" "Attention beside cuDNN and FlashAttention-2" \
-  "Decode attention beside cuDNN and FlashAttention-2" "A decoder block's training step with kiln's modules"; do
+  "Decode attention beside cuDNN and FlashAttention-2" "A decoder block's training step with kiln's modules" \
+  "Gated DeltaNet beside FLA" "Causal conv1d beside the copy rate and FLA"; do
   ok "section: $t" has "## $t"
 done
 ok "bench.csv rows and ratios" has '| `bias_gelu` | 16384x8192 | 0.2000 | 4.02 | 95% | 0.3700 | 1.85x | 0.2200 | 1.10x | 4.10 | 98% | 1.90x | 1.12x | yes |  |'

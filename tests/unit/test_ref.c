@@ -943,7 +943,21 @@ static void test_sdpa_paged(void) {
   OK(fails_with(g, b, 11, "E_SHAPE") && strstr(err.msg, "not a block"), "a page table entry past the blocks is E_SHAPE");
 }
 
+/* gdn's states are checked at the io dtype's tolerance (a chunked kernel's bf16 products); its
+ * O, and every other op's outputs, at their own */
+static void test_check_dtype(void) {
+  const char *g = "{\"tensors\": [{\"uid\": 1, \"dtype\": \"bf16\"}, {\"uid\": 5, \"dtype\": \"fp32\"}],"
+                  " \"nodes\": [{\"op\": \"gdn\", \"inputs\": {\"q\": 1}, \"outputs\": {\"O\": 2, \"final_state\": 3}},"
+                  " {\"op\": \"matmul\", \"inputs\": {\"A\": 5}, \"outputs\": {\"C\": 4}}]}";
+  const char *fs = kiln_ref_check_dtype(g, 3);
+  OK(fs && strcmp(fs, "bf16") == 0, "check dtype: gdn's final_state at q's bf16");
+  OK(kiln_ref_check_dtype(g, 2) == NULL, "check dtype: gdn's O at its own");
+  OK(kiln_ref_check_dtype(g, 4) == NULL, "check dtype: a matmul's output at its own");
+  OK(kiln_ref_check_dtype("not json", 3) == NULL, "check dtype: a malformed graph: none");
+}
+
 int main(void) {
+  test_check_dtype();
   test_pointwise();
   test_reduction();
   test_norms();
