@@ -10,7 +10,10 @@ missing is left out; an unknown CSV is listed by name. The same files give the s
 Standard library only. Usage:
 
     python3 bench/results.py DIR [DIR...] [--commit SHA] [--command "CMD"] [--date YYYY-MM-DD]
-                             [--device NAME] [-o bench/RESULTS.md | -o -]
+                             [--device NAME] [--keep OLD.md] [-o bench/RESULTS.md | -o -]
+
+--keep OLD.md keeps OLD.md's sections (and summary rows) of the families this run did not
+measure, each with its own device, commit and date line.
     python3 bench/results.py --list-columns   # the files, their writers and the columns read
 """
 import argparse
@@ -640,7 +643,7 @@ def render_source(s, multi, args, runs):
 def regen_command(args):
     cmd = ["python3", "bench/results.py"] + list(args.dirs)
     for opt, v in (("--commit", args.commit), ("--command", args.command), ("--date", args.date),
-                   ("--device", args.device)):
+                   ("--device", args.device), ("--keep", args.keep)):
         if v:
             cmd += [opt, v]
     return " ".join(shlex.quote(c) for c in cmd)
@@ -658,6 +661,24 @@ def device_line(d, env, devices):
         parts.append(env["clocks"])
     name = " / ".join(devices) or env.get("name") or "device not recorded"
     return name + (" (%s)" % "; ".join(parts) if parts else "")
+
+
+def kept_sections(path, measured):
+    """From an earlier RESULTS.md: the sections of the families this run did not measure (each
+    keeps its own device, commit and date line) and their summary rows, by family title."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return {}, []
+    sections = {}
+    for part in re.split(r"(?m)^## ", text)[1:]:
+        title = part.partition("\n")[0].strip()
+        sections[title] = "## " + part.rstrip("\n")
+    keep = {f.title: sections[f.title] for f in FAMILIES if f.title in sections and f.file not in measured}
+    rows = [line for line in sections.get("Summary", "").splitlines()
+            if line.startswith("| ") and line[2:].split(" |")[0].split(" (`")[0] in keep]
+    return keep, rows
 
 
 def render(args, sources, skipped, runs):
@@ -686,6 +707,10 @@ def render(args, sources, skipped, runs):
     out += [prose("Measured by `%s` on the GPU machine, which writes the CSV files under its `$OUT` "
                   "(default build/gpu-out). Regenerate this file from them with:" % args.command), "",
             "    " + regen_command(args), ""]
+    kept, kept_rows = kept_sections(args.keep, {s.fam.file for s in sources}) if args.keep else ({}, [])
+    if kept:
+        out += [prose("Kept from the previous `%s` (not measured by this run; each section names its own "
+                      "device, commit and date): %s." % (os.path.basename(args.keep), "; ".join(kept))), ""]
     if sources:
         out += ["## Summary", ""]
         body = []
@@ -698,10 +723,10 @@ def render(args, sources, skipped, runs):
                 title = s.fam.title + (" (`%s`)" % s.dir if len(args.dirs) > 1 else "")
                 body.append([title, ra.peer, str(n), str(m),
                              "%s (%s)" % (ratio_cell(worst[0], ra.digits), worst[1]) if worst else DASH])
-        out += [table(["family", "peer", "cases", "at or above the peer", "worst ratio"], body), ""]
+        out += [table(["family", "peer", "cases", "at or above the peer", "worst ratio"], body)] + kept_rows + [""]
     else:
         out += ["No known CSV file was found.", ""]
-    missing = [f for f in FAMILIES if not any(s.fam is f for s in sources)]
+    missing = [f for f in FAMILIES if not any(s.fam is f for s in sources) and f.title not in kept]
     if missing:
         out += [prose("Not measured by this run (no CSV file; `tests/gpu/run` with its `bench` step writes them): "
                       + "; ".join("%s (`%s`)" % (f.title, f.file) for f in missing) + "."), ""]
@@ -715,6 +740,9 @@ def render(args, sources, skipped, runs):
             for o in sources:
                 if o.fam is s.fam:
                     out += [render_source(o, multi, args, runs), ""]
+    for f in FAMILIES:
+        if f.title in kept:
+            out += [kept[f.title], ""]
     if skipped:
         out += ["## Files not rendered", ""]
         out += ["- `%s`: %s" % (p, why) for p, why in skipped]
@@ -738,6 +766,8 @@ def main(argv=None):
     ap.add_argument("--date", default=None, help="YYYY-MM-DD (default: each CSV file's modification date, UTC)")
     ap.add_argument("--device", default=None, help="the device where the run records none")
     ap.add_argument("-o", "--output", default=DEFAULT_OUT, help="the file to write, - for stdout (default: bench/RESULTS.md)")
+    ap.add_argument("--keep", default=None, metavar="FILE",
+                    help="an earlier RESULTS.md whose sections of families this run did not measure are kept")
     ap.add_argument("--list-columns", action="store_true", help="print each known file, its writer and the columns read")
     args = ap.parse_args(argv)
     if args.list_columns:

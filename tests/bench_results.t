@@ -4,7 +4,7 @@
 # missing CSV drops its section, a ratio below 1 is a miss, the same files give the same bytes.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "no python3"
-plan 38
+plan 40
 R=$TMP/run
 mkdir -p "$R"
 # the headers as the writers emit them (the column order of their dicts)
@@ -153,6 +153,14 @@ render "$R2" --date 2026-12-01 -o "$TMP/d.md"
 ok "missing CSVs drop their sections" bash -c "! grep -qE '^## (Reductions over axes|Attention)' '$TMP/d.md' && ! grep -q 'not rendered' '$TMP/d.md'"
 ok "the other sections stay, --date names the date, no device log: the CSVs' device" \
   has 'Device NVIDIA H200 · commit not given · 2026-12-01 · `tests/gpu/run` · `scratch.csv`.' d.md
+
+# --keep: the earlier table's sections (and summary rows) of the families this run lacks stay,
+# with their own device, commit and date lines
+render "$R2" --date 2026-12-01 --keep "$TMP/a.md" -o "$TMP/k.md"
+ok "--keep keeps the missing families' sections from the earlier table" \
+  bash -c "grep -q '^## Reductions over axes' '$TMP/k.md' && grep -q '^## Attention beside' '$TMP/k.md' && grep -qF 'Device NVIDIA H200 · commit \`abc1234\` · 2026-11-30' '$TMP/k.md'"
+ok "... their summary rows and a line naming them" \
+  bash -c "grep -q '^| Reductions over axes |' '$TMP/k.md' && grep -q '^Kept from the previous' '$TMP/k.md'"
 
 # a known CSV that lacks a column the script reads is an error, not a silent table
 sed -i '1s/vs_peer/vs_cublas/' "$R2/bench_gemm.csv"
