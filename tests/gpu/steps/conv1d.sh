@@ -45,5 +45,5 @@ conv1d_check() {
 
 conv1d_bench() {
   "$KILN" build tests/specs/conv1d/bench.lua --sm 90a -o "$WORK/conv1d.kpack" >/dev/null
-  step "bench-conv1d" python3 bench/bench_conv1d.py --pack "$WORK/conv1d.kpack" --out "$OUT"
+  step "bench-conv1d" timeout 300 python3 bench/bench_conv1d.py --pack "$WORK/conv1d.kpack" --out "$OUT"
 }

@@ -56,5 +56,5 @@ gdn_bench() {
     KILN_PLAN=gdn:v1:recurrent:$p "$KILN" build specs/gdn_decode.lua --sm 90a -o "$WORK/gdn_${p//:/_}.kpack" >/dev/null &&
       alt+=(--decode-pack "$WORK/gdn_${p//:/_}.kpack")
   done
-  step "bench-gdn" env FLA_FLASH_QLA=0 python3 bench/bench_gdn.py --pack "$WORK/gdn.kpack" ${alt[@]+"${alt[@]}"} --out "$OUT"
+  step "bench-gdn" env FLA_FLASH_QLA=0 timeout 300 python3 bench/bench_gdn.py --pack "$WORK/gdn.kpack" ${alt[@]+"${alt[@]}"} --out "$OUT"
 }
