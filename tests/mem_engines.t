@@ -274,9 +274,9 @@ ok "bf16 softmax and log_softmax rows of 65536 are re-read by 1024 threads (pipe
 # trips of a divisor in PTX; the forms measured slower keep CUDA, each with its reason
 run_kiln explain tests/specs/mem/odd_vectors.lua --sm 90a
 ok "rows of 5 and 6 vectors held (fp32 RMSNorm, layer norm over x + r; bf16 RMSNorm) are PTX modules" \
-  test "$(grep -A8 -E 'plan row:v1:(rmsnorm|layernorm):p1024n[56]v[48]r1:regs' "$OUTF" | grep -c 'a PTX module')" = 5
+  test "$(grep -A12 -E 'plan row:v1:(rmsnorm|layernorm):p1024n[56]v[48]r1:regs' "$OUTF" | grep -c 'a PTX module')" = 5
 ok "re-read rows of 5, 6 and 7 vectors (softmax, log_softmax, layer norm) are PTX modules" \
-  test "$(grep -A8 -E 'plan row:v1:(softmax|log_softmax|layernorm):p1024n[567]v[48]r1:reread' "$OUTF" | grep -c 'a PTX module')" = 7
+  test "$(grep -A12 -E 'plan row:v1:(softmax|log_softmax|layernorm):p1024n[567]v[48]r1:reread' "$OUTF" | grep -c 'a PTX module')" = 7
 expect_out "CUDA through NVRTC, RMSNorm re-read in trips of one vector \(slower in PTX\)" "RMSNorm re-read over 7 vectors keeps the CUDA form"
 expect_out "CUDA through NVRTC, layer norm re-reading more than one row tensor \(slower in PTX\)" "so does layer norm re-reading x and r"
 run_kiln source tests/specs/mem/odd_vectors.lua --graph odd_layernorm_fp16 --set H=40960 --sm 90a --ptx
