@@ -15,7 +15,8 @@ inputs' shapes and the plan's specialized dims, so the fake (meta) implementatio
 GPU. `function` pairs a forward and a backward plan by port names: a backward input `dY`
 receives the gradient of the forward output `Y`, any other backward input is the forward
 tensor of that name (saved), and a backward output `dX` is the gradient of forward input `X`;
-forward outputs with no `d` input in the backward carry no gradient.
+forward outputs with no `d` input in the backward carry no gradient, nor does an op that no
+`function` paired with a backward.
 """
 import ast
 import hashlib
@@ -71,6 +72,7 @@ class KilnOp:
         base = name or "%s_%s" % (plan.graph, plan.instance)
         self.name = "%s_%s" % (re.sub(r"\W", "_", base).strip("_"), digest)
         self.qualname = "kiln::" + self.name
+        self.grad = None  # the _Function that differentiates it (kiln.torch.function)
         if self.qualname not in _OPS:
             self._register()
             _OPS[self.qualname] = self
@@ -122,6 +124,21 @@ class KilnOp:
 
         _LIB.impl(self.name, run, "CUDA")
         torch.library.register_fake(self.qualname, fake, lib=_LIB)
+        # the autograd formula is registered with the op, once, and finds its backward plan when
+        # kiln.torch.function gives it one: registered later, a formula is missed by what
+        # torch.compile already traced of the op (no gradients, silently)
+        torch.library.register_autograd(self.qualname, self._backward, setup_context=self._setup, lib=_LIB)
+
+    def _setup(self, ctx, inputs, output):
+        if self.grad is None:  # no backward plan: the outputs carry no gradient
+            ctx.mark_non_differentiable(*(output if isinstance(output, tuple) else (output,)))
+            return
+        self.grad._setup(ctx, inputs, output)
+
+    def _backward(self, ctx, *grads):
+        if self.grad is None:
+            raise KilnError(KILN_ERR_INVALID_ARG, "%s has no backward plan (kiln.torch.function pairs one)" % self.name)
+        return self.grad._backward(ctx, *grads)
 
     def __call__(self, *args, **kwargs):
         return self.op(*args, **kwargs)
@@ -168,8 +185,7 @@ class _Function:
         for j, t in enumerate(self.bwd.outputs):
             if t.name.startswith("d") and t.name[1:] in f_in:
                 self.grad_to[j] = f_in.index(t.name[1:])
-        torch.library.register_autograd(self.fwd.qualname, self._backward, setup_context=self._setup,
-                                        lib=_LIB)
+        _OPS[self.fwd.qualname].grad = self  # the registered op's formula (KilnOp._backward) calls ours
 
     def _setup(self, ctx, inputs, output):
         outs = output if isinstance(output, tuple) else (output,)
