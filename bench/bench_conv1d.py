@@ -14,9 +14,11 @@ case's minimal bytes over kiln's time, as a share of a torch copy of as many byt
 causal_conv1d_bwd, causal_conv1d_update; its Triton autotuning before timing), ratio = its time
 over kiln's (> 1: kiln faster); without FLA (the wheels in .whl) kiln is timed against the copy
 alone. Times are medians over interleaved rounds of CUDA-graph replays. Writes conv1d.csv
-(case, plan, kiln_us, peer, peer_us, ratio, pct_copy, max_err, check). Usage:
+(case, plan, kiln_us, peer, peer_us, ratio, pct_copy, max_err, check). Each --cand pack (the
+spec built with KILN_PLAN forcing a candidate) is timed too, a row per case whose plan differs
+from those already timed (rows carry their plan ids). Usage:
 
-    python3 bench/bench_conv1d.py --pack build/conv1d.kpack --out DIR [--rounds N] [--only fwd|bwd|update]
+    python3 bench/bench_conv1d.py --pack build/conv1d.kpack --out DIR [--cand PACK]... [--rounds N] [--only fwd|bwd|update]
 """
 import os
 import sys
@@ -41,6 +43,7 @@ D, W = 8192, 4
 SIZES = [(4, 4096), (1, 32768)]
 B_UPDATE = 256
 TOL = 2e-2  # max |kiln - torch| over max |torch|, bf16 outputs of fp32 math
+SEEN = set()  # the plans timed (the update's as ("update", id): a forward tile plan may run it too)
 
 
 def rel_err(got, ref):
@@ -89,6 +92,9 @@ def row(case, plan, times, nbytes, peer, err):
 def forward_cases(pack, rounds):
     plan = pack.plan("conv1d_fwd")
     rows = []
+    if plan.kernels[0].plan_id in SEEN:
+        return rows
+    SEEN.add(plan.kernels[0].plan_id)
     for B, T in SIZES:
         x = torch.randn(B, T, D, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(D, W, device="cuda", dtype=torch.bfloat16) / 2
@@ -114,6 +120,9 @@ def forward_cases(pack, rounds):
 def backward_cases(pack, rounds):
     plan = pack.plan("conv1d_bwd")
     rows = []
+    if plan.kernels[0].plan_id in SEEN:
+        return rows
+    SEEN.add(plan.kernels[0].plan_id)
     for B, T in SIZES:
         x = torch.randn(B, T, D, device="cuda", dtype=torch.bfloat16)
         dy = torch.randn(B, T, D, device="cuda", dtype=torch.bfloat16)
@@ -145,6 +154,9 @@ def backward_cases(pack, rounds):
 
 def update_cases(pack, rounds):
     plan = pack.plan("conv1d_update")
+    if ("update", plan.kernels[0].plan_id) in SEEN:
+        return []
+    SEEN.add(("update", plan.kernels[0].plan_id))
     B = B_UPDATE
     x = torch.randn(B, 1, D, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(D, W, device="cuda", dtype=torch.bfloat16) / 2
@@ -170,12 +182,14 @@ def update_cases(pack, rounds):
 
 def main():
     args = bench.pack_args(__doc__, out="build/bench-conv1d",
-                           extra=[("--only", {"choices": ["fwd", "bwd", "update"], "help": "one group of cases"})])
-    pack = kiln.Pack(args.pack)
+                           extra=[("--only", {"choices": ["fwd", "bwd", "update"], "help": "one group of cases"}),
+                                  ("--cand", {"action": "append", "default": [], "help": "a candidate plan's pack"})])
     rows = []
-    for name, fn in (("fwd", forward_cases), ("bwd", backward_cases), ("update", update_cases)):
-        if args.only in (None, name):
-            rows += fn(pack, args.rounds)
+    for path in [args.pack] + args.cand:
+        pack = kiln.Pack(path)
+        for name, fn in (("fwd", forward_cases), ("bwd", backward_cases), ("update", update_cases)):
+            if args.only in (None, name):
+                rows += fn(pack, args.rounds)
     if rows:
         bench.write_csv(args.out, "conv1d.csv", rows)
     return 0 if all(r["check"] == "ok" for r in rows) else 1

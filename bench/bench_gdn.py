@@ -18,6 +18,8 @@ autotuning) before timing. Without FLA (the wheels in .whl) kiln is timed alone.
 
     python3 bench/bench_gdn.py --pack build/gdn.kpack --out DIR [--rounds N] [--only decode|forward]
         [--decode-pack PACK ...]   (gdn_decode built with another plan: one more decode row each)
+        [--forward-pack PACK ...]  (tests/specs/gdn/bench.lua built with another plan: one more
+                                    row a forward case each, FLA timed beside it again)
 """
 import os
 import sys
@@ -181,14 +183,17 @@ def main():
     args = bench.pack_args(__doc__, out="build/bench-gdn",
                            extra=[("--only", {"choices": ["decode", "forward"], "help": "one half of the cases"}),
                                   ("--decode-pack", {"action": "append", "default": [],
-                                                     "help": "another pack of gdn_decode (another plan), timed too"})])
+                                                     "help": "another pack of gdn_decode (another plan), timed too"}),
+                                  ("--forward-pack", {"action": "append", "default": [],
+                                                      "help": "another pack of the forward graphs (another plan), timed too"})])
     pack = kiln.Pack(args.pack)
     rows = []
     if args.only != "forward":
         for p in [pack] + [kiln.Pack(x) for x in args.decode_pack]:
             rows += decode_case(p, args.rounds)
     if args.only != "decode":
-        rows += forward_cases(pack, args.rounds)
+        for p in [pack] + [kiln.Pack(x) for x in args.forward_pack]:
+            rows += forward_cases(p, args.rounds)
     bench.write_csv(args.out, "gdn.csv", rows)
     bad = [r["case"] for r in rows if r["check"] != "ok"]
     if bad:

@@ -5,9 +5,12 @@
 // dx of the tile (dx-bar[t] = sum_j w[j] dz[t + H - j], plus dfinal_states at the last H steps),
 // dinitial_states by the first tile, and the item's dweight / dbias sums (own steps only) added
 // to the CTA's. The CTA's sums go to its workspace row ws[chunk][c][0..W] (W + 1: dbias); the
-// reduce kernel adds the NCH rows in order: no atomics, the same bits every run.
+// reduce kernel adds the NCH rows in order: no atomics, the same bits every run. PF: the next
+// item's x and dout loads are issued as soon as the current item's tiles are in shared memory
+// (in flight during its math and dx stores).
 extern "C" __global__ void __launch_bounds__(${NT}, KILN_CV_MINB(${MINB})) ${symbol}(${params}) {
   constexpr int NT = ${NT}, TC = ${TC}, TT = ${TT}, W = ${W}, H = W - 1, HP = ${HP}, V = ${V}, NCH = ${NCH};
+  constexpr bool PF = ${PF};
   constexpr int XR = TT + 2 * HP, ZR = TT + HP, PC = TC + 1, WS = W <= 16 ? W : 1, UNROLL = W <= 16 ? W : 4;
   // FAST (W <= 4): a thread sums one channel over a slice of TT / SLICES steps, W + 1 sums in
   // registers; else a thread owns (channel, tap) pairs, their sums in shared memory
@@ -31,6 +34,15 @@ ${setup}
   for (int j = 0; j < (FAST ? W + 1 : 1); j++) acc[j] = 0.0f;
   const int my_c = threadIdx.x % TC, my_slice = threadIdx.x / TC;
   const kiln_i64 n_tt = (L + TT - 1) / TT, items = B * n_tt;
+  // both tiles' loads in flight before either is stored
+  kiln_cv_loader<NT, XR, TC, X_CL, XT> lx;
+  kiln_cv_loader<NT, ZR, TC, DY_CL, XT> ly;
+  auto issue = [&](kiln_i64 it) {
+    const kiln_i64 b = PF ? kiln_cv_opaque(it / n_tt) : it / n_tt, t0 = it % n_tt * TT;
+    lx.issue(t0 - HP, cb, L, D, x_vec, [&](kiln_i64 c, kiln_i64 t) { return x_getr(b, c, t); });
+    ly.issue(t0, cb, L, D, dy_vec, [&](kiln_i64 c, kiln_i64 t) { return dy_getr(b, c, t); });
+  };
+  if (PF && blockIdx.x < items) issue(blockIdx.x);
   for (kiln_i64 it = blockIdx.x; it < items; it += NCH) {
     const kiln_i64 b = it / n_tt, t0 = it % n_tt * TT, c0 = cb;
     __syncthreads();  // the weights are in; the previous item's readers are done
@@ -38,13 +50,10 @@ ${setup}
       if (c >= D || t >= L || t < -H) return 0.0f;
       return t >= 0 ? x_get(b, c, t) : INIT ? init_get(b, c, t + H) : 0.0f;
     };
-    // both tiles' loads in flight before either is stored
-    kiln_cv_loader<NT, XR, TC, X_CL, XT> lx;
-    kiln_cv_loader<NT, ZR, TC, DY_CL, XT> ly;
-    lx.issue(t0 - HP, c0, L, D, x_vec, [&](kiln_i64 c, kiln_i64 t) { return x_getr(b, c, t); });
-    ly.issue(t0, c0, L, D, dy_vec, [&](kiln_i64 c, kiln_i64 t) { return dy_getr(b, c, t); });
+    if (!PF) issue(it);
     lx.commit(xs, t0 - HP, c0, xbar);
     ly.commit(zs, t0, c0, [&](kiln_i64 c, kiln_i64 t) -> float { return c < D && t < L ? dy_get(b, c, t) : 0.0f; });
+    if (PF && it + NCH < items) issue(it + NCH);
     if (SEQ)
       for (int r = threadIdx.x; r < XR; r += NT) {
         const kiln_i64 t = t0 - HP + r;

@@ -10,6 +10,11 @@
 #else
 #define KILN_CV_MINB(n) ((n) < 2 ? (n) : 2)
 #endif
+// 16 bytes to global memory in one instruction (a uint4 assigned through a pointer is split
+// into four 4-byte stores by the compiler).
+__device__ __forceinline__ void kiln_cv_st16(void *p, kiln_u32 a, kiln_u32 b, kiln_u32 c, kiln_u32 d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(a), "r"(b), "r"(c), "r"(d));
+}
 struct kiln_cv_bf16 {
   typedef kiln_u16 T;
   typedef uint4 R;
@@ -23,10 +28,8 @@ struct kiln_cv_bf16 {
   static __device__ __forceinline__ float ld(T h) { return kiln_bf16_to_f32(h); }
   static __device__ __forceinline__ T st(float f) { return kiln_f32_to_bf16(f); }
   static __device__ __forceinline__ void stv(T *p, const float *v) {
-    uint4 q;
-    q.x = kiln_f32x2_to_bf16x2(v[0], v[1]); q.y = kiln_f32x2_to_bf16x2(v[2], v[3]);
-    q.z = kiln_f32x2_to_bf16x2(v[4], v[5]); q.w = kiln_f32x2_to_bf16x2(v[6], v[7]);
-    *reinterpret_cast<uint4 *>(p) = q;
+    kiln_cv_st16(p, kiln_f32x2_to_bf16x2(v[0], v[1]), kiln_f32x2_to_bf16x2(v[2], v[3]), kiln_f32x2_to_bf16x2(v[4], v[5]),
+                 kiln_f32x2_to_bf16x2(v[6], v[7]));
   }
 };
 struct kiln_cv_fp16 {
@@ -45,10 +48,8 @@ struct kiln_cv_fp16 {
   static __device__ __forceinline__ float ld(T h) { return kiln_fp16_to_f32(h); }
   static __device__ __forceinline__ T st(float f) { return kiln_f32_to_fp16(f); }
   static __device__ __forceinline__ void stv(T *p, const float *v) {
-    uint4 q;
-    q.x = kiln_f32x2_to_fp16x2(v[0], v[1]); q.y = kiln_f32x2_to_fp16x2(v[2], v[3]);
-    q.z = kiln_f32x2_to_fp16x2(v[4], v[5]); q.w = kiln_f32x2_to_fp16x2(v[6], v[7]);
-    *reinterpret_cast<uint4 *>(p) = q;
+    kiln_cv_st16(p, kiln_f32x2_to_fp16x2(v[0], v[1]), kiln_f32x2_to_fp16x2(v[2], v[3]), kiln_f32x2_to_fp16x2(v[4], v[5]),
+                 kiln_f32x2_to_fp16x2(v[6], v[7]));
   }
 };
 struct kiln_cv_fp32 {
@@ -60,7 +61,7 @@ struct kiln_cv_fp32 {
   static __device__ __forceinline__ float ld(T h) { return h; }
   static __device__ __forceinline__ T st(float f) { return f; }
   static __device__ __forceinline__ void stv(T *p, const float *v) {
-    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    kiln_cv_st16(p, __float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
   }
 };
 

@@ -4,7 +4,8 @@
 # the conv1d plan of each group (the decode update's short-sequence kernel where L is static and
 # at most 16, the tile kernels elsewhere, the backward's tile and reduce kernels with their
 # workspace); each layout the kernels do not take is declined by name (and the build fails with
-# E_NO_ENGINE naming it); KILN_PLAN forces another tile; cold compile time per kernel.
+# E_NO_ENGINE naming it); KILN_PLAN forces another tile; the new candidates (pipelined forward,
+# prefetching backward, vector decode) build forced and rank after the others; cold compile time per kernel.
 # Correctness runs on the GPU (tests/gpu/steps/conv1d.sh: every test graph against the fp64
 # reference at odd sizes, compute-sanitizer).
 . "$(dirname "$0")/lib.sh"
@@ -15,7 +16,7 @@ declined=(
   "strided_x|x's strides \{T\*128, 2, 128\} have neither the time axis nor the channel axis contiguous"
   "strided_dout|dout's strides \{T\*128, 2, 128\} have neither the time axis nor the channel axis contiguous"
 )
-plan $(( ${#specs[@]} * 2 + ${#declined[@]} * 2 + 13 ))
+plan $(( ${#specs[@]} * 2 + ${#declined[@]} * 2 + 13 + 13 * 2 + 4 ))
 
 for s in "${specs[@]}"; do
   KILN_DUMP_DIR=$TMP/dump run_kiln build "$s" --sm 80 --sm 90a --sm 100a -o "$TMP/$(basename "$s" .lua).kpack" -j 2
@@ -25,7 +26,34 @@ for s in "${specs[@]}"; do
   ok "explain $s: the conv1d engine takes all $groups groups" test "$groups" -gt 0 -a "$taken" = "$groups"
 done
 
-spilled=$(grep -l 'bytes spill stores' "$TMP"/dump/*.log 2>/dev/null | xargs -r grep -L ' 0 bytes spill stores' | xargs -r -n1 basename | sort -u)
+# the new candidates (pipelined forward :kK, prefetching backward :pf, vector decode :decN:vV),
+# forced on every graph offered them, build (their ptxas reports join the spill check)
+F=tests/specs/conv1d/forward.lua Bk=tests/specs/conv1d/backward.lua Bn=tests/specs/conv1d/bench.lua Dc=tests/specs/conv1d/decode.lua
+newp=("$F|conv1d:v1:fwd:cl:w4:c64:t128:k4" "$F|conv1d:v1:fwd:cf:w3:c64:t128:k4" "$F|conv1d:v1:fwd:cf:w4:c64:t64:k8"
+      "$F|conv1d:v1:fwd:cl:w2:c64:t64:k8" "$Bn|conv1d:v1:fwd:cl:w4:c64:t64:k8" "$Bn|conv1d:v1:bwd:cl:w4:c64:t64:n2:pf"
+      "$Bk|conv1d:v1:bwd:cf:w4:c64:t64:n12:pf" "$Bk|conv1d:v1:bwd:cl:w2:c32:t64:n12:pf" "$Bk|conv1d:v1:bwd:cf:w3:c64:t64:n12:pf"
+      "$Dc|conv1d:v1:fwd:cl:w4:dec1:v8" "$Dc|conv1d:v1:fwd:cf:w4:dec4:v8" "$Dc|conv1d:v1:fwd:cl:w4:dec3:v8"
+      "$Bn|conv1d:v1:fwd:cl:w4:dec1:v8")
+for e in "${newp[@]}"; do
+  s=${e%%|*} p=${e#*|} sz=(--set B=2 --set T=333)
+  [ "$s" = "$Bn" ] && sz=()  # the bench graphs as shipped (dynamic B, T)
+  KILN_PLAN=$p KILN_DUMP_DIR=$TMP/dump-${p//:/_} run_kiln build "$s" "${sz[@]}" --sm 80 --sm 90a --sm 100a \
+    -o "$TMP/new.kpack" -j 2
+  expect_rc 0 "KILN_PLAN=$p: $(basename "$s") builds for sm_80 sm_90a sm_100a"
+  KILN_PLAN=$p "$KILN" explain "$s" "${sz[@]}" > "$OUTF" 2>&1
+  ok "KILN_PLAN=$p is taken where offered" grep -q "plan $p$" "$OUTF"
+done
+run_kiln explain tests/specs/conv1d/bench.lua --set B=4 --set T=4096
+expect_out "conv1d     accepted: conv1d:v1:fwd:cl:w4:c64:t128, conv1d:v1:fwd:cl:w4:c64:t64, conv1d:v1:fwd:cl:w4:c32:t128, conv1d:v1:fwd:cl:w4:c64:t128:k4, conv1d:v1:fwd:cl:w4:c64:t64:k8$" \
+  "the pipelined forward candidates rank after the plain tiles"
+expect_out "conv1d     accepted: conv1d:v1:bwd:cl:w4:c64:t64:n3, conv1d:v1:bwd:cl:w4:c64:t64:n2, conv1d:v1:bwd:cl:w4:c64:t64:n2:pf$" \
+  "the prefetching backward candidate ranks after the plain ones"
+expect_out "conv1d     accepted: conv1d:v1:fwd:cl:w4:dec1, conv1d:v1:fwd:cl:w4:dec1:v8, conv1d:v1:fwd:cl:w4:c64:t128," \
+  "the vector decode update ranks after the plain one"
+run_kiln explain tests/specs/conv1d/decode.lua --graph cf_bf16_w4_l8_seq
+expect_out "conv1d     accepted: conv1d:v1:fwd:cf:w4:dec8, conv1d:v1:fwd:cf:w4:c64:t128," "no vector decode past its registers (8 steps)"
+
+spilled=$(grep -l 'bytes spill stores' "$TMP"/dump*/*.log 2>/dev/null | xargs -r grep -L ' 0 bytes spill stores' | xargs -r -n1 basename | sort -u)
 ok "no ptxas spills in any conv1d kernel (spilled: $(echo $spilled))" test -z "$spilled"
 ok "the ptxas reports were kept" test -n "$(ls "$TMP"/dump/*sm_90a*.log 2>/dev/null)"
 

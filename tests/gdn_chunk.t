@@ -3,13 +3,16 @@
 # of tests/specs/gdn/chunk.lua and the shipped GDN prefill spec build for sm_80, sm_90a and
 # sm_100a on the chunk plans, ptxas spills nothing, the plan of 128 state rows a CTA where shared
 # memory allows it (not sm_80), the in-place pool update forced onto the chunk kernel, head dims
-# past 128 left to the recurrent kernel; cold compile time per chunk kernel. Correctness runs on
+# past 128 left to the recurrent kernel; cold compile time per chunk kernel. The split chunked
+# plans (kiln.engines.gdn.chunk_split: pre-pass, state pass, output): offered below the fused
+# ones, forced by KILN_PLAN, three kernels a group, built for every target without spills,
+# declined where T and the cu_seqlens length are both dynamic. Correctness runs on
 # the GPU (tests/gpu/steps/gdn.sh: every graph of tests/specs/gdn/chunk.lua against the fp64
 # reference).
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
 spec=tests/specs/gdn/chunk.lua
-plan 18
+plan 30
 
 KILN_DUMP_DIR=$TMP/dump run_kiln build $spec --sm 80 --sm 90a --sm 100a -o "$TMP/chunk.kpack" -j 2
 expect_rc 0 "build $spec for sm_80 sm_90a sm_100a"
@@ -46,6 +49,35 @@ ok "the ptxas reports of the chunk kernels were kept ($(echo $logs | wc -w) kern
 spilled=$(grep -L ' 0 bytes spill stores, 0 bytes spill loads' $logs 2>/dev/null | xargs -r -n1 basename)
 ok "ptxas spills nothing in the chunk kernels (spilled: $(echo $spilled))" test -z "$spilled"
 echo "# registers a thread: $(grep -ho 'Used [0-9]* registers' $logs | awk '{print $2}' | sort -n | uniq | tr '\n' ' ')"
+
+# the split chunked plans: ranked below the fused ones, forced by KILN_PLAN (three kernels)
+SPLIT=gdn:v1:chunk:split:c64:bv32
+run_kiln explain $spec --graph gva_d128_safe --sm 90a
+ok "split plans offered after the fused chunk plans (3 sequences x 4 heads: bv16 leads)" \
+  sh -c "grep -q 'accepted: gdn:v1:chunk:c64:bv64, gdn:v1:chunk:c64:bv128, gdn:v1:chunk:split:c64:bv16, gdn:v1:chunk:split:c64:bv32, gdn:v1:chunk:split:c64:bv64' '$OUTF'"
+expect_out "plan gdn:v1:chunk:c64:bv64$" "the fused chunk plan still leads"
+KILN_PLAN=$SPLIT run_kiln explain $spec --graph gva_d128_safe --sm 90a
+expect_out "plan $SPLIT$" "KILN_PLAN forces the split plan"
+ok "the split plan builds three kernels (pre-pass, state pass, output)" \
+  sh -c "grep -q 'kernel kiln_gva_d128_safe_k0_prep:' '$OUTF' && grep -q 'kernel kiln_gva_d128_safe_k0:' '$OUTF' && grep -q 'kernel kiln_gva_d128_safe_k0_out:' '$OUTF'"
+run_kiln explain $spec --graph d64_fp16_linear --sm 90a
+ok "T and the cu_seqlens length both dynamic: no split plan" sh -c "! grep -q 'chunk:split' '$OUTF'"
+KILN_PLAN=$SPLIT KILN_DUMP_DIR=$TMP/split run_kiln build $spec --sm 80 --sm 90a --sm 100a -o "$TMP/split.kpack" -j 2
+expect_rc 0 "chunk.lua builds on the split plan bv32 for sm_80 sm_90a sm_100a"
+for p in gqa_pool_bf16=bv64 k64_v128_scale=bv16; do
+  KILN_PLAN=gdn:v1:chunk:split:c64:${p#*=} KILN_DUMP_DIR=$TMP/split run_kiln build $spec --graph ${p%=*} --sm 80 --sm 90a --sm 100a \
+    -o "$TMP/split_${p#*=}.kpack" -j 2
+  expect_rc 0 "the split plan ${p#*=} builds for sm_80 sm_90a sm_100a (${p%=*})"
+done
+KILN_PLAN=$SPLIT KILN_DUMP_DIR=$TMP/split run_kiln build specs/gdn_layer.lua tests/specs/gdn/bench.lua --sm 90a -o "$TMP/split_layer.kpack" -j 2
+expect_rc 0 "specs/gdn_layer.lua and tests/specs/gdn/bench.lua build on the split plan"
+KILN_PLAN=$SPLIT run_kiln explain specs/gdn_layer.lua --sm 90a
+expect_out "plan $SPLIT$" "specs/gdn_layer.lua takes the forced split plan"
+slogs=$(grep -l 'split chunked forward, ' "$TMP"/split/*.cu 2>/dev/null | sed 's/\.cu$/.log/')
+ok "the ptxas reports of the split kernels were kept ($(echo $slogs | wc -w) kernels)" test "$(echo $slogs | wc -w)" -ge 33
+spilled=$(grep -L ' 0 bytes spill stores, 0 bytes spill loads' $slogs 2>/dev/null | xargs -r -n1 basename)
+ok "ptxas spills nothing in the split kernels (spilled: $(echo $spilled))" test -z "$spilled"
+echo "# split kernels, registers a thread: $(grep -ho 'Used [0-9]* registers' $slogs | awk '{print $2}' | sort -n | uniq | tr '\n' ' ')"
 
 # head dims past 128: the chunk kernel declines, the recurrent one takes the group
 cat > "$TMP/d256.lua" <<'EOF'

@@ -6,15 +6,19 @@
 #              boundaries 0 .. T, state_indices as distinct pool rows), the other long-form
 #              candidates at T = 1000; tests/specs/gdn/decode.lua (one token a sequence, pool
 #              rows) on each decode candidate; the shipped specs/gdn_layer.lua on the recurrent
-#              kernel at T = 2049; compute-sanitizer memcheck of both forms, racecheck of one.
-#   gdn_bench  bench/bench_gdn.py beside FLA (installed from .whl when missing) -> $OUT/gdn.csv.
+#              kernel at T = 2049; compute-sanitizer memcheck of both forms, racecheck of one;
+#              gdn_chunk_check and gdn_split_check (the chunked plans, fused and split).
+#   gdn_bench  bench/bench_gdn.py beside FLA (installed from .whl when missing) -> $OUT/gdn.csv,
+#              the forward rows on each split chunked plan too (--forward-pack).
 GDN_FWD=tests/specs/gdn/forward.lua
 GDN_DEC=tests/specs/gdn/decode.lua
 GDN_LONG=gdn:v1:recurrent:bv8:r1:c32
+GDN_SPLIT=gdn:v1:chunk:split:c64:bv32
 
 gdn_check() {
   local t p
   gdn_chunk_check
+  gdn_split_check
   for t in 75 1000 2049; do
     pstep "gdn recurrent T=$t" env KILN_PLAN=$GDN_LONG "$KILN" run $GDN_FWD --check --set T=$t --set P=9
   done
@@ -48,6 +52,27 @@ gdn_chunk_check() {
     "$KILN" run tests/specs/gdn/chunk.lua --check --set T=200 --set N1=5
 }
 
+# the split chunked plans (pre-pass, state pass, output; workspace) on the graphs of
+# tests/specs/gdn/chunk.lua and forward.lua at odd lengths in 5 sequences, each tile of the
+# state pass (16, 32, 64 rows), the shipped layer, memcheck and racecheck. A graph whose T and
+# cu_seqlens length are both dynamic (chunk.lua's d64_fp16_linear) gets no split plan:
+# KILN_PLAN leaves it on the fused one.
+gdn_split_check() {
+  local t p
+  for t in 75 1000 2049; do
+    pstep "gdn split bv32 T=$t" env KILN_PLAN=$GDN_SPLIT "$KILN" run tests/specs/gdn/chunk.lua --check --set T=$t --set N1=5
+  done
+  for p in bv16 bv64; do
+    pstep "gdn split $p T=1000" env KILN_PLAN=gdn:v1:chunk:split:c64:$p "$KILN" run tests/specs/gdn/chunk.lua --check --set T=1000 --set N1=5
+  done
+  pstep "gdn split forward.lua T=1000" env KILN_PLAN=$GDN_SPLIT "$KILN" run $GDN_FWD --check --set T=1000 --set P=9
+  pstep "gdn layer, split T=2049" env KILN_PLAN=$GDN_SPLIT "$KILN" run specs/gdn_layer.lua --check --set T=2049
+  pstep "gdn split memcheck" env KILN_PLAN=$GDN_SPLIT compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$KILN" run tests/specs/gdn/chunk.lua --check --set T=200 --set N1=5
+  pstep "gdn split racecheck" env KILN_PLAN=$GDN_SPLIT compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$KILN" run tests/specs/gdn/chunk.lua --graph gva_d128_safe --check --set T=200
+}
+
 gdn_bench() {
   "$KILN" build specs/gdn_decode.lua tests/specs/gdn/bench.lua --sm 90a -o "$WORK/gdn.kpack" >/dev/null
   # the other decode candidates, for the ranking
@@ -56,5 +81,10 @@ gdn_bench() {
     KILN_PLAN=gdn:v1:recurrent:$p "$KILN" build specs/gdn_decode.lua --sm 90a -o "$WORK/gdn_${p//:/_}.kpack" >/dev/null &&
       alt+=(--decode-pack "$WORK/gdn_${p//:/_}.kpack")
   done
-  step "bench-gdn" env FLA_FLASH_QLA=0 timeout 300 python3 bench/bench_gdn.py --pack "$WORK/gdn.kpack" ${alt[@]+"${alt[@]}"} --out "$OUT"
+  # KILN_GDN_BENCH_FUSED=1: the forward graphs on the fused chunked plan too (one more row a case)
+  if [ -n "${KILN_GDN_BENCH_FUSED:-}" ]; then
+    KILN_PLAN=gdn:v1:chunk:c64:bv64 "$KILN" build tests/specs/gdn/bench.lua --sm 90a -o "$WORK/gdn_fused.kpack" >/dev/null &&
+      alt+=(--forward-pack "$WORK/gdn_fused.kpack")
+  fi
+  step "bench-gdn" env FLA_FLASH_QLA=0 timeout 400 python3 bench/bench_gdn.py --pack "$WORK/gdn.kpack" ${alt[@]+"${alt[@]}"} --out "$OUT"
 }

@@ -69,6 +69,37 @@ local function main_fns(K, L, name, t, lay, write)
   end
 end
 
+-- Block accessors of a [B, D, E] tensor for a thread of V channels (the decode update's vector
+-- kernel): NAME_blk (the V x E elements of channels c..c+V-1 are contiguous, 16-byte aligned, and
+-- come in whole vectors of NAME's type, for c a multiple of V), NAME_blkr(b, c, k) the k-th
+-- 16 bytes of the block, NAME_blkw(b, c, k, v) stores them; NAME_BV the elements a vector.
+-- An absent tensor: NAME_blk false.
+function M.block(K, P, name, t, E, write)
+  local L, V = {}, M.VEC[P.dtype][2]
+  if not t or not M.VEC[t.dtype] then
+    L[#L + 1] = string.format("  constexpr bool %s_blk = false; using %s_BT = XT; constexpr int %s_BV = XT::V;", name, name, name)
+    L[#L + 1] = string.format("  auto %s_blkr = [&](kiln_i64, kiln_i64, int) { return XT::R{}; };", name)
+    L[#L + 1] = string.format("  auto %s_blkw = [&](kiln_i64, kiln_i64, int, const float *) {};", name)
+    return table.concat(L, "\n")
+  end
+  local vt, BV = M.VEC[t.dtype][1], M.VEC[t.dtype][2]
+  local s, p = t.strides, K:ptr(t.uid, write)
+  local at = string.format("%s + (kiln_i64)(b) * %s + (kiln_i64)(c) * %d + k * %d", p, cdim(s[1]), E, BV)
+  local whole = (V * E) % BV == 0
+  local inner = E == 1 and string.format("%s == 1", cdim(s[2])) or string.format("%s == 1 && %s == %d", cdim(s[3]), cdim(s[2]), E)
+  L[#L + 1] = string.format("  using %s_BT = %s; constexpr int %s_BV = %d;", name, vt, name, BV)
+  L[#L + 1] = string.format("  const bool %s_blk = %s && (((kiln_u64)%s & 15) == 0) && %s %% %d == 0 && %s;", name,
+    whole and "true" or "false", p, cdim(s[1]), BV, inner)
+  if write then
+    L[#L + 1] = string.format("  auto %s_blkw = [&](kiln_i64 b, kiln_i64 c, int k, const float *v) { %s::stv(%s, v); };", name, vt, at)
+    L[#L + 1] = string.format("  auto %s_blkr = [&](kiln_i64, kiln_i64, int) { return %s::R{}; };", name, vt)
+  else
+    L[#L + 1] = string.format("  auto %s_blkr = [&](kiln_i64 b, kiln_i64 c, int k) { return %s::ldr(%s); };", name, vt, at)
+    L[#L + 1] = string.format("  auto %s_blkw = [&](kiln_i64, kiln_i64, int, const float *) {};", name)
+  end
+  return table.concat(L, "\n")
+end
+
 -- The setup lines of a kernel of problem P: `main` lists the main tensors it uses ({name,
 -- tensor, layout, writable}); `small` the small ones by accessor name.
 function M.setup(K, P, main, small)

@@ -7,6 +7,11 @@
 --   bwd tile  NCH CTAs per channel tile walk the (batch entry, time tile) items, dx directly and
 --             dweight / dbias as per-CTA sums in the workspace, then a reduce kernel adds them in
 --             a fixed order (deterministic, no atomics).
+-- Candidates ranked after those (for measuring; the fast widths only):
+--   fwd pipe  a CTA walks K time tiles (conv1d_fwdp.cuh), the next tile's loads in flight during
+--             the current one's math and stores (:kK);
+--   fwd decv  the decode update a thread per V channels, 16-byte accesses (conv1d_decv.cuh, :vV);
+--   bwd pf    the backward tile with the next item's loads in flight (conv1d_bwd.cuh PF, :pf).
 -- Widths 2..4 keep their sums in registers (the fast kernels); wider ones (to 256) take a loop
 -- and smaller channel tiles so shared memory holds the halo.
 local render = require "kiln.render"
@@ -19,12 +24,21 @@ local E = { id = "conv1d", version = 1 }
 E.THREADS = 256
 -- Steps of L at most for the short-sequence kernel (a thread holds them all).
 E.DEC_MAX_L = 16
+-- Floats a thread of the vector short-sequence kernel may hold (V channels x (history, steps,
+-- outputs)): bf16 takes L <= 4 at width 4.
+E.DECV_REGS = 96
 -- Static shared memory a block may have (48 KB, less the compiler's own).
 E.SMEM_MAX = 46 * 1024
 -- Forward tiles of the fast widths, best first: TC channels x TT steps; those whose loads take
 -- more than UNITS_MAX vectors a thread are left out (fp32's 4-element vectors: registers).
 E.UNITS_MAX = 5
 E.FWD_TILES = { { tc = 64, tt = 128 }, { tc = 64, tt = 64 }, { tc = 32, tt = 128 } }
+-- Pipelined forward candidates (conv1d_fwdp.cuh, the fast widths): a CTA walks K time tiles of
+-- TC x TT, the next tile's x loads in flight during the current one's math and stores, built for
+-- at most minb CTAs an SM (64 x 128: 5 vectors a thread held across the stores take 2 CTAs' registers;
+-- 64 x 64: 3 vectors, 3 CTAs); ranked after the plain tiles (RANK_PIPE and down) until measured.
+E.FWD_PIPE = { { tc = 64, tt = 128, k = 4, minb = 2 }, { tc = 64, tt = 64, k = 8, minb = 3 } }
+E.RANK_PIPE = 90
 -- Backward: steps a tile, the SMs its grid is sized for (an H100's 132; NCH chunks a channel
 -- tile = the CTAs of those SMs over the channel tiles), and the most chunks.
 E.BWD_TT, E.SMS, E.NCH_MAX = 64, 132, 256
@@ -126,15 +140,32 @@ function E.propose(group, g, target)
         add(id, { path = "bwd", tc = tc, tt = E.BWD_TT, nch = nch, minb = P.W <= 4 and minb or 1 }, 100 - i)
       end
     end
+    -- the fast widths also with the next item's loads in flight during the current one's math
+    -- (its x and dout vectors held across it: built for 2 CTAs an SM)
+    if P.W <= 4 then
+      local nch = chunks(P, tc, 2)
+      add(plan_id(P, string.format("c%d:t%d:n%d:pf", tc, E.BWD_TT, nch)),
+        { path = "bwd", tc = tc, tt = E.BWD_TT, nch = nch, minb = 2, pf = true }, E.RANK_PIPE)
+    end
     return plans
   end
   if math.type(P.L) == "integer" and P.L <= E.DEC_MAX_L and P.W <= 4 then
     add(plan_id(P, string.format("dec%d", P.L)), { path = "dec" }, 200)
+    -- a thread a vector of channels where its history, steps and outputs fit in registers
+    if vec(P) * (P.H + 2 * P.L) <= E.DECV_REGS then
+      add(plan_id(P, string.format("dec%d:v%d", P.L, vec(P))), { path = "decv" }, 199)
+    end
   end
   if P.W <= 4 then
     for i, t in ipairs(E.FWD_TILES) do
       if E.fwd_smem(P, t.tc, t.tt) <= E.SMEM_MAX and E.units(P, t.tc, t.tt + halo(P)) <= E.UNITS_MAX then
         add(plan_id(P, string.format("c%d:t%d", t.tc, t.tt)), { path = "tile", tc = t.tc, tt = t.tt }, 100 - i)
+      end
+    end
+    for i, t in ipairs(E.FWD_PIPE) do
+      if E.fwd_smem(P, t.tc, t.tt) <= E.SMEM_MAX and E.units(P, t.tc, t.tt + halo(P)) <= E.UNITS_MAX then
+        add(plan_id(P, string.format("c%d:t%d:k%d", t.tc, t.tt, t.k)), { path = "tilep", tc = t.tc, tt = t.tt, k = t.k, minb = math.min(t.minb, blocks(P)) },
+          E.RANK_PIPE + 1 - i)
       end
     end
   else
@@ -185,6 +216,15 @@ function E.build(plan, group, g, target, symbol)
     local grid = { { mul = rowgen.with_const({ P.B, P.D }, 1), div = NT }, 1, 1 }
     return entry(K, plan, symbol, plan.id, grid, NT)
   end
+  if kn.path == "decv" then
+    local K = kernel(g, P, symbol, "conv1d_decv.cuh", { NT = NT, W = P.W, LS = P.L, V = V }, function(K)
+      return code.setup(K, P, { { "x", P.x, P.layouts.x }, { "y", P.y, P.layouts.y, true } },
+        { "w", "bias", "init", "fin", "seq" }) .. "\n" .. code.block(K, P, "init", P.init, P.H) .. "\n"
+        .. code.block(K, P, "fin", P.fin, P.H, true) .. "\n" .. code.block(K, P, "y", P.y, P.L, true)
+    end)
+    local grid = { { mul = rowgen.with_const({ P.B, P.D }, 1), div = NT * V }, 1, 1 }
+    return entry(K, plan, symbol, plan.id, grid, NT)
+  end
   if kn.path == "tile" then
     local K = kernel(g, P, symbol, "conv1d_fwd.cuh", { NT = NT, TC = kn.tc, TT = kn.tt, W = P.W, HP = halo(P), V = V, MINB = blocks(P) },
       function(K)
@@ -194,8 +234,18 @@ function E.build(plan, group, g, target, symbol)
     local grid = { axis(P.L, kn.tt), axis(P.D, kn.tc), axis(P.B, 1, 65535) }
     return entry(K, plan, symbol, plan.id, grid, NT)
   end
+  if kn.path == "tilep" then
+    local K = kernel(g, P, symbol, "conv1d_fwdp.cuh",
+      { NT = NT, TC = kn.tc, TT = kn.tt, W = P.W, HP = halo(P), V = V, K = kn.k, MINB = kn.minb }, function(K)
+        return code.setup(K, P, { { "x", P.x, P.layouts.x }, { "y", P.y, P.layouts.y, true } },
+          { "w", "bias", "init", "fin", "seq" })
+      end)
+    local grid = { axis(P.L, kn.tt * kn.k), axis(P.D, kn.tc), axis(P.B, 1, 65535) }
+    return entry(K, plan, symbol, plan.id, grid, NT)
+  end
   -- backward: the tile kernel (sums into the workspace) and the reduce kernel
-  local vars = { NT = NT, TC = kn.tc, TT = kn.tt, W = P.W, HP = halo(P), V = V, NCH = kn.nch, MINB = kn.minb }
+  local vars = { NT = NT, TC = kn.tc, TT = kn.tt, W = P.W, HP = halo(P), V = V, NCH = kn.nch, MINB = kn.minb,
+    PF = kn.pf and "true" or "false" }
   local main = kernel(g, P, symbol, "conv1d_bwd.cuh", vars, function(K)
     local s = code.setup(K, P, { { "x", P.x, P.layouts.x }, { "dy", P.dy, P.layouts.dout }, { "dx", P.dx, P.layouts.dx, true } },
       { "w", "bias", "init", "seq", "dfin", "dinit" })

@@ -2,11 +2,13 @@
 -- kernels of one problem (kiln.engines.gdn.problem):
 --   recurrent  the token loop, state tile in registers: right for every length, and the
 --              decode kernel (kiln.engines.gdn.recurrent, templates/gdn_recurrent.cuh);
---   chunk      chunks of 64 tokens in the WY form, for long sequences (kiln.engines.gdn.chunk).
+--   chunk      chunks of 64 tokens in the WY form, for long sequences (kiln.engines.gdn.chunk);
+--   split      the chunk form in three kernels, only the state update serial (kiln.engines.gdn.chunk_split).
 -- Ranking: where sequences are short (decode) the recurrent plans lead, else the chunk plans.
 local problem = require "kiln.engines.gdn.problem"
 local recurrent = require "kiln.engines.gdn.recurrent"
 local chunk = require "kiln.engines.gdn.chunk"
+local chunk_split = require "kiln.engines.gdn.chunk_split"
 
 local E = { id = "gdn", version = 1 }
 
@@ -37,6 +39,11 @@ function E.propose(group, g, target)
     p.P = p.P or P
     plans[#plans + 1] = p
   end
+  -- the split plan (the serial pass holds only the state's two products) above the fused one
+  for i, p in ipairs(chunk_split.propose(P, target) or {}) do
+    p.rank = 110 - i
+    plans[#plans + 1] = p
+  end
   for i, p in ipairs(recurrent.propose(P, target, short)) do
     p.rank = (short and 200 or 10) - i
     plans[#plans + 1] = p
@@ -47,6 +54,7 @@ end
 
 function E.build(plan, group, g, target, symbol)
   local _ = group
+  if plan.knobs.path == "split" then return chunk_split.build(plan, g, symbol, target) end
   if plan.knobs.path == "chunk" then return chunk.build(plan, g, symbol, target) end
   return recurrent.build(plan, g, symbol, target)
 end
