@@ -163,6 +163,8 @@ local function setup(K, P)
   return table.concat(L, "\n")
 end
 
+M.setup = setup  -- the split plan's kernels share this prologue (kiln.engines.gdn.chunk_split)
+
 -- One line for the kernel's comment.
 local function describe(P)
   local parts = { string.format("%s %s, heads q %d k %d v %d state %d, K %d, V %d", P.node.name, P.dtype, P.H, P.HK,
