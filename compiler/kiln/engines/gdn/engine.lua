@@ -39,9 +39,10 @@ function E.propose(group, g, target)
     p.P = p.P or P
     plans[#plans + 1] = p
   end
-  -- the split plan (the serial pass holds only the state's two products) above the fused one
+  -- the split plan (the serial pass holds only the state's two products) below the fused one
+  -- until a device run has checked and timed it (tests/gpu/steps/gdn.sh: gdn_split_check)
   for i, p in ipairs(chunk_split.propose(P, target) or {}) do
-    p.rank = 110 - i
+    p.rank = 97 - i
     plans[#plans + 1] = p
   end
   for i, p in ipairs(recurrent.propose(P, target, short)) do
