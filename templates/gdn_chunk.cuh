@@ -211,48 +211,7 @@ ${setup}
         }
       }
     __syncthreads();  // A complete
-    // T = (I + A)^-1 in place, fp32: the 16 x 16 diagonal blocks by forward substitution (a
-    // thread a column), then block rows 1..3: X = A[bi, <bi] T[<bi, <bi], T[bi, <bi] = -T[bi, bi] X
-    {
-      float x[16];
-      const int bi = tid >> 4, cc = tid & 15;
-      const float *ab = sA + 16 * bi * AP + 16 * bi;
-      if (tid < C) {
-#pragma unroll
-        for (int m = 0; m < 16; m++) {
-          float acc = m == cc ? 1.0f : 0.0f;
-#pragma unroll
-          for (int l = 0; l < m; l++) acc = fmaf(-ab[m * AP + l], x[l], acc);
-          x[m] = acc;
-        }
-      }
-      __syncthreads();
-      if (tid < C) {
-#pragma unroll
-        for (int m = 0; m < 16; m++) sA[(16 * bi + m) * AP + 16 * bi + cc] = x[m];
-      }
-      __syncthreads();
-    }
-#pragma unroll 1
-    for (int bi = 1; bi < 4; bi++) {
-      const int w = 16 * bi;
-      for (int e = tid; e < 16 * w; e += THREADS) {
-        const int r = e / w, cc = e % w;
-        const float *ar = sA + (w + r) * AP;
-        float acc = 0.0f;
-        for (int l = cc & ~15; l < w; l++) acc = fmaf(ar[l], sA[l * AP + cc], acc);
-        sX[r * XP + cc] = acc;
-      }
-      __syncthreads();
-      for (int e = tid; e < 16 * w; e += THREADS) {
-        const int r = e / w, cc = e % w;
-        const float *tr = sA + (w + r) * AP + w;
-        float acc = 0.0f;
-        for (int m = 0; m <= r; m++) acc = fmaf(tr[m], sX[m * XP + cc], acc);
-        sA[(w + r) * AP + cc] = -acc;
-      }
-      __syncthreads();
-    }
+    kiln_gdn_inverse<C, AP, XP, THREADS>(sA, sX, tid);  // T = (I + A)^-1 in place, fp32
     for (int e = tid; e < C * C / 2; e += THREADS) {  // T in the io dtype (the upper triangle is 0)
       const int r = e / (C / 2), cc = 2 * (e % (C / 2));
       kiln_st_shared_b32(sm + TB_OFF + r * TP + cc * 2, ${PACK}(sA[r * AP + cc], sA[r * AP + cc + 1]));

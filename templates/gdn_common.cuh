@@ -80,3 +80,51 @@ __device__ __forceinline__ void kiln_gdn_st4(kiln_u16 *p, const float (&s)[4]) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(s[3]), "f"(s[2]));
   *reinterpret_cast<uint2 *>(p) = make_uint2(a, b);
 }
+
+// T = (I + A)^-1 in place (A strict lower, C x C fp32, row pitch AP; sX 16 x XP scratch): the
+// 16 x 16 diagonal blocks by forward substitution (a thread a column), then block rows 1..C/16-1,
+// X = A[bi, <bi] T[<bi, <bi] and T[bi, <bi] = -T[bi, bi] X. Every thread of the CTA calls it.
+template <int C, int AP, int XP, int THREADS>
+__device__ __forceinline__ void kiln_gdn_inverse(float *sA, float *sX, int tid) {
+  static_assert(THREADS >= C && C % 16 == 0 && XP >= C - 16, "kiln_gdn_inverse: shape");
+  {
+    float x[16];
+    const int bi = tid >> 4, cc = tid & 15;
+    const float *ab = sA + 16 * bi * AP + 16 * bi;
+    if (tid < C) {
+#pragma unroll
+      for (int m = 0; m < 16; m++) {
+        float acc = m == cc ? 1.0f : 0.0f;
+#pragma unroll
+        for (int l = 0; l < m; l++) acc = fmaf(-ab[m * AP + l], x[l], acc);
+        x[m] = acc;
+      }
+    }
+    __syncthreads();
+    if (tid < C) {
+#pragma unroll
+      for (int m = 0; m < 16; m++) sA[(16 * bi + m) * AP + 16 * bi + cc] = x[m];
+    }
+    __syncthreads();
+  }
+#pragma unroll 1
+  for (int bi = 1; bi < C / 16; bi++) {
+    const int w = 16 * bi;
+    for (int e = tid; e < 16 * w; e += THREADS) {
+      const int r = e / w, cc = e % w;
+      const float *ar = sA + (w + r) * AP;
+      float acc = 0.0f;
+      for (int l = cc & ~15; l < w; l++) acc = fmaf(ar[l], sA[l * AP + cc], acc);
+      sX[r * XP + cc] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < 16 * w; e += THREADS) {
+      const int r = e / w, cc = e % w;
+      const float *tr = sA + (w + r) * AP + w;
+      float acc = 0.0f;
+      for (int m = 0; m <= r; m++) acc = fmaf(tr[m], sX[m * XP + cc], acc);
+      sA[(w + r) * AP + cc] = -acc;
+    }
+    __syncthreads();
+  }
+}
