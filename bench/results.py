@@ -246,15 +246,23 @@ def attention_cols(unit, label, err, err_label):
 
 ATTENTION_RATIOS = [Ratio("x_cudnn", "cuDNN (torch SDPA)", 3), Ratio("x_fa2", "FlashAttention-2 (torch SDPA)", 3)]
 
+def peer_cols(err, err_label, copy_first):
+    """The table columns of bench_gdn.py's and bench_conv1d.py's CSV files: kiln's time, FLA's, the
+    ratio, % of a same-bytes copy (right after kiln's time where copy_first), the error, check, plan."""
+    copy = [("% of copy", lambda r: r.get("pct_copy") or DASH)]
+    peer = [("peer", lambda r: r["peer"] or DASH), ("peer us", lambda r: fixed(r["peer_us"], 1)),
+            ("x peer", lambda r: ratio_cell(r["ratio"], 3))]
+    return ([("case", lambda r: r["case"]), ("kiln us", lambda r: fixed(r["kiln_us"], 1))]
+            + (copy + peer if copy_first else peer + copy)
+            + [(err_label, lambda r: r.get(err) or DASH),
+               ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
+               ("plan", lambda r: code(r.get("plan", "")))])
+
+
 # Gated DeltaNet (bench/bench_gdn.py): kiln's gdn forward beside FLA.
 def gdn_family():
     """gdn.csv: decode (state traffic as % of a copy) and 32K-token forward cases against FLA."""
-    cols = [("case", lambda r: r["case"]), ("kiln us", lambda r: fixed(r["kiln_us"], 1)),
-            ("peer", lambda r: r["peer"] or DASH), ("peer us", lambda r: fixed(r["peer_us"], 1)),
-            ("x peer", lambda r: ratio_cell(r["ratio"], 3)), ("% of copy", lambda r: r.get("pct_copy") or DASH),
-            ("err vs peer", lambda r: r.get("err_ratio") or DASH),
-            ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
-            ("plan", lambda r: code(r.get("plan", "")))]
+    cols = peer_cols("err_ratio", "err vs peer", False)
     return Family(
         "gdn.csv", "Gated DeltaNet beside FLA", "bench/bench_gdn.py", "bench-gdn",
         "%s build specs/gdn_decode.lua tests/specs/gdn/bench.lua --sm 90a -o gdn.kpack && FLA_FLASH_QLA=0 "
@@ -273,16 +281,10 @@ def gdn_family():
         bad=lambda r: None if r["check"] == "ok" else "O or the final state differs from FLA's")
 
 
-
 # Causal conv1d (bench/bench_conv1d.py): kiln's conv1d beside the copy rate and FLA.
 def conv1d_family():
     """conv1d.csv: forward, backward and the decode update against a same-bytes copy and FLA."""
-    cols = [("case", lambda r: r["case"]), ("kiln us", lambda r: fixed(r["kiln_us"], 1)),
-            ("% of copy", lambda r: r.get("pct_copy") or DASH), ("peer", lambda r: r["peer"] or DASH),
-            ("peer us", lambda r: fixed(r["peer_us"], 1)), ("x peer", lambda r: ratio_cell(r["ratio"], 3)),
-            ("max err", lambda r: r.get("max_err") or DASH),
-            ("check", lambda r: r["check"] if r["check"] == "ok" else "**%s**" % r["check"]),
-            ("plan", lambda r: code(r.get("plan", "")))]
+    cols = peer_cols("max_err", "max err", True)
     return Family(
         "conv1d.csv", "Causal conv1d beside the copy rate and FLA", "bench/bench_conv1d.py", "bench-conv1d",
         "%s build tests/specs/conv1d/bench.lua --sm 90a -o conv1d.kpack && python3 bench/bench_conv1d.py "
