@@ -5,6 +5,7 @@
 local render = require "kiln.render"
 local rowgen = require "kiln.engines.rowgen"
 local pw = require "kiln.engines.pwexpr"
+local problem = require "kiln.engines.gdn.problem"
 
 local M = {}
 
@@ -165,19 +166,6 @@ end
 
 M.setup = setup  -- the split plan's kernels share this prologue (kiln.engines.gdn.chunk_split)
 
--- One line for the kernel's comment.
-local function describe(P)
-  local parts = { string.format("%s %s, heads q %d k %d v %d state %d, K %d, V %d", P.node.name, P.dtype, P.H, P.HK,
-    P.HV, P.HO, P.K, P.V) }
-  if P.l2 then parts[#parts + 1] = "l2norm" end
-  if P.safe_gate then parts[#parts + 1] = "safe gate" elseif P.linear_gate then parts[#parts + 1] = "linear gate" end
-  if P.beta_sigmoid then parts[#parts + 1] = P.neg_eigval and "beta 2 sigmoid" or "beta sigmoid" end
-  if P.h0 then parts[#parts + 1] = (P.idx and "pooled " or "") .. P.state_dtype .. " initial state" end
-  if P.final then parts[#parts + 1] = "final state" end
-  if P.overwrite then parts[#parts + 1] = "overwrite" end
-  return table.concat(parts, ", ")
-end
-
 -- The kernel of a chunk plan.
 function M.build(plan, g, symbol)
   local P, bv = plan.P, plan.knobs.bv
@@ -189,7 +177,7 @@ function M.build(plan, g, symbol)
   src:need("common/mma_sm80.cuh")
   src:need("gdn_common.cuh")
   local vars = {
-    what = describe(P), symbol = symbol, THREADS = 2 * bv, K = P.K, V = P.V, BV = bv, SMEM = M.smem(P, bv),
+    what = problem.describe(P), symbol = symbol, THREADS = 2 * bv, K = P.K, V = P.V, BV = bv, SMEM = M.smem(P, bv),
     MMA_T = P.dtype == "bf16" and "bf16" or "f16",
     PACK = P.dtype == "bf16" and "kiln_f32x2_to_bf16x2" or "kiln_f32x2_to_fp16x2",
     TO_F32 = P.dtype == "bf16" and "kiln_bf16_to_f32" or "kiln_fp16_to_f32",

@@ -10,6 +10,7 @@ local render = require "kiln.render"
 local rowgen = require "kiln.engines.rowgen"
 local pw = require "kiln.engines.pwexpr"
 local chunk = require "kiln.engines.gdn.chunk"
+local problem = require "kiln.engines.gdn.problem"
 
 local M = {}
 
@@ -85,23 +86,10 @@ end
 -- The kernels' prologue (sizes, pointers, accessors): the fused chunked kernel's own.
 local setup = chunk.setup
 
--- One line for the kernels' comments.
-local function describe(P, what)
-  local parts = { string.format("%s, %s %s, heads q %d k %d v %d state %d, K %d, V %d", what, P.node.name, P.dtype,
-    P.H, P.HK, P.HV, P.HO, P.K, P.V) }
-  if P.l2 then parts[#parts + 1] = "l2norm" end
-  if P.safe_gate then parts[#parts + 1] = "safe gate" elseif P.linear_gate then parts[#parts + 1] = "linear gate" end
-  if P.beta_sigmoid then parts[#parts + 1] = P.neg_eigval and "beta 2 sigmoid" or "beta sigmoid" end
-  if P.h0 then parts[#parts + 1] = (P.idx and "pooled " or "") .. P.state_dtype .. " initial state" end
-  if P.final then parts[#parts + 1] = "final state" end
-  if P.overwrite then parts[#parts + 1] = "overwrite" end
-  return table.concat(parts, ", ")
-end
-
 -- The three kernels of a split plan and their workspace.
 function M.build(plan, g, symbol)
   local P, bv = plan.P, plan.knobs.bv
-  local function kernel(sym, template, what, threads, smem, grid, extra)
+  local function kernel(sym, template, threads, smem, grid, extra)
     local K = rowgen.kernel(g, sym)
     local src = K.src
     src:need(P.dtype == "bf16" and "common/bf16.cuh" or "common/fp16.cuh")
@@ -111,7 +99,7 @@ function M.build(plan, g, symbol)
     src:need("gdn_common.cuh")
     src:need("gdn_split_common.cuh")
     local vars = {
-      what = describe(P, what), symbol = sym, THREADS = threads, K = P.K, V = P.V, SMEM = smem,
+      what = problem.describe(P), symbol = sym, THREADS = threads, K = P.K, V = P.V, SMEM = smem,
       MMA_T = P.dtype == "bf16" and "bf16" or "f16",
       PACK = P.dtype == "bf16" and "kiln_f32x2_to_bf16x2" or "kiln_f32x2_to_fp16x2",
       TO_F32 = P.dtype == "bf16" and "kiln_bf16_to_f32" or "kiln_fp16_to_f32",
@@ -129,9 +117,9 @@ function M.build(plan, g, symbol)
   local seqs = rowgen.with_const({ P.cu.dims[1] }, P.HO * (P.V // bv))
   return {
     kernels = {
-      kernel(symbol .. "_prep", "gdn_split_prep.cuh", "pre-pass", 128, M.smem_prep(P), per_slot, {}),
-      kernel(symbol, "gdn_split_state.cuh", "state pass", 2 * bv, M.smem_state(P, bv), { mul = seqs }, { BV = bv }),
-      kernel(symbol .. "_out", "gdn_split_out.cuh", "output", 128, M.smem_out(P), per_slot, {}),
+      kernel(symbol .. "_prep", "gdn_split_prep.cuh", 128, M.smem_prep(P), per_slot, {}),
+      kernel(symbol, "gdn_split_state.cuh", 2 * bv, M.smem_state(P, bv), { mul = seqs }, { BV = bv }),
+      kernel(symbol .. "_out", "gdn_split_out.cuh", 128, M.smem_out(P), per_slot, {}),
     },
     workspace = { rule = M.slots_rule(P, M.slot_bytes(P)) },
   }
