@@ -7,14 +7,12 @@ that block (kiln's ops are custom ops: no graph break). Checks the kiln block's 
 gradients against eager torch. Writes decoder.csv (case, torch_ms, compile_ms, kiln_ms,
 kiln_compile_ms, ratios: peer time over kiln's). Usage: decoder_block.py [--out DIR]"""
 import argparse
-import csv
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import bench  # noqa: E402  (this folder's bench.py: timing and CSV; puts the kiln package on the path)
 from kiln.torch import nn as knn  # noqa: E402
 
 
@@ -55,22 +53,6 @@ def step(model, x, gy):
     return y
 
 
-def timed(fn, reps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
-
-
 def rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
 
@@ -107,10 +89,10 @@ def main():
               % (shape, len(g_k), max(errs), "ok" if good else "MISMATCH"), flush=True)
         cref, ckb = torch.compile(ref), torch.compile(kb, fullgraph=True)
         t = {
-            "torch": timed(lambda: step(ref, x, gy)),
-            "compile": timed(lambda: step(cref, x, gy)),
-            "kiln": timed(lambda: step(kb, x, gy)),
-            "kiln_compile": timed(lambda: step(ckb, x, gy)),
+            "torch": bench.time_ms(lambda: step(ref, x, gy), reps=20, batch=1, warmup=3),
+            "compile": bench.time_ms(lambda: step(cref, x, gy), reps=20, batch=1, warmup=3),
+            "kiln": bench.time_ms(lambda: step(kb, x, gy), reps=20, batch=1, warmup=3),
+            "kiln_compile": bench.time_ms(lambda: step(ckb, x, gy), reps=20, batch=1, warmup=3),
         }
         best = min(t["kiln"], t["kiln_compile"])
         row = {"case": "decoder %dx%d h%d heads%d ffn%d" % (B, S, Hd, nh, ffn), "torch_ms": "%.3f" % t["torch"],
@@ -121,11 +103,7 @@ def main():
         print("  fwd+bwd ms: torch %(torch_ms)s, torch.compile %(compile_ms)s, kiln %(kiln_ms)s, "
               "kiln+compile %(kiln_compile_ms)s; vs torch %(vs_torch)sx, vs torch.compile %(vs_compile)sx" % row,
               flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "decoder.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    bench.write_csv(args.out, "decoder.csv", rows)
     return 1 if failed else 0
 
 
