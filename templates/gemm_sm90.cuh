@@ -37,7 +37,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   static_assert(!EWG || (EPI && !PROMOTE), "the epilogue warps take a staged output of a bf16/fp16 GEMM");
   // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
   // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks
+  // (SK_ONE_WAVE: only when every tile is in that wave, tiles < G)
   constexpr int SK_SLOTS = ${SK_SLOTS}, SK_PIECES = ${SK_PIECES}, SK_FILL_PCT = ${SK_FILL_PCT}, SK_MIN_SAVED = ${SK_MIN_SAVED};
+  constexpr bool SK_ONE_WAVE = ${SK_ONE_WAVE};
   extern __shared__ __align__(1024) kiln_u8 kiln_smem[];
   const kiln_u32 sbase = (kiln_smem_u32(kiln_smem) + 1023u) & ~1023u;
   const kiln_u32 epi_base = sbase + STAGES * STAGE;  // buffer b of warpgroup h at epi_base + 8192 (2 h + b)
@@ -65,8 +67,11 @@ ${amax_decl}
   // (one per CTA at most: only the range's last tile can lack it) and sets its flags; the range
   // holding the last k-block (the "owner") adds the earlier ranges' sums, from lower CTAs only.
 ${sk_decl}
-  const kiln_i64 G = gridDim.x, rem = tiles % G, sk = rem * SK_PIECES < G ? rem * SK_PIECES : G;
-  const bool streamk = SK && CM == 1 && rem > 0 && rem * 100 <= G * SK_FILL_PCT && G <= SK_SLOTS &&
+  // a tile of few live rows (M < 128: one m tile) hands over few partial sums, so it splits into
+  // more pieces: the owner adds at most about SK_PIECES full tiles' worth
+  const kiln_i64 live_rows = units_m == 1 ? (M + 15) / 16 * 16 : BM, pieces = SK_PIECES * BM / (live_rows > 0 ? live_rows : BM);
+  const kiln_i64 G = gridDim.x, rem = tiles % G, sk = rem * pieces < G ? rem * pieces : G;
+  const bool streamk = SK && CM == 1 && rem > 0 && rem * 100 <= G * SK_FILL_PCT && G <= SK_SLOTS && (!SK_ONE_WAVE || tiles < G) &&
                        KB - (rem * KB + sk - 1) / sk >= SK_MIN_SAVED;
   const bool in_sk = streamk && (kiln_i64)blockIdx.x < sk;
   const kiln_i64 dp_end = streamk ? tiles - rem : tiles, sk_base = dp_end * KB, sk_kbs = rem * KB;
@@ -246,16 +251,20 @@ ${epilogue}
       }
       // a thread's partial sums sit at slot[i * 128] (coalesced); flags: one per consumer warp
       const int fw = half * 4 + warp;
+      // a warp whose 16 rows are all past M hands over no sums and takes none (its flag goes up)
+      const bool live = m0 + half * 64 + warp * 16 < M;
       if (SK && kb1 < KB) {  // stream-K, not the tile's last k-block: hand the sums to its owner
         float *slot = sk_part + (kiln_i64)blockIdx.x * (BM * BN) + half * (64 * BN) + t;
+        if (live) {
 #pragma unroll
-        for (int i = 0; i < BN / 2; i++) slot[i * 128] = acc[i];
+          for (int i = 0; i < BN / 2; i++) slot[i * 128] = acc[i];
+        }
         __syncwarp();
         kiln_pdl_wait();  // launched early (pdl): the init kernel has cleared the flags past this point
         if (lane == 0) kiln_flag_release(sk_flags + blockIdx.x * 8 + fw);
         continue;
       }
-      if (SK && kb0 > 0) {  // stream-K owner: add the lower CTAs' sums, in a fixed order
+      if (SK && kb0 > 0 && live) {  // stream-K owner: add the lower CTAs' sums, in a fixed order
         const kiln_i64 first = ((tile * KB - sk_base + 1) * sk - 1) / sk_kbs;  // the range holding k-block 0
         kiln_pdl_wait();
 #pragma unroll 1

@@ -17,11 +17,12 @@ emu=(
   "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "amax_tail sm_90a 256" "f32out sm_90a 256" "f32out sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -" "f32out sm_80 -"
 )
 # 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
-# 9 tiles on 4 (one tile over 4 ranges, two of them inside it); 4 k-blocks
+# 9 tiles on 4 (one tile over 4 ranges, two of them inside it); fp8 splits only a grid's one
+# wave (3 tiles of M = 100 over 8 CTAs; not 9 tiles on 4); one row (M = 1) over 8 CTAs; 4 k-blocks
 # (nn): too few to split, the plain schedule; the mma kernel takes the workspace and ignores it
 sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
-  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
+  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
   "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
   # the tile order and operand-copy settings for measuring (KILN_GEMM_GROUP, KILN_GEMM_L2HINT)
   "nn_sk sm_90a 256 3 500 16 KILN_GEMM_GROUP=4" "batched sm_90a 192 2 300 0 KILN_GEMM_L2HINT=both"
@@ -99,7 +100,7 @@ KILN_GEMM_SCHEDULE=pingpong KILN_DUMP_DIR=$TMP/ppdump run_kiln build "${specs[@]
 expect_rc 0 "KILN_GEMM_SCHEDULE=pingpong: build every GEMM spec for sm_80 sm_90a sm_100a"
 KILN_GEMM_SCHEDULE=pingpong run_kiln explain "${specs[@]}" --sm 90a
 groups=$(grep -c '^  group' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
-fp8n=$(grep -c -E 'group .*\(matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:ts)?$' "$OUTF")
+fp8n=$(grep -c -E 'group .*\(matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:sk1)?(:ts)?$' "$OUTF")
 ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 groups (of $groups)" \
   test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a $((ppn + fp8n)) = "$groups"
 pplogs=$(ls "$TMP"/ppdump/*.log 2>/dev/null | grep -v _init_)

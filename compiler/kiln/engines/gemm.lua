@@ -83,7 +83,9 @@ E.L2HINT = "none"
 -- into at most about PIECES ranges (an owner adds at most about PIECES partial tiles) and each
 -- CTA saves at least MIN_SAVED k-blocks (about one partial tile's round trip through L2).
 -- KILN_GEMM_STREAMK=0 turns it off (for measuring); clusters of 2 turn it off.
-E.STREAMK = { fill_pct = 85, pieces = 4, min_saved = 4 }
+-- fp8 takes it only when all its tiles are one partial wave (small M: a few n tiles would
+-- leave most SMs idle): a last wave split after full ones measured 0.91x at 8192^3 (H200).
+E.STREAMK = { fill_pct = 85, pieces = 4, min_saved = 4, fp8 = "first" }
 -- Flags per CTA (one per consumer warp), rounded to 256 bytes ahead of the partial tiles.
 E.SK_FLAG_WORDS = (E.SLOTS * 8 + 63) // 64 * 64
 -- fp8 on sm_90a: the tensor cores keep about 13 mantissa bits when they add into the
@@ -237,6 +239,23 @@ local function sm90_blocker(info)
   if info.N < 64 then return "N < 64" end
 end
 
+-- The persistent grid (units of cm CTAs): a CTA per unit of tiles when M and the batch are
+-- static; else SMs / cm (at most E.SLOTS): the tile count, ceil(M / (128 cm)) * n tiles *
+-- batch, is no product of dims over a divisor, and a CTA past the last tile finds none and
+-- ends. With stream-K a CTA per SM either way: the kernel splits a partial wave over them (the
+-- only wave of a small M too).
+local function grid_rule(info, bn, cm, sk)
+  local M, batch = info.Md, info.batch
+  local rule
+  if sk or type(M) == "string" or type(batch) == "string" then
+    rule = sms.rule({ E.SLOTS // cm }, 1, sms.cap(1, cm))
+  else
+    rule = sms.rule({ (M + 128 * cm - 1) // (128 * cm) * ((info.N + bn - 1) // bn) * batch }, 1, sms.cap(1, cm))
+  end
+  rule.max = E.SLOTS // cm
+  return rule
+end
+
 -- A pack plan has one launch (threads, grid, parameters) for all SMs, so the kernels for
 -- every SM launch like the sm90 plan the group would get on sm_90a (or, when it takes none,
 -- like the mma kernel alone): 384 threads, the same persistent grid (from `grid_tile`) and
@@ -293,10 +312,13 @@ local function sm90_stages(t, staged, ewg)
   return s
 end
 
--- KILN_GEMM_STREAMK: 0 off, 1 on also for fp8 (for measuring), unset: on but for fp8
-local function streamk_on(fp8)
+-- Stream-K (without clusters): nil (off), "all" (any partial last wave) or "first" (only a
+-- grid's one partial wave: fp8 by default, E.STREAMK.fp8). KILN_GEMM_STREAMK (for measuring):
+-- 0 off, 1 "all" for fp8 too.
+local function streamk_mode(fp8)
   local v = c.getenv("KILN_GEMM_STREAMK")
-  return v ~= "0" and (v == "1" or not fp8) and cluster_m() == 1
+  if v == "0" or cluster_m() ~= 1 then return nil end
+  return (fp8 and v ~= "1") and E.STREAMK.fp8 or "all"
 end
 -- KILN_GEMM_L2HINT (for measuring; checked by gemm_settings): L2 eviction hints on the sm90
 -- kernel's operand copies (without clusters): alast (A evict_last: a group's m panels are read
@@ -320,7 +342,7 @@ local function streamk_bytes(bn) return E.SK_FLAG_WORDS * 4 + E.SLOTS * 128 * bn
 -- The epilogue warps' buffers (after stream-K's, when both): one 128 x BN fp32 tile per CTA.
 local function ewg_bytes(bn) return E.SLOTS * 128 * bn * 4 end
 
-local function launch(info, tile, grid_tile, cm, staged, ewg)
+local function launch(info, tile, grid_tile, cm, staged, ewg, sk)
   -- (ewg: the epilogue warps' two barriers)
   local l = { block = { 384, 1, 1 } }
   -- CTAs come in clusters of cm along grid y (no cluster on the mma kernel: it only reads
@@ -334,15 +356,7 @@ local function launch(info, tile, grid_tile, cm, staged, ewg)
     l.smem = E.MMA_STAGES * (128 + E.MMA_BN) * 128
     assert(l.smem <= E.SMEM_MAX, "kiln.engines.gemm: the mma kernel needs more shared memory than sm_80 gives a block")
   end
-  local bn = grid_tile and grid_tile.bn or E.MMA_BN
-  local f, const = {}, (info.N + bn - 1) // bn
-  for _, d in ipairs({ info.Md, info.batch }) do
-    if type(d) == "string" then f[#f + 1] = d else const = const * d end
-  end
-  f[#f + 1] = const
-  local grid = sms.rule(f, 128 * cm, sms.cap(1, cm))
-  grid.max = E.SLOTS // cm
-  l.grid = { grid, cm, 1 }
+  l.grid = { grid_rule(info, grid_tile and grid_tile.bn or E.MMA_BN, cm, sk), cm, 1 }
   return l
 end
 
@@ -361,10 +375,9 @@ function E.propose(group, g, target)
   local note = not blocker and sched == "pingpong" and info.fp8 and
     "// KILN_GEMM_SCHEDULE=pingpong declined: fp8 (its promotion needs 2 x 128 accumulators per thread); the cooperative kernel" or ""
   local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8)) or nil
-  -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list);
-  -- not for fp8 by default: 0.91x of the plain schedule at 8192^3 on an H200 (bf16:
-  -- 1.003-1.011x)
-  local sk = order ~= nil and not pp and streamk_on(info.fp8)
+  -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list)
+  local sk_mode = order ~= nil and not pp and streamk_mode(info.fp8) or nil
+  local sk = sk_mode ~= nil
   local cm = pp and 1 or cluster_m()
   -- the staged output (the cooperative kernel's; the mma kernel takes its tensor map too)
   local staged = order ~= nil and not pp and epi_how ~= "direct" and staged_output(info, group, g) or nil
@@ -373,7 +386,7 @@ function E.propose(group, g, target)
   local kblocks = (info.K + 128 // info.esz - 1) // (128 // info.esz)
   local ewg = staged ~= nil and not info.fp8 and
     (epi_how == "warpgroup" or (epi_how == "auto" and E.EWG.auto and kblocks >= E.EWG.min_kb))
-  local suffix = (sk and ":sk" or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
+  local suffix = (sk and (sk_mode == "first" and ":sk1" or ":sk") or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
   -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
   local tma_bn = order and order[1].tile.bn
   if order and target.sm == 90 and target.arch_specific then
@@ -381,8 +394,8 @@ function E.propose(group, g, target)
       local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg) }
       plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, suffix),
                             knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
-                                      streamk = sk, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note, staged = staged, ewg = ewg },
-                            rank = 100 - i, info = info, launch = launch(info, t, t, cm, staged, ewg) }
+                                      streamk = sk, sk_mode = sk_mode, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note, staged = staged, ewg = ewg },
+                            rank = 100 - i, info = info, launch = launch(info, t, t, cm, staged, ewg, sk) }
     end
   end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
@@ -737,6 +750,7 @@ function E.build(plan, group, g, target, symbol)
     vars.store_chunk = store_chunk
     vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SLOTS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
+    vars.SK_ONE_WAVE = knobs.sk_mode == "first" and "true" or "false"
     vars.EWG = knobs.ewg and "true" or "false"
     vars.GROUP_M = group_m()
     local decl = { sk and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
