@@ -4,7 +4,8 @@
 Cases: bf16 C = A·B at 8192³, 4096³ and 16384×4096×4096 against torch.matmul; a linear layer
 with bias and GELU at 8192³ against F.linear + F.gelu; SwiGLU (bias, SiLU, times a gate) and a
 scaled residual at 8192×4096×4096 against F.silu(F.linear) * gate and torch.addmm; fp8 e4m3 (per-tensor descales, bf16
-out) at 8192³ against torch._scaled_mm. Times are bench.bench.time_ms medians; TFLOP/s count
+out) at 8192³ against torch._scaled_mm; a gated MLP's up projection (two products of one x, SwiGLU:
+one dual GEMM kernel) at 8192×{11008,14336}×4096 against F.silu(F.linear) * F.linear. Times are bench.bench.time_ms medians; TFLOP/s count
 2·M·N·K. Every result (kiln's and torch's) is checked against the same math in fp32 in torch:
 rel L2 error at most 1e-2. Usage (after `kiln build specs/gemm*.lua --sm 90a -o PACK`):
 
@@ -66,6 +67,15 @@ def cases(pack):
     yield dict(name="gemm_residual", M=M, N=N, K=K, plan=pack.plan("gemm_residual", "K=%d,N=%d" % (K, N)),
                kiln=dict(x=x, w=wr, r=r, y=yr), out=yr, peer=lambda: torch.addmm(r, x, wr, alpha=0.5),
                peer_name="torch.addmm(r, alpha=.5)", ref=lambda: (x.float() @ wr.float()) * 0.5 + r.float())
+    # a gated MLP's up projection (specs/gemm_gated_mlp.lua: one dual GEMM kernel on sm_90a)
+    # against torch's two linear layers and the product, at LLaMA-2 7B's and LLaMA-3 8B's N
+    for M, N, K in ((8192, 11008, 4096), (8192, 14336, 4096)):
+        x, wg, wu = bf16(M, K), bf16(N, K, scale=K ** -0.5), bf16(N, K, scale=K ** -0.5)
+        y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        yield dict(name="gemm_gated_mlp", M=M, N=N, K=K, flops=4.0 * M * N * K,
+                   plan=pack.plan("gemm_gated_mlp", "K=%d,N=%d" % (K, N)), kiln=dict(x=x, wg=wg.t(), wu=wu.t(), y=y), out=y,
+                   peer=lambda x=x, wg=wg, wu=wu: F.silu(F.linear(x, wg)) * F.linear(x, wu), peer_name="F.silu(F.linear)*F.linear",
+                   ref=lambda x=x, wg=wg, wu=wu: F.silu(x.float() @ wg.float().t()) * (x.float() @ wu.float().t()))
     M = N = K = 8192
     e4m3 = torch.float8_e4m3fn
     a8 = torch.randn(M, K, device="cuda").clamp(-8, 8).to(e4m3)
@@ -110,7 +120,7 @@ def main():
             ok = ok and got == want
             note = " %s %s (max |y| %s)" % (what, got, want)
         t_kiln, t_peer = time_ms(run_kiln), time_ms(c["peer"])
-        flops = 2.0 * c["M"] * c["N"] * c["K"]
+        flops = c.get("flops", 2.0 * c["M"] * c["N"] * c["K"])
         tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
         plan_ids = ",".join(k.plan_id for k in plan.kernels if not k.plan_id.endswith(":init"))
         row = dict(case=c["name"], shape="%dx%dx%d" % (c["M"], c["N"], c["K"]), kiln_ms=t_kiln, peer=c["peer_name"],

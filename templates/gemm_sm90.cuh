@@ -25,7 +25,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BK = 128 / ESZ;                // k per block: one 128-byte line
   constexpr kiln_i64 N = ${N}, K = ${K};
   constexpr int KB = (int)((K + BK - 1) / BK);
-  constexpr int NT = (int)((N + BN - 1) / BN);
+  // DUAL: a dual GEMM, B's BNO lines then B2's in each stage, acc[i + BN / 4] the second
+  // product beside acc[i]; the output tile is BNO wide
+  constexpr bool DUAL = ${DUAL};
+  constexpr int BNO = DUAL ? BN / 2 : BN;
+  constexpr int NT = (int)((N + BNO - 1) / BNO);
   constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, PROMOTE = ${PROMOTE};
   constexpr bool SK = ${SK};
@@ -33,8 +37,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr bool EPI = ${EPI}, EWG = ${EWG};
   constexpr int OSZ = ${OSZ}, CW = 128 / OSZ;  // staged output: bytes per element, columns per chunk
   constexpr kiln_u32 EPI_BYTES = ${EPI_BYTES};  // two 64 x 128-byte buffers per consumer warpgroup
-  static_assert(!EPI || BN % CW == 0, "a staged tile is whole chunks of 128 bytes of columns");
-  static_assert(!EWG || (EPI && !PROMOTE), "the epilogue warps take a staged output of a bf16/fp16 GEMM");
+  static_assert(!EPI || BNO % CW == 0, "a staged tile is whole chunks of 128 bytes of columns");
+  static_assert(!EWG || (EPI && !PROMOTE && !DUAL), "the epilogue warps take a staged output of a bf16/fp16 GEMM");
+  // (the second product of a pair: acc index i + DI, i itself when there is none)
+  constexpr int DI = DUAL ? BN / 4 : 0;
   // stream-K rule (docs/GEMM.md): a tile splits into at most about SK_PIECES ranges; used only
   // when the last wave is at most SK_FILL_PCT % full and it saves each CTA SK_MIN_SAVED k-blocks
   // (SK_ONE_WAVE: only when every tile is in that wave, tiles < G)
@@ -58,7 +64,7 @@ ${amax_decl}
     const kiln_i64 r = tile - bt * per_batch, grp = r / (GROUP * NT), first = grp * GROUP;
     const kiln_i64 gsz = units_m - first < GROUP ? units_m - first : GROUP, rem = r - grp * GROUP * NT;
     m0 = ((first + rem % gsz) * CM + rank) * BM;
-    n0 = (rem / gsz) * BN;
+    n0 = (rem / gsz) * BNO;
   };
   // The schedule: whole tiles b, b + G, ... (data-parallel), except that with stream-K the rem
   // tiles of a partial last wave are split along K: their rem * KB k-blocks, in (tile, k-block)
@@ -289,12 +295,13 @@ ${epilogue}
       // 8 b + 2 (lane % 4) + (i & 1) of this warpgroup's 64-row half
       if (!EPI) {
 #pragma unroll
-        for (int nb = 0; nb < BN / 8; nb++)
+        for (int nb = 0; nb < BNO / 8; nb++)
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             const kiln_i64 row = m0 + half * 64 + warp * 16 + (lane >> 2) + h * 8;
             const kiln_i64 col = n0 + nb * 8 + (lane & 3) * 2;
-            if (row < M && col < N) kiln_epilogue(acc[nb * 4 + 2 * h], acc[nb * 4 + 2 * h + 1], bt, row, col);
+            const int i = nb * 4 + 2 * h;
+            if (row < M && col < N) kiln_epilogue(acc[i], acc[i + 1], bt, row, col, 0u, true, acc[i + DI], acc[i + DI + 1]);
           }
         continue;
       }
@@ -303,7 +310,7 @@ ${epilogue}
       // flat loop over the n8 blocks, so that every accumulator index is a constant
       constexpr int NB_CH = CW / 8;  // n8 blocks per chunk
 #pragma unroll
-      for (int nb = 0; nb < BN / 8; nb++) {
+      for (int nb = 0; nb < BNO / 8; nb++) {
         const int ch = nb / NB_CH;
         const kiln_u32 buf = epi_base + (2u * (kiln_u32)half + ebuf) * 8192u;
         if (nb % NB_CH == 0) {
@@ -318,8 +325,9 @@ ${epilogue}
           const kiln_u32 sd = buf + r * 128 + ((off & ~15u) ^ ((kiln_u32)(r & 7) << 4)) + (off & 15u);
           // no branch: a pair past M or N reads at clamped indices and lands where the store
           // clips it, so the chunk's loads can issue together
-          kiln_epilogue(acc[nb * 4 + 2 * h], acc[nb * 4 + 2 * h + 1], bt, row < M ? row : M - 1,
-                        col < N ? col : N - 2, sd, row < M && col < N);
+          const int i = nb * 4 + 2 * h;
+          kiln_epilogue(acc[i], acc[i + 1], bt, row < M ? row : M - 1, col < N ? col : N - 2, sd, row < M && col < N,
+                        acc[i + DI], acc[i + DI + 1]);
         }
         if (nb % NB_CH == NB_CH - 1) {
           kiln_fence_proxy_async();  // the writes, visible to the tensor copy engine

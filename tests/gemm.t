@@ -15,6 +15,7 @@ specs=(specs/gemm*.lua)
 emu=(
   "nn sm_90a 256" "nn sm_90a 192" "nn sm_90a 128" "nt sm_90a 256" "batched sm_90a 192" "epilogue sm_90a 128"
   "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "amax_tail sm_90a 256" "f32out sm_90a 256" "f32out sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -" "f32out sm_80 -"
+  "dual sm_90a 256" "dual_nn sm_90a 256"
 )
 # 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
 # 9 tiles on 4 (one tile over 4 ranges, two of them inside it); fp8 splits only a grid's one
@@ -22,7 +23,7 @@ emu=(
 # (nn): too few to split, the plain schedule; the mma kernel takes the workspace and ignores it
 sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
-  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
+  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "dual_nn sm_90a 256 2 300 8" "dual_nn sm_90a 256 3 500 0 KILN_GEMM_EPILOGUE=direct" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
   "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
   # the tile order and operand-copy settings for measuring (KILN_GEMM_GROUP, KILN_GEMM_L2HINT)
   "nn_sk sm_90a 256 3 500 16 KILN_GEMM_GROUP=4" "batched sm_90a 192 2 300 0 KILN_GEMM_L2HINT=both"
@@ -40,7 +41,7 @@ pp=(
   "epilogue sm_90a 3 500 sm_90a-pingpong" "batched sm_90a 4 300 sm_90a-pingpong" "nn_sk sm_90a 5 500 sm_90a-pingpong"
   "epilogue_sk sm_90a 2 300 sm_90a-pingpong" "fp8 sm_90a 2 300 sm_90a" "nn sm_80 2 300 portable"
 )
-plan $(( ${#specs[@]} * 3 + 4 + 5 + 8 + 3 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
+plan $(( ${#specs[@]} * 3 + 5 + 5 + 8 + 3 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -60,8 +61,18 @@ for s in "${specs[@]}"; do
   ok "explain $s: the gemm engine takes all $groups groups with a wgmma plan on sm_90a" \
     test "$groups" -gt 0 -a "$wg" = "$groups"
   run_kiln explain "$s" --sm 100a
-  ok "explain $s: the mma.sync fallback serves sm_100a" test "$(grep -c 'plan gemm:v1:mma:' "$OUTF")" = "$groups"
+  mm=$(grep -c '^  group [0-9]* (matmul' "$OUTF")
+  ok "explain $s: the mma.sync fallback serves the $mm GEMM groups on sm_100a" test "$mm" -gt 0 -a "$(grep -c 'plan gemm:v1:mma:' "$OUTF")" = "$mm"
 done
+
+# two linear layers of one x: one dual GEMM kernel where every SM of the pack is sm_90a, the
+# two GEMMs and the product elsewhere (one kernel list per pack); the dual kernels' ptxas
+# reports join the checks below
+KILN_DUMP_DIR=$TMP/dump run_kiln build specs/gemm_gated_mlp.lua --sm 90a -o "$TMP/dual.kpack"
+n90=$(grep -c 'engine gemm  plan gemm:v1:sm90:128x256x64:s4:dual:' <<<"$("$KILN" pack inspect "$TMP/dual.kpack")")
+run_kiln explain specs/gemm_gated_mlp.lua --sm 80
+n80=$(grep -c '^  group' "$OUTF")
+ok "gated MLP: $n90 dual GEMM kernels for 3 sm_90a instances, $n80 kernel groups for them on sm_80" test "$n90" = 3 -a "$n80" = 9
 
 logs=$(ls "$TMP"/dump/*.log 2>/dev/null | grep -v _init_)
 spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $logs)
@@ -85,7 +96,7 @@ ok "KILN_GEMM_EPILOGUE=direct: no :ts plan" test "$(grep -c 'plan gemm:v1:sm90:.
 # the epilogue warps (opt-in): every bf16/fp16 group, not fp8; one pack for every SM; no spills
 KILN_GEMM_EPILOGUE=warpgroup run_kiln explain "${specs[@]}" --sm 90a
 ewg=$(grep -c 'plan gemm:v1:sm90:.*:ts:ewg$' "$OUTF"); fp8=$(grep -c '^  group.*plan gemm:v1:sm90:.*:ts$' "$OUTF")
-ok "KILN_GEMM_EPILOGUE=warpgroup: $ewg groups take the epilogue warps, the $fp8 fp8 ones do not" test "$ewg" -gt 0 -a "$((ewg + fp8))" = "$groups"
+ok "KILN_GEMM_EPILOGUE=warpgroup: $ewg groups take the epilogue warps, the $fp8 fp8 and dual ones do not" test "$ewg" -gt 0 -a "$((ewg + fp8))" = "$groups"
 KILN_GEMM_EPILOGUE=warpgroup KILN_DUMP_DIR=$TMP/ewgdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/ewg.kpack"
 expect_rc 0 "KILN_GEMM_EPILOGUE=warpgroup: every GEMM spec builds for sm_80 sm_90a sm_100a in one pack"
 ewg_spill=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $(ls "$TMP"/ewgdump/*.log | grep -v _init_))
@@ -99,7 +110,7 @@ ok "KILN_GEMM_EPILOGUE=tmastore is refused (the engine declines, naming the sett
 KILN_GEMM_SCHEDULE=pingpong KILN_DUMP_DIR=$TMP/ppdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/pp.kpack"
 expect_rc 0 "KILN_GEMM_SCHEDULE=pingpong: build every GEMM spec for sm_80 sm_90a sm_100a"
 KILN_GEMM_SCHEDULE=pingpong run_kiln explain "${specs[@]}" --sm 90a
-groups=$(grep -c '^  group' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
+groups=$(grep -c '^  group [0-9]* (matmul' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
 fp8n=$(grep -c -E 'group .*\(matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:sk1)?(:ts)?$' "$OUTF")
 ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 groups (of $groups)" \
   test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a $((ppn + fp8n)) = "$groups"

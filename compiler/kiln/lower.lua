@@ -387,6 +387,22 @@ local function fuse(g, groups, opts)
       end
     end
   end
+  -- sibling matmuls: two products of one A (the gate and up projections of a gated MLP) that
+  -- an engine builds in one kernel (opts.fuse_matmuls: A's tiles loaded once, two
+  -- accumulators) join before the epilogues, so an epilogue may read both
+  for ai, A in ipairs(opts.fuse_matmuls and groups or {}) do
+    for bi = ai + 1, #groups do
+      local B = groups[bi]
+      if anchored(A) and not A.matmuls and A.anchor.op == "matmul" and anchored(B) and B.anchor.op == "matmul"
+        and #A.nodes == 1 and #B.nodes == 1 and not deps(A)[B] and not deps(B)[A]
+        and opts.fuse_matmuls(A.anchor, B.anchor, g) and legal({ A, B }) then
+        A.nodes[2], A.matmuls = B.anchor, { A.anchor, B.anchor }
+        table.sort(A.nodes, by_order)
+        B.dead = true
+        refresh()
+      end
+    end
+  end
   for _, A in ipairs(groups) do
     local a = A.anchor
     local spec = a and M.ANCHORS[a.op]
@@ -395,7 +411,9 @@ local function fuse(g, groups, opts)
       -- values an epilogue may read from the fused group, per element
       local out_dims = #spec.outs > 0 and a.outputs[spec.outs[1]] and g.by_uid[a.outputs[spec.outs[1]]].dims
       local readable = {}
-      for _, p in ipairs(spec.outs) do if a.outputs[p] then readable[a.outputs[p]] = true end end
+      for _, m in ipairs(A.matmuls or { a }) do
+        for _, p in ipairs(spec.outs) do if m.outputs[p] then readable[m.outputs[p]] = true end end
+      end
       for _, p in ipairs(spec.no_prologue and {} or spec.ins) do if a.inputs[p] then readable[a.inputs[p]] = true end end
       take_epilogue(A, out_dims, readable)
     end

@@ -137,6 +137,7 @@ inline kiln_u16 kiln_f32_to_fp16(float f) { _Float16 x = (_Float16)f; kiln_u16 h
 inline float kiln_fmax_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a > b ? a : b); }
 inline float kiln_fmin_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a < b ? a : b); }
 inline float kiln_exp2(float x) { return exp2f(x); }
+inline float __fdividef(float a, float b) { return a / b; }  // (the GPU's fast divide: exact here)
 
 inline emu_warp &emu_my_warp() { return emu_self->warps[threadIdx.x / 32]; }
 inline kiln_u32 kiln_warp_max_u32(kiln_u32 v) {

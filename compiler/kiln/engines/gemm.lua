@@ -184,13 +184,19 @@ local function analyze(group, g, target)
   if not info.oa then return fail("A %s strides %s: neither row- nor column-major", shape.format(A.dims), shape.format(A.strides)) end
   if not info.ob then return fail("B %s strides %s: neither row- nor column-major", shape.format(B.dims), shape.format(B.strides)) end
   info.aligned = chunks_aligned(info.oa, info.esz) and chunks_aligned(info.ob, info.esz)
+  -- the second product of a dual GEMM (lower's sibling matmuls, E.pairs): its B2 and C2
+  local m2 = group.matmuls and group.matmuls[2]
+  if m2 then
+    info.B2, info.C2 = g.by_uid[m2.inputs.B], g.by_uid[m2.outputs.C]
+    info.ob2 = operand(info.B2, "B")
+  end
   -- epilogue tensors
   local Ed = C.dims
   info.Ed = Ed
   info.access = {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if uid ~= A.uid and uid ~= B.uid and t.role ~= "constant" and t.role ~= "scalar" then
+    if uid ~= A.uid and uid ~= B.uid and uid ~= (info.B2 or {}).uid and t.role ~= "constant" and t.role ~= "scalar" then
       if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
       local b = shape.broadcast(t.dims, Ed)
       if not b or not pw.dims_equal(b, Ed) then
@@ -360,6 +366,36 @@ local function launch(info, tile, grid_tile, cm, staged, ewg, sk)
   return l
 end
 
+-- Dual GEMM (two matmuls of one A: lower's sibling matmuls): the sm90 kernel's 128 x 256
+-- tile holds both products, columns n0 .. n0 + 127 of B in its first 128 lines and of B2 in
+-- the other 128 (two copies per stage, A's once); the epilogue gets each element of both.
+E.DUAL_TILE = { bn = 256, stages = 4 }
+
+-- Whether matmuls a and b of g become one dual GEMM kernel on target (and every other SM of
+-- its pack: the sm90 kernel builds it, so all must be sm_90a): one A, Bs and Cs alike
+-- (dims, strides, dtype), 16-bit operands in the layouts the sm90 path copies, the
+-- cooperative schedule without clusters.
+function E.pairs(a, b, g, target)
+  local sm90a = target.pack_sm90a
+  if sm90a == nil then sm90a = target.sm == 90 and target.arch_specific end
+  if not sm90a or a.op ~= "matmul" or b.op ~= "matmul" or a.inputs.A ~= b.inputs.A then return false end
+  if cluster_m() ~= 1 or (c.getenv("KILN_GEMM_SCHEDULE") or "") == "pingpong" then return false end
+  for _, m in ipairs({ a, b }) do
+    for _, p in ipairs({ "M_override", "N_override", "K_override" }) do if m.inputs[p] then return false end end
+  end
+  local A, B1, B2 = g.by_uid[a.inputs.A], g.by_uid[a.inputs.B], g.by_uid[b.inputs.B]
+  local C1, C2 = g.by_uid[a.outputs.C], g.by_uid[b.outputs.C]
+  local function same(x, y)
+    return x.dtype == y.dtype and shape.format(x.dims) == shape.format(y.dims) and shape.format(x.strides) == shape.format(y.strides)
+  end
+  if not SIXTEEN[A.dtype] or B1.dtype ~= A.dtype or not same(B1, B2) or not same(C1, C2) or #C1.dims ~= 2 then return false end
+  local N = C1.dims[2]
+  local oa, ob = operand(A, "A"), operand(B1, "B")
+  local esz = dtypes.size(A.dtype)
+  return type(N) == "number" and N >= 64 and N % 2 == 0 and type(A.dims[#A.dims]) == "number"
+    and oa ~= nil and ob ~= nil and chunks_aligned(oa, esz) and chunks_aligned(ob, esz)
+end
+
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
   local sched, epi_how = gemm_settings()
@@ -375,6 +411,14 @@ function E.propose(group, g, target)
   local note = not blocker and sched == "pingpong" and info.fp8 and
     "// KILN_GEMM_SCHEDULE=pingpong declined: fp8 (its promotion needs 2 x 128 accumulators per thread); the cooperative kernel" or ""
   local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8)) or nil
+  local dual = info.B2 ~= nil
+  if dual then
+    -- (E.pairs merged the two for sm_90a packs only, without clusters or ping-pong)
+    if blocker or pp or cluster_m() ~= 1 or not (target.sm == 90 and target.arch_specific) then
+      return fail("a dual GEMM is built by the sm_90a cooperative kernel only (%s)", blocker or target.arch)
+    end
+    order = { { tile = E.DUAL_TILE } }
+  end
   -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list)
   local sk_mode = order ~= nil and not pp and streamk_mode(info.fp8) or nil
   local sk = sk_mode ~= nil
@@ -384,20 +428,24 @@ function E.propose(group, g, target)
   -- the epilogue warps: the sm90 kernel's; the mma kernel takes their workspace too (one
   -- parameter list and workspace rule for every SM's kernel)
   local kblocks = (info.K + 128 // info.esz - 1) // (128 // info.esz)
-  local ewg = staged ~= nil and not info.fp8 and
+  local ewg = staged ~= nil and not info.fp8 and not dual and
     (epi_how == "warpgroup" or (epi_how == "auto" and E.EWG.auto and kblocks >= E.EWG.min_kb))
-  local suffix = (sk and (sk_mode == "first" and ":sk1" or ":sk") or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
+  local suffix = (dual and ":dual" or "") .. (sk and (sk_mode == "first" and ":sk1" or ":sk") or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
   -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
-  local tma_bn = order and order[1].tile.bn
+  -- (a dual tile's B boxes, and its output tile, are half its lines)
+  local tma_bn = order and order[1].tile.bn // (dual and 2 or 1)
   if order and target.sm == 90 and target.arch_specific then
     for i, b in ipairs(order) do
       local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg) }
+      local bno = t.bn // (dual and 2 or 1)
       plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, suffix),
                             knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
-                                      streamk = sk, sk_mode = sk_mode, sk_bn = t.bn, cm = cm, tma_bn = t.bn, note = note, staged = staged, ewg = ewg },
-                            rank = 100 - i, info = info, launch = launch(info, t, t, cm, staged, ewg, sk) }
+                                      streamk = sk, sk_mode = sk_mode, sk_bn = t.bn, cm = cm, tma_bn = bno, note = note, staged = staged,
+                                      ewg = ewg, dual = dual },
+                            rank = 100 - i, info = info, launch = launch(info, t, { bn = bno }, cm, staged, ewg, sk) }
     end
   end
+  if dual then return plans end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
   plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, suffix),
                         knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, streamk = sk,
@@ -435,8 +483,9 @@ end
 
 local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2" }
 
--- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row),
--- plus what the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
+-- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row;
+-- in the cooperative sm90 kernel also d0, d1: a dual GEMM's second product there), plus what
+-- the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
 -- Output `staged` (a uid, or nil) is written to shared memory at sd instead of to C's memory.
 local function epilogue(K, info, group, g, staged, sm90)
   local src, C, Ed = K.src, info.C, info.Ed
@@ -448,7 +497,7 @@ local function epilogue(K, info, group, g, staged, sm90)
   -- inputs
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if uid ~= info.A.uid and uid ~= info.B.uid then
+    if uid ~= info.A.uid and uid ~= info.B.uid and uid ~= (info.B2 or {}).uid then
       if t.role == "constant" or t.role == "scalar" then
         value[uid] = K:scalar(uid)
       else
@@ -478,13 +527,17 @@ local function epilogue(K, info, group, g, staged, sm90)
       end
     end
   end
-  -- the accumulator (C, rounded to its dtype first if it is stored narrower and read again)
-  body[#body + 1] = string.format("      float v%d = j ? c1 : c0;", C.uid)
-  if C.dtype ~= "fp32" and lower.written(C) and read_later[C.uid] then
-    local st = pw.storage(src, C.dtype)
-    body[#body + 1] = string.format("      v%d = %s;", C.uid, fmt(st.load, fmt(st.store, "v" .. C.uid)))
+  -- the accumulators (C, and a dual GEMM's C2 from d0, d1), each rounded to its dtype first
+  -- if it is stored narrower and read again
+  for _, acc in ipairs({ { C, "c" }, info.C2 and { info.C2, "d" } or nil }) do
+    local t, v = acc[1], acc[2]
+    body[#body + 1] = string.format("      float v%d = j ? %s1 : %s0;", t.uid, v, v)
+    if t.dtype ~= "fp32" and lower.written(t) and read_later[t.uid] then
+      local st = pw.storage(src, t.dtype)
+      body[#body + 1] = string.format("      v%d = %s;", t.uid, fmt(st.load, fmt(st.store, "v" .. t.uid)))
+    end
+    value[t.uid] = "v" .. t.uid
   end
-  value[C.uid] = "v" .. C.uid
   pw.emit_nodes(group.epilogue or {}, value, body, { g = g, src = src, space = Ed, index = "(i0 + j)", indent = "      ",
                                                      read_later = read_later })
   -- outputs: element outputs as pairs, amax outputs as a running max of |value| bits
@@ -521,9 +574,10 @@ local function epilogue(K, info, group, g, staged, sm90)
   -- sd: where the staged output's pair goes in shared memory (the sm90 kernel names it either way);
   -- live: the pair is inside C (the staged loop computes the pairs past M and N too, at clamped
   -- indices, and stores or counts only the live ones)
-  lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col, kiln_u32 sd = 0u, bool live = true) {"
+  lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col, kiln_u32 sd = 0u, bool live = true"
+    .. (sm90 and ", float d0 = 0.0f, float d1 = 0.0f) {" or ") {")
   if not staged then lines[#lines + 1] = "    (void)sd;" end
-  lines[#lines + 1] = "    (void)live;"
+  lines[#lines + 1] = sm90 and "    (void)live, (void)d0, (void)d1;" or "    (void)live;"
   lines[#lines + 1] = string.format("    const kiln_i64 i0 = (bt * M + row) * %dLL + col;  // flat index in C", info.N)
   for _, l in ipairs(pre) do lines[#lines + 1] = l end
   lines[#lines + 1] = "#pragma unroll"
@@ -542,7 +596,7 @@ local function epilogue(K, info, group, g, staged, sm90)
     else
       lines[#lines + 1] = "    const kiln_i64 row = m0 + half * 64 + t;"
       lines[#lines + 1] = "    if (t >= 64 || row >= M) return;"
-      lines[#lines + 1] = "    const kiln_i64 cols = N - n0 < BN ? N - n0 : BN;"
+      lines[#lines + 1] = "    const kiln_i64 cols = N - n0 < BNO ? N - n0 : BNO;"
       for _, f in ipairs(full) do
         lines[#lines + 1] = string.format("    { const auto r_ = %s + ((bt * M + row) * %dLL + n0); const kiln_u32 b_ = (kiln_u32)(cols * %d) & ~15u;",
           f.p, info.N, f.size)
@@ -585,16 +639,18 @@ end
 local function tma_operands(K, info, bn, cm)
   local decl, load, prefetch = {}, {}, {}
   local hint = cm == 1 and l2_hints() or {}
-  for _, which in ipairs({ "A", "B" }) do
-    local o = which == "A" and info.oa or info.ob
+  -- (a dual GEMM's B2 goes to the stage's B lines bn on: bn is the B box, half the tile)
+  for _, which in ipairs(info.B2 and { "A", "B", "B2" } or { "A", "B" }) do
+    local o = ({ A = info.oa, B = info.ob, B2 = info.ob2 })[which]
     local t, R = o.t, o.rank
-    local lines, dst, mn0 = which == "A" and 128 or bn, which == "A" and "sa" or "sb", which == "A" and "m0" or "n0"
+    local lines, mn0 = which == "A" and 128 or bn, which == "A" and "m0" or "n0"
+    local dst = ({ A = "sa", B = "sb", B2 = string.format("(sb + %du)", bn * 128) })[which]
     local contig = o.contig == "c" and R - 1 or R - 2          -- 0-based tensor axes
     local other = o.contig == "c" and R - 2 or R - 1
     local per_line = 128 // info.esz
     -- B is copied in cm parts (multicast to the cluster): K-major, cm boxes of lines/cm lines;
     -- MN-major, the 64-line boxes j = rank, rank + cm, ...
-    local split = which == "B" and cm or 1
+    local split = which ~= "A" and cm or 1
     local dims = { { axis = contig, box = per_line }, { axis = other, box = o.kmajor and lines // split or per_line } }
     if o.bs then dims[3] = { axis = 0, box = 1 } end
     local name = "tm" .. t.uid
@@ -607,10 +663,12 @@ local function tma_operands(K, info, bn, cm)
     local batch = o.bs and ", (int)bt" or ""
     local fn = (o.bs and "kiln_tma_load_3d" or "kiln_tma_load_2d") .. (split > 1 and "_mc" or "")
     local mc = split > 1 and string.format(", (kiln_u16)%d", (1 << cm) - 1) or ""
-    if hint[which] then
+    if hint[which:sub(1, 1)] then
       -- the policy rides where the multicast mask would: the last argument
-      fn, mc = fn .. "_hint", ", pol_" .. which
-      prefetch[#prefetch + 1] = string.format("      const kiln_u64 pol_%s = kiln_l2_evict_%s();", which, hint[which])
+      fn, mc = fn .. "_hint", ", pol_" .. which:sub(1, 1)
+      if which ~= "B2" then
+        prefetch[#prefetch + 1] = string.format("      const kiln_u64 pol_%s = kiln_l2_evict_%s();", which, hint[which])
+      end
     end
     if o.kmajor and split == 1 then
       load[#load + 1] = string.format("          %s(%s, &%s, k0, (int)%s%s, full%s);", fn, dst, name, mn0, batch, mc)
@@ -751,6 +809,7 @@ function E.build(plan, group, g, target, symbol)
     vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SLOTS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
     vars.SK_ONE_WAVE = knobs.sk_mode == "first" and "true" or "false"
+    vars.DUAL = knobs.dual and "true" or "false"
     vars.EWG = knobs.ewg and "true" or "false"
     vars.GROUP_M = group_m()
     local decl = { sk and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"

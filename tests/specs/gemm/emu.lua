@@ -68,4 +68,14 @@ return {
                body = function(g, a, b) return { c = g:matmul(a, b) } end }),
   g("epilogue_sk", epilogue(712)),
   g("fp8_sk", fp8(1424)),
+  -- dual GEMMs (one kernel, two products of a): a gated MLP with transposed weights, and
+  -- row-major weights whose products are both stored beside a combination (12 k-blocks: the
+  -- stream-K cases too)
+  g("dual", { inputs = { x = { "M", "K" }, wg = { "K", "N", strides = { 1, "K" } }, wu = { "K", "N", strides = { 1, "K" } } },
+              body = function(g, x, wg, wu) return { y = g:swish(g:matmul(x, wg)) * g:matmul(x, wu) } end }),
+  g("dual_nn", { dims = { M = k.dynamic, N = N, K = 712 }, inputs = { x = { "M", "K" }, b1 = { "K", "N" }, b2 = { "K", "N" } },
+                 body = function(g, x, b1, b2)
+                   local p, q = g:matmul(x, b1), g:matmul(x, b2)
+                   return { p = p, q = q, y = g:gelu(p) - q * 0.5 }
+                 end }),
 }
