@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/RESULTS.md from the CSV files of a device run (tests/gpu/run writes them under its $OUT).
 
-Reads the CSV files each benchmark writes (bench.csv, bench_gemm.csv, axes.csv, axis_ops.csv,
+Reads the CSV files each benchmark writes (bench.csv, bench_gemm.csv, gemm_shapes.csv, axes.csv, axis_ops.csv,
 scratch.csv, norm_bwd.csv, stream_bound.csv, sdpa.csv, sdpa_decode.csv) from each DIR, with the run's gpu.log
 (`kiln env`: the device) and summary.txt (each step's ok / FAIL) where they are there, and
 writes one Markdown section a family: a table of kiln beside its peers, the ratios, the misses
@@ -122,6 +122,17 @@ class Family:
 
 KILN = "build/kiln"
 SPEED_COLUMNS = ["case", "shape", "kiln_ms", "kiln_TBs", "pct_copy", "x_eager", "x_compile"]
+
+
+def geomean_note(rows):
+    """The geometric mean of the x-peer ratios and how many lie below 0.9."""
+    vals = [num(r.get("vs_peer")) for r in rows]
+    vals = [v for v in vals if v]
+    if not vals:
+        return []
+    gm = math.exp(sum(math.log(v) for v in vals) / len(vals))
+    return ["Geometric mean over the %d shapes: %s of cuBLAS; %d below 0.9x." % (len(vals), ratio_text(gm, 3),
+                                                                              sum(v < 0.9 for v in vals))]
 
 
 def speed_cols():
@@ -356,6 +367,28 @@ FAMILIES = [
         "count 2·M·N·K. x = the peer's time over kiln's: > 1, kiln faster. rel L2: each result "
         "against the same math in fp32 (agrees: kiln's within 1e-2).",
         bad=lambda r: None if truth(r["agrees"]) != "**no**" else "wrong result"),
+    Family(
+        "gemm_shapes.csv", "GEMM over the shapes of real layers beside cuBLAS", "bench/bench_gemm_shapes.py",
+        "bench-gemm-shapes",
+        "%s build tests/specs/bench/gemm_shapes.lua --sm 90a -o shapes.kpack && python3 bench/bench_gemm_shapes.py "
+        "--pack shapes.kpack --out DIR" % KILN,
+        ["case", "shape", "M", "kiln_ms", "peer", "peer_ms", "kiln_tflops", "peer_tflops", "vs_peer", "rel_l2",
+         "peer_rel_l2", "agrees", "plan", "device"],
+        [("case", lambda r: code(r["case"])), ("M x N x K", lambda r: r["shape"]), ("peer", lambda r: code(r["peer"])),
+         ("kiln ms", lambda r: fixed(r["kiln_ms"], 4)), ("kiln TFLOP/s", lambda r: fixed(r["kiln_tflops"], 1)),
+         ("peer ms", lambda r: fixed(r["peer_ms"], 4)), ("peer TFLOP/s", lambda r: fixed(r["peer_tflops"], 1)),
+         ("x peer", lambda r: ratio_cell(r["vs_peer"])),
+         ("rel L2 kiln / peer", lambda r: "%s / %s" % (fixed_e(r["rel_l2"]), fixed_e(r["peer_rel_l2"]))),
+         ("agrees", lambda r: truth(r["agrees"])), ("plan", lambda r: code(r.get("plan", "")))],
+        [Ratio("vs_peer", "cuBLAS (torch)")],
+        case_shape,
+        "Linear layers of LLaMA-3 8B / Mixtral, Qwen2.5 7B and GPT-2 (with bias), fp8 e4m3 with "
+        "per-tensor descales, and a batched product with fp32 out, at M = 1 to 16384 rows "
+        "(tests/specs/bench/gemm_shapes.lua), beside the torch call named in the peer column; "
+        "times are CUDA-graph replays (no host overhead on either side), medians of interleaved "
+        "rounds. x = the peer's time over kiln's: > 1, kiln faster.",
+        bad=lambda r: None if truth(r["agrees"]) != "**no**" else "wrong result",
+        notes=lambda rows: geomean_note(rows)),
     Family(
         "axes.csv", "Reductions over axes", "bench/axes.py", "bench-axes",
         "%s build tests/specs/bench/axes.lua --sm 90a -o axes.kpack && python3 bench/axes.py --pack axes.kpack --out DIR" % KILN,

@@ -4,7 +4,7 @@
 # missing CSV drops its section, a ratio below 1 is a miss, the same files give the same bytes.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "no python3"
-plan 40
+plan 42
 R=$TMP/run
 mkdir -p "$R"
 # the headers as the writers emit them (the column order of their dicts)
@@ -18,6 +18,11 @@ cat > "$R/bench_gemm.csv" <<'EOF'
 case,shape,kiln_ms,peer,peer_ms,kiln_tflops,peer_tflops,vs_peer,rel_l2,peer_rel_l2,agrees,plan,device
 gemm_bf16,8192x8192x8192,1.6,torch.matmul,1.7,687.2,646.8,1.0625,0.0031,0.0031,True,gemm:sm90_t256,NVIDIA H200
 gemm_fp8,8192x8192x8192,0.9,torch._scaled_mm,0.85,1221.7,1293.5,0.9444,0.004,0.004,True,gemm_fp8:sm90,NVIDIA H200
+EOF
+cat > "$R/gemm_shapes.csv" <<'EOF'
+case,shape,M,kiln_ms,peer,peer_ms,kiln_tflops,peer_tflops,vs_peer,rel_l2,peer_rel_l2,agrees,plan,device
+linear_fp8,1x5120x8192,1,0.01600,torch._scaled_mm,0.01500,5.2,5.6,0.938,3.10e-03,3.10e-03,1,gemm:v1:sm90:128x192x128:s4:sk1:ts,NVIDIA H200
+linear,4096x4096x4096,4096,0.20000,F.linear,0.22000,687.2,624.7,1.100,3.00e-03,3.00e-03,1,gemm:v1:sm90:128x256x64:s4:sk:ts,NVIDIA H200
 EOF
 cat > "$R/axes.csv" <<'EOF'
 case,shape,kiln_ms,kiln_TBs,pct_copy,x_eager,x_compile
@@ -109,7 +114,8 @@ for t in "Norms, softmax and pointwise beside torch" "GEMM beside cuBLAS" "Reduc
   "Backward of batch norm, instance norm and adaptive layer norm" \
   "Backward norms against the stream bound" "Attention beside cuDNN and FlashAttention-2" \
   "Decode attention beside cuDNN and FlashAttention-2" "A decoder block's training step with kiln's modules" \
-  "Gated DeltaNet beside FLA" "Causal conv1d beside the copy rate and FLA"; do
+  "Gated DeltaNet beside FLA" "Causal conv1d beside the copy rate and FLA" \
+  "GEMM over the shapes of real layers beside cuBLAS"; do
   ok "section: $t" has "## $t"
 done
 ok "bench.csv rows and ratios" has '| `bias_gelu` | 16384x8192 | 0.2000 | 4.02 | 95% | 0.3700 | 1.85x | 0.2200 | 1.10x | 4.10 | 98% | 1.90x | 1.12x | yes |  |'
@@ -122,6 +128,7 @@ ok "per-family counts with the worst ratio" \
 ok "GEMM rows beside the named peer" \
   has '| `gemm_fp8` | 8192x8192x8192 | `torch._scaled_mm` | 0.900 | 1221.7 | 0.850 | 1293.5 | **0.94x** | 4.0e-03 / 4.0e-03 | yes | `gemm_fp8:sm90` | **miss**: cuBLAS (torch) |'
 ok "GEMM counts" has '- vs cuBLAS (torch): 2 cases, 1 at or above the peer, worst ratio **0.94x** (gemm_fp8 8192x8192x8192).'
+ok "GEMM shapes: the geometric mean of the ratios" has 'Geometric mean over the 2 shapes: 1.016x of cuBLAS; 0 below 0.9x.'
 ok "axes rows" has '| `chan_fp32_64` | 64x64x3136 | 0.0166 | 3.09 | 73% | 1.95x | **0.90x** | **miss**: torch.compile |'
 ok "axis_ops rows" has '| `softmax_21x65536` | 4x21x65536 | 0.0200 | 2.75 | 65% | 3.10x | 1.20x |  |'
 ok "scratch rows" has '| `bn_train` | 32x64x3136 | 0.0900 | 0.2000 | 2.22x | 0.0800 | **0.89x** | 0.0 | **miss**: torch.compile |'
