@@ -1,7 +1,7 @@
 -- y = silu(x · Wgᵀ) * (x · Wuᵀ): a gated MLP's up projection written as models write it, two
--- linear layers of one x. On sm_90a the two matmuls share a kernel (a dual GEMM: x's tiles
--- loaded once, two accumulators, SwiGLU in the epilogue); packs for other SMs build the two
--- GEMMs and the product. Wg and Wu are [N, K] weights, given as B = Wᵀ (strides {1, K}).
+-- linear layers of one x. The two matmuls share a kernel (a dual GEMM: x's tiles loaded once,
+-- two accumulators, SwiGLU in the epilogue). Wg and Wu are [N, K] weights, given as B = Wᵀ
+-- (strides {1, K}).
 -- N, K: LLaMA-2 7B (11008, 4096), LLaMA-3 8B / Mixtral (14336, 4096), and an odd pair that is
 -- no multiple of any tile.
 local k = require "kiln"

@@ -41,7 +41,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BK = 64;                       // k per block (smem elements are 16-bit)
   constexpr kiln_i64 N = ${N}, K = ${K};
   constexpr int KB = (int)((K + BK - 1) / BK);
-  constexpr int NT = (int)((N + BN - 1) / BN);
+  // DUAL: a dual GEMM, B and B2 interleaved in 16-column groups of the tile
+  // (kiln_gemm_load_async_dual): a warp's acc[i][0..1] are B's products, acc[i][2..3] B2's at
+  // the same columns; the output tile is BNO wide
+  constexpr bool DUAL = ${DUAL};
+  constexpr int BNO = DUAL ? BN / 2 : BN;
+  constexpr int NT = (int)((N + BNO - 1) / BNO);
   constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, ASYNC = ${ASYNC};
   extern __shared__ __align__(128) kiln_u8 kiln_smem[];
@@ -57,15 +62,16 @@ ${epilogue}
   for (kiln_i64 tile = blockIdx.x * gridDim.y + blockIdx.y; tile < tiles; tile += gridDim.x * gridDim.y) {
     const kiln_i64 bt = tile / per_batch, r = tile - bt * per_batch, grp = r / (8 * NT), first = grp * 8;
     const kiln_i64 gsz = tiles_m - first < 8 ? tiles_m - first : 8, rem = r - grp * 8 * NT;
-    const kiln_i64 m0 = (first + rem % gsz) * BM, n0 = (rem / gsz) * BN;
-    const kiln_u8 *a = gA + bt * a_bs, *b = gB + bt * b_bs;
+    const kiln_i64 m0 = (first + rem % gsz) * BM, n0 = (rem / gsz) * BNO;
+    const kiln_u8 *a = gA + bt * a_bs, *b = gB + bt * b_bs, *b2 = gB2 + bt * b_bs;
     auto load_stage = [&](int s, int kb) {
       if (t >= 256) return;
       const kiln_u32 sa = sbase + (kiln_u32)s * STAGE, sb = sa + A_BYTES;
       const kiln_i64 k0 = (kiln_i64)kb * BK;
       if (ASYNC) {
         kiln_gemm_load_async<A_KMAJOR, BM, 256, ESZ>(sa, a, lda, m0, M, k0, K, t);
-        kiln_gemm_load_async<B_KMAJOR, BN, 256, ESZ>(sb, b, ldb, n0, N, k0, K, t);
+        if (DUAL) kiln_gemm_load_async_dual<B_KMAJOR, 256, DUAL ? ESZ : 2>(sb, b, b2, ldb, n0, N, k0, K, t);  // (16-bit only)
+        else kiln_gemm_load_async<B_KMAJOR, BN, 256, ESZ>(sb, b, ldb, n0, N, k0, K, t);
       } else {
         kiln_gemm_load_elems<BM, 256, ESZ, true>(sa, a, a_smn, a_sk, m0, M, k0, K, t);
         kiln_gemm_load_elems<BN, 256, ESZ, false>(sb, b, b_smn, b_sk, n0, N, k0, K, t);
@@ -126,15 +132,19 @@ ${epilogue}
     }
     kiln_cp_async_wait<0>();
     // epilogue from the accumulators: c0, c1 at (row g, cols 2q, 2q+1), c2, c3 at row g + 8
+    // (DUAL: blocks n and n + 2 are B's and B2's products at one column pair)
+    constexpr int NW = DUAL ? 16 : 32;  // output columns per warp
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-      for (int n = 0; n < 4; n++)
+      for (int n = 0; n < NW / 8; n++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const kiln_i64 row = m0 + wm * 64 + i * 16 + (lane >> 2) + h * 8;
-          const kiln_i64 col = n0 + wn * 32 + n * 8 + (lane & 3) * 2;
-          if (row < M && col < N) kiln_epilogue(acc[i][n][2 * h], acc[i][n][2 * h + 1], bt, row, col);
+          const kiln_i64 col = n0 + wn * NW + n * 8 + (lane & 3) * 2;
+          const int n2 = DUAL ? n + 2 : n;
+          if (row < M && col < N)
+            kiln_epilogue(acc[i][n][2 * h], acc[i][n][2 * h + 1], bt, row, col, 0u, true, acc[i][n2][2 * h], acc[i][n2][2 * h + 1]);
         }
   }
 ${amax_publish}

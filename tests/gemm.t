@@ -15,7 +15,7 @@ specs=(specs/gemm*.lua)
 emu=(
   "nn sm_90a 256" "nn sm_90a 192" "nn sm_90a 128" "nt sm_90a 256" "batched sm_90a 192" "epilogue sm_90a 128"
   "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "amax_tail sm_90a 256" "f32out sm_90a 256" "f32out sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -" "f32out sm_80 -"
-  "dual sm_90a 256" "dual_nn sm_90a 256"
+  "dual sm_90a 256" "dual_nn sm_90a 256" "dual sm_80 -" "dual_nn sm_80 -"
 )
 # 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
 # 9 tiles on 4 (one tile over 4 ranges, two of them inside it); fp8 splits only a grid's one
@@ -65,14 +65,15 @@ for s in "${specs[@]}"; do
   ok "explain $s: the mma.sync fallback serves the $mm GEMM groups on sm_100a" test "$mm" -gt 0 -a "$(grep -c 'plan gemm:v1:mma:' "$OUTF")" = "$mm"
 done
 
-# two linear layers of one x: one dual GEMM kernel where every SM of the pack is sm_90a, the
-# two GEMMs and the product elsewhere (one kernel list per pack); the dual kernels' ptxas
-# reports join the checks below
-KILN_DUMP_DIR=$TMP/dump run_kiln build specs/gemm_gated_mlp.lua --sm 90a -o "$TMP/dual.kpack"
-n90=$(grep -c 'engine gemm  plan gemm:v1:sm90:128x256x64:s4:dual:' <<<"$("$KILN" pack inspect "$TMP/dual.kpack")")
+# two linear layers of one x: one dual GEMM kernel on every SM (wgmma on sm_90a, the mma
+# kernel's interleaved tile on sm_80); the dual kernels' ptxas reports join the checks below
+KILN_DUMP_DIR=$TMP/dump run_kiln build specs/gemm_gated_mlp.lua --sm 80 --sm 90a -o "$TMP/dual.kpack"
+inspect=$("$KILN" pack inspect "$TMP/dual.kpack")
+n90=$(grep -c 'engine gemm  plan gemm:v1:sm90:128x256x64:s4:dual:' <<<"$inspect")
 run_kiln explain specs/gemm_gated_mlp.lua --sm 80
-n80=$(grep -c '^  group' "$OUTF")
-ok "gated MLP: $n90 dual GEMM kernels for 3 sm_90a instances, $n80 kernel groups for them on sm_80" test "$n90" = 3 -a "$n80" = 9
+n80=$(grep -c 'plan gemm:v1:mma:128x192x64:s3:async:dual:' "$OUTF")
+ok "gated MLP: one dual GEMM kernel for each of 3 instances ($n90 in the sm_80 + sm_90a pack; $n80 mma plans on sm_80)" \
+  test "$n90" = 3 -a "$n80" = 3
 
 logs=$(ls "$TMP"/dump/*.log 2>/dev/null | grep -v _init_)
 spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $logs)

@@ -73,18 +73,15 @@ local function launch_signature(m)
   return table.concat(parts, "|")
 end
 
--- Every SM's plan sees the pack's least SM (pack_sm) and whether every SM is sm_90a
--- (pack_sm90a): a plan only newer SMs can build (a cluster layout), or a fusion one SM's
--- engine lacks (two matmuls in one kernel), would break the one kernel list.
+-- Every SM's plan sees the pack's least SM (pack_sm): a plan only newer SMs can build (a
+-- cluster layout) would break the one kernel list.
 local function targets_of(archs)
   local targets, least = {}, math.huge
   for a, arch in ipairs(archs) do
     targets[a] = plan.target(arch)
     least = math.min(least, targets[a].sm)
   end
-  local all_sm90a = true
-  for _, t in ipairs(targets) do all_sm90a = all_sm90a and t.sm == 90 and t.arch_specific end
-  for _, t in ipairs(targets) do t.pack_sm, t.pack_sm90a = least, all_sm90a end
+  for _, t in ipairs(targets) do t.pack_sm = least end
   return targets
 end
 

@@ -36,3 +36,43 @@ __device__ __forceinline__ void kiln_gemm_load_async(kiln_u32 dst, const kiln_u8
     }
   }
 }
+
+// A dual GEMM's B tile of 192 lines (the mma path): two operands of the same layout
+// interleaved in 16-column groups, group q of the tile holding columns mn0 + 16 (q / 2) ..
+// + 15 of src1 (q even) or src2 (q odd), so a warp's 32 columns are 16 of each at the same n.
+// Thread t copies as kiln_gemm_load_async does; its chunks all come from one operand.
+// K-major: line L = 32 j + r (r = t / 8) is row mn0 + 16 j + r % 16 of operand r / 16.
+// MN-major: chunk c of block blk (8 columns) is columns mn0 + 32 blk + 16 (c / 4) + 8 (c % 2)
+// of operand (c / 2) % 2.
+template <bool KMAJOR, int THREADS, int ESZ>
+__device__ __forceinline__ void kiln_gemm_load_async_dual(kiln_u32 dst, const kiln_u8 *src1, const kiln_u8 *src2, kiln_i64 ld,
+                                                          kiln_i64 mn0, kiln_i64 mn_ext, kiln_i64 k0, kiln_i64 k_ext, int t) {
+  constexpr int LINES = 192, CE = 16 / ESZ, LE = 128 / ESZ, STEP = THREADS / 8, JPB = LE / STEP;
+  static_assert(STEP == 32 && LE == 64, "the dual tile's mapping: 32-line steps, 64-column blocks");
+  const int c = t & 7, r = t >> 3;
+  const kiln_u32 d0 = dst + (kiln_u32)r * 128u + (kiln_u32)((c ^ (r & 7)) << 4);
+  if (KMAJOR) {
+    const kiln_i64 mn = mn0 + (r & 15), k = k0 + c * CE;
+    const kiln_u8 *src = r < 16 ? src1 : src2;
+    const kiln_u8 *g = kiln_opaque(src + mn * ld + k * ESZ);
+    const bool kok = k < k_ext;
+    kiln_i64 left = mn_ext - mn;
+#pragma unroll
+    for (int j = 0; j < LINES / STEP; j++) {
+      const bool ok = kok && left > 0;
+      kiln_cp_async16(d0 + (kiln_u32)(STEP * j * 128), ok ? g : src, ok ? 16u : 0u);
+      g += 16 * ld;
+      left -= 16;
+    }
+  } else {
+    const kiln_u8 *src = (c >> 1) & 1 ? src2 : src1;
+    const kiln_i64 k = k0 + r, mn = mn0 + 16 * (c >> 2) + 8 * (c & 1);
+    const kiln_u8 *g = kiln_opaque(src + k * ld + mn * ESZ);
+#pragma unroll
+    for (int j = 0; j < LINES / STEP; j++) {
+      const int kr = STEP * (j % JPB), blk = j / JPB;
+      const bool ok = k + kr < k_ext && mn + blk * 32 < mn_ext;
+      kiln_cp_async16(d0 + (kiln_u32)(STEP * j * 128), ok ? g + (kiln_i64)kr * ld + blk * 32 * ESZ : src, ok ? 16u : 0u);
+    }
+  }
+}

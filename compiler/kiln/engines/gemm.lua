@@ -368,17 +368,16 @@ end
 
 -- Dual GEMM (two matmuls of one A: lower's sibling matmuls): the sm90 kernel's 128 x 256
 -- tile holds both products, columns n0 .. n0 + 127 of B in its first 128 lines and of B2 in
--- the other 128 (two copies per stage, A's once); the epilogue gets each element of both.
+-- the other 128 (two copies per stage, A's once); the mma kernel's 128 x 192 tile holds 96
+-- columns of each, interleaved in groups of 16; the epilogue gets each element of both.
 E.DUAL_TILE = { bn = 256, stages = 4 }
 
--- Whether matmuls a and b of g become one dual GEMM kernel on target (and every other SM of
--- its pack: the sm90 kernel builds it, so all must be sm_90a): one A, Bs and Cs alike
--- (dims, strides, dtype), 16-bit operands in the layouts the sm90 path copies, the
--- cooperative schedule without clusters.
+-- Whether matmuls a and b of g become one dual GEMM kernel on target (both paths build it,
+-- so every SM of a pack agrees): one A, Bs and Cs alike (dims, strides, dtype), 16-bit
+-- operands in layouts copied in 16-byte chunks, rank 2, the cooperative schedule without
+-- clusters.
 function E.pairs(a, b, g, target)
-  local sm90a = target.pack_sm90a
-  if sm90a == nil then sm90a = target.sm == 90 and target.arch_specific end
-  if not sm90a or a.op ~= "matmul" or b.op ~= "matmul" or a.inputs.A ~= b.inputs.A then return false end
+  if target.sm < 80 or a.op ~= "matmul" or b.op ~= "matmul" or a.inputs.A ~= b.inputs.A then return false end
   if cluster_m() ~= 1 or (c.getenv("KILN_GEMM_SCHEDULE") or "") == "pingpong" then return false end
   for _, m in ipairs({ a, b }) do
     for _, p in ipairs({ "M_override", "N_override", "K_override" }) do if m.inputs[p] then return false end end
@@ -413,9 +412,10 @@ function E.propose(group, g, target)
   local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8)) or nil
   local dual = info.B2 ~= nil
   if dual then
-    -- (E.pairs merged the two for sm_90a packs only, without clusters or ping-pong)
-    if blocker or pp or cluster_m() ~= 1 or not (target.sm == 90 and target.arch_specific) then
-      return fail("a dual GEMM is built by the sm_90a cooperative kernel only (%s)", blocker or target.arch)
+    -- (E.pairs merges only what both paths build: no clusters, no ping-pong)
+    if blocker or pp or cluster_m() ~= 1 then
+      return fail("a dual GEMM needs the cooperative schedule without clusters and 16-byte aligned operands (%s)",
+        blocker or "KILN_GEMM_SCHEDULE / KILN_GEMM_CLUSTER")
     end
     order = { { tile = E.DUAL_TILE } }
   end
@@ -445,12 +445,13 @@ function E.propose(group, g, target)
                             rank = 100 - i, info = info, launch = launch(info, t, { bn = bno }, cm, staged, ewg, sk) }
     end
   end
-  if dual then return plans end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
+  -- (the stream-K workspace and the grid as the sm90 plan's: one launch for every SM)
   plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, suffix),
                         knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, streamk = sk,
-                                  sk_bn = tma_bn, cm = cm, tma_bn = tma_bn, note = "", staged = staged, ewg = ewg },
-                        rank = 10, info = info, launch = launch(info, nil, order and order[1].tile, cm) }
+                                  sk_bn = order and order[1].tile.bn, cm = cm, tma_bn = tma_bn, note = "", staged = staged,
+                                  ewg = ewg, dual = dual },
+                        rank = 10, info = info, launch = launch(info, nil, tma_bn and { bn = tma_bn }, cm, nil, nil, sk) }
   return plans
 end
 
@@ -484,8 +485,7 @@ end
 local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2" }
 
 -- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row;
--- in the cooperative sm90 kernel also d0, d1: a dual GEMM's second product there), plus what
--- the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
+-- d0, d1: a dual GEMM's second product there), plus what the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
 -- Output `staged` (a uid, or nil) is written to shared memory at sd instead of to C's memory.
 local function epilogue(K, info, group, g, staged, sm90)
   local src, C, Ed = K.src, info.C, info.Ed
@@ -575,9 +575,9 @@ local function epilogue(K, info, group, g, staged, sm90)
   -- live: the pair is inside C (the staged loop computes the pairs past M and N too, at clamped
   -- indices, and stores or counts only the live ones)
   lines[#lines + 1] = "  auto kiln_epilogue = [&](float c0, float c1, kiln_i64 bt, kiln_i64 row, kiln_i64 col, kiln_u32 sd = 0u, bool live = true"
-    .. (sm90 and ", float d0 = 0.0f, float d1 = 0.0f) {" or ") {")
+    .. ", float d0 = 0.0f, float d1 = 0.0f) {"
   if not staged then lines[#lines + 1] = "    (void)sd;" end
-  lines[#lines + 1] = sm90 and "    (void)live, (void)d0, (void)d1;" or "    (void)live;"
+  lines[#lines + 1] = "    (void)live, (void)d0, (void)d1;"
   lines[#lines + 1] = string.format("    const kiln_i64 i0 = (bt * M + row) * %dLL + col;  // flat index in C", info.N)
   for _, l in ipairs(pre) do lines[#lines + 1] = l end
   lines[#lines + 1] = "#pragma unroll"
@@ -620,6 +620,9 @@ local function setup_lines(K, info)
   l[#l + 1] = string.format("  const kiln_i64 batches = %s;", cdim(info.batch))
   l[#l + 1] = string.format("  const kiln_u8 *__restrict__ gA = reinterpret_cast<const kiln_u8 *>(%s);", pa)
   l[#l + 1] = string.format("  const kiln_u8 *__restrict__ gB = reinterpret_cast<const kiln_u8 *>(%s);", pb)
+  -- a dual GEMM's B2 (the same layout as B), B itself otherwise
+  l[#l + 1] = string.format("  const kiln_u8 *__restrict__ gB2 = %s;  (void)gB2;",
+    info.B2 and string.format("reinterpret_cast<const kiln_u8 *>(%s)", K:ptr(info.B2.uid)) or "gB")
   l[#l + 1] = string.format("  const kiln_i64 a_bs = %s, b_bs = %s;  // batch strides (bytes)",
     oa.bs and string.format("%s * %d", cdim(oa.bs), esz) or "0", ob.bs and string.format("%s * %d", cdim(ob.bs), esz) or "0")
   l[#l + 1] = string.format("  const kiln_i64 lda = %s * %d, ldb = %s * %d;  // operand line strides (bytes)", cdim(oa.ld), esz,
@@ -842,6 +845,7 @@ function E.build(plan, group, g, target, symbol)
       A_KMAJOR = (elem or info.oa.kmajor) and "true" or "false", B_KMAJOR = (elem or info.ob.kmajor) and "true" or "false",
       what = what, symbol = symbol, params = params, STAGES = knobs.stages, ESZ = info.esz, tmaps = tmaps or "",
       N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
+      DUAL = knobs.dual and "true" or "false",
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),
     }, "gemm_sm80.cuh"))

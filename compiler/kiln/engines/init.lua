@@ -28,8 +28,8 @@ function M.fuse_reductions(list, b, g)
   return false
 end
 
--- Whether matmuls a and b become one kernel (lower's sibling matmuls) on target and every
--- other SM of its pack: an engine that builds both products in one kernel says so (E.pairs).
+-- Whether matmuls a and b become one kernel (lower's sibling matmuls) on target: an engine
+-- that builds both products in one kernel, on every SM it serves, says so (E.pairs).
 function M.fuse_matmuls(a, b, g, target)
   for _, engine in ipairs(M.list) do
     if engine.pairs and engine.pairs(a, b, g, target) then return true end
