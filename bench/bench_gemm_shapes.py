@@ -52,7 +52,7 @@ def case(graph, inst, M):
         try:
             torch.bmm(a[:, :1], b, out_dtype=torch.float32)
             peer, name = (lambda: torch.bmm(a, b, out_dtype=torch.float32)), "torch.bmm(out_dtype=fp32)"
-        except TypeError:
+        except (TypeError, RuntimeError):
             peer, name = (lambda: torch.bmm(a, b).float()), "torch.bmm().float()"
         return dict(a=a, b=b, c=c), c, peer, name, lambda: a.float() @ b.float()
     if graph == "linear_fp8":
