@@ -68,12 +68,13 @@ done
 # two linear layers of one x: one dual GEMM kernel on every SM (wgmma on sm_90a, the mma
 # kernel's interleaved tile on sm_80); the dual kernels' ptxas reports join the checks below
 KILN_DUMP_DIR=$TMP/dump run_kiln build specs/gemm_gated_mlp.lua --sm 80 --sm 90a -o "$TMP/dual.kpack"
-inspect=$("$KILN" pack inspect "$TMP/dual.kpack")
-n90=$(grep -c 'engine gemm  plan gemm:v1:sm90:128x256x64:s4:dual:' <<<"$inspect")
+nk=$("$KILN" pack inspect "$TMP/dual.kpack" | grep -c '^    kiln_gemm_gated_mlp_k[0-9]*  ')
+run_kiln explain specs/gemm_gated_mlp.lua --sm 90a
+n90=$(grep -c 'plan gemm:v1:sm90:128x256x64:s4:dual:' "$OUTF")
 run_kiln explain specs/gemm_gated_mlp.lua --sm 80
 n80=$(grep -c 'plan gemm:v1:mma:128x192x64:s3:async:dual:' "$OUTF")
-ok "gated MLP: one dual GEMM kernel for each of 3 instances ($n90 in the sm_80 + sm_90a pack; $n80 mma plans on sm_80)" \
-  test "$n90" = 3 -a "$n80" = 3
+ok "gated MLP: one dual GEMM kernel for each of 3 instances ($nk GEMM kernels in the sm_80 + sm_90a pack; $n90 sm90 plans on sm_90a, $n80 mma plans on sm_80)" \
+  test "$nk" = 3 -a "$n90" = 3 -a "$n80" = 3
 
 logs=$(ls "$TMP"/dump/*.log 2>/dev/null | grep -v _init_)
 spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $logs)
