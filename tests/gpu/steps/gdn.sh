@@ -81,10 +81,10 @@ gdn_bench() {
     KILN_PLAN=gdn:v1:recurrent:$p "$KILN" build specs/gdn_decode.lua --sm 90a -o "$WORK/gdn_${p//:/_}.kpack" >/dev/null &&
       alt+=(--decode-pack "$WORK/gdn_${p//:/_}.kpack")
   done
-  # KILN_GDN_BENCH_FUSED=1: the forward graphs on the fused chunked plan too (one more row a case)
-  if [ -n "${KILN_GDN_BENCH_FUSED:-}" ]; then
-    KILN_PLAN=gdn:v1:chunk:c64:bv64 "$KILN" build tests/specs/gdn/bench.lua --sm 90a -o "$WORK/gdn_fused.kpack" >/dev/null &&
-      alt+=(--forward-pack "$WORK/gdn_fused.kpack")
-  fi
+  # the forward graphs on each split chunked plan too (one more row a case and plan)
+  for p in bv32 bv64; do
+    KILN_PLAN=gdn:v1:chunk:split:c64:$p "$KILN" build tests/specs/gdn/bench.lua --sm 90a -o "$WORK/gdn_split_$p.kpack" >/dev/null &&
+      alt+=(--forward-pack "$WORK/gdn_split_$p.kpack")
+  done
   step "bench-gdn" env FLA_FLASH_QLA=0 timeout 400 python3 bench/bench_gdn.py --pack "$WORK/gdn.kpack" ${alt[@]+"${alt[@]}"} --out "$OUT"
 }
