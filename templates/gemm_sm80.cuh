@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr kiln_i64 N = ${N}, K = ${K};
   constexpr int KB = (int)((K + BK - 1) / BK);
   // DUAL: a dual GEMM, B and B2 interleaved in 16-column groups of the tile
-  // (kiln_gemm_load_async_dual): a warp's acc[i][0..1] are B's products, acc[i][2..3] B2's at
+  // (kiln_gemm_load_async's DUAL): a warp's acc[i][0..1] are B's products, acc[i][2..3] B2's at
   // the same columns; the output tile is BNO wide
   constexpr bool DUAL = ${DUAL};
   constexpr int BNO = DUAL ? BN / 2 : BN;
@@ -70,8 +70,7 @@ ${epilogue}
       const kiln_i64 k0 = (kiln_i64)kb * BK;
       if (ASYNC) {
         kiln_gemm_load_async<A_KMAJOR, BM, 256, ESZ>(sa, a, lda, m0, M, k0, K, t);
-        if (DUAL) kiln_gemm_load_async_dual<B_KMAJOR, 256, DUAL ? ESZ : 2>(sb, b, b2, ldb, n0, N, k0, K, t);  // (16-bit only)
-        else kiln_gemm_load_async<B_KMAJOR, BN, 256, ESZ>(sb, b, ldb, n0, N, k0, K, t);
+        kiln_gemm_load_async<B_KMAJOR, BN, 256, ESZ, DUAL>(sb, b, ldb, n0, N, k0, K, t, b2);
       } else {
         kiln_gemm_load_elems<BM, 256, ESZ, true>(sa, a, a_smn, a_sk, m0, M, k0, K, t);
         kiln_gemm_load_elems<BN, 256, ESZ, false>(sb, b, b_smn, b_sk, n0, N, k0, K, t);

@@ -273,6 +273,18 @@ local function fuse(g, groups, opts)
     refresh()
   end
 
+  -- a sibling B joins A: B's nodes A lacks (role(n) true: also to A's prologue), B's group goes
+  local function absorb(A, B, role)
+    for _, n in ipairs(not_in(A, B.nodes)) do
+      A.nodes[#A.nodes + 1] = n
+      if role and role(n) then A.prologue[#A.prologue + 1] = n end
+    end
+    table.sort(A.nodes, by_order)
+    if A.prologue then table.sort(A.prologue, by_order) end
+    B.dead = true
+    refresh()
+  end
+
   for _, A in ipairs(groups) do
     if A.anchor and M.ANCHORS[A.anchor.op] then A.prologue, A.epilogue, A.amax, A.rowred, A.rowpw = {}, {}, {}, {}, {} end
   end
@@ -396,10 +408,8 @@ local function fuse(g, groups, opts)
       if anchored(A) and not A.matmuls and A.anchor.op == "matmul" and anchored(B) and B.anchor.op == "matmul"
         and #A.nodes == 1 and #B.nodes == 1 and not deps(A)[B] and not deps(B)[A]
         and opts.fuse_matmuls(A.anchor, B.anchor, g) and legal({ A, B }) then
-        A.nodes[2], A.matmuls = B.anchor, { A.anchor, B.anchor }
-        table.sort(A.nodes, by_order)
-        B.dead = true
-        refresh()
+        A.matmuls = { A.anchor, B.anchor }
+        absorb(A, B)
       end
     end
   end
@@ -440,16 +450,9 @@ local function fuse(g, groups, opts)
       local B = groups[bi]
       if lone_reduction(A) and lone_reduction(B) and not deps(A)[B] and not deps(B)[A]
         and opts.fuse_reductions(A.reductions or { A.anchor }, B.anchor, g) and legal({ A, B }) then
-        for _, n in ipairs(not_in(A, B.nodes)) do
-          A.nodes[#A.nodes + 1] = n
-          if n ~= B.anchor then A.prologue[#A.prologue + 1] = n end
-        end
         A.reductions = A.reductions or { A.anchor }
         A.reductions[#A.reductions + 1] = B.anchor
-        table.sort(A.nodes, by_order)
-        table.sort(A.prologue, by_order)
-        B.dead = true
-        refresh()
+        absorb(A, B, function(n) return n ~= B.anchor end)
       end
     end
   end
@@ -474,10 +477,7 @@ local function fuse(g, groups, opts)
         local B = groups[bi]
         if not B.dead and B.family == "pointwise" and not B.anchor and nodes_have_dims(A, space)
           and nodes_have_dims(B, space) and legal({ A, B }) then
-          for _, n in ipairs(not_in(A, B.nodes)) do A.nodes[#A.nodes + 1] = n end
-          table.sort(A.nodes, by_order)
-          B.dead = true
-          refresh()
+          absorb(A, B)
         end
       end
     end
