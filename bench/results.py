@@ -124,6 +124,16 @@ KILN = "build/kiln"
 SPEED_COLUMNS = ["case", "shape", "kiln_ms", "kiln_TBs", "pct_copy", "x_eager", "x_compile"]
 
 
+def gemm_cols(digits):
+    """The columns of the GEMM tables (bench_gemm.csv, gemm_shapes.csv); times with `digits`."""
+    return [("case", lambda r: code(r["case"])), ("M x N x K", lambda r: r["shape"]), ("peer", lambda r: code(r["peer"])),
+            ("kiln ms", lambda r: fixed(r["kiln_ms"], digits)), ("kiln TFLOP/s", lambda r: fixed(r["kiln_tflops"], 1)),
+            ("peer ms", lambda r: fixed(r["peer_ms"], digits)), ("peer TFLOP/s", lambda r: fixed(r["peer_tflops"], 1)),
+            ("x peer", lambda r: ratio_cell(r["vs_peer"])),
+            ("rel L2 kiln / peer", lambda r: "%s / %s" % (fixed_e(r["rel_l2"]), fixed_e(r["peer_rel_l2"]))),
+            ("agrees", lambda r: truth(r["agrees"])), ("plan", lambda r: code(r.get("plan", "")))]
+
+
 def geomean_note(rows):
     """The geometric mean of the x-peer ratios and how many lie below 0.9."""
     vals = [num(r.get("vs_peer")) for r in rows]
@@ -353,14 +363,7 @@ FAMILIES = [
         "%s build specs/*.lua --sm 90a -o bench.kpack && python3 bench/bench_gemm.py --pack bench.kpack --out DIR" % KILN,
         ["case", "shape", "kiln_ms", "peer", "peer_ms", "kiln_tflops", "peer_tflops", "vs_peer", "rel_l2",
          "peer_rel_l2", "agrees", "device"],
-        [("case", lambda r: code(r["case"])), ("M x N x K", lambda r: r["shape"]), ("peer", lambda r: code(r["peer"])),
-         ("kiln ms", lambda r: fixed(r["kiln_ms"], 3)), ("kiln TFLOP/s", lambda r: fixed(r["kiln_tflops"], 1)),
-         ("peer ms", lambda r: fixed(r["peer_ms"], 3)), ("peer TFLOP/s", lambda r: fixed(r["peer_tflops"], 1)),
-         ("x peer", lambda r: ratio_cell(r["vs_peer"])),
-         ("rel L2 kiln / peer", lambda r: "%s / %s" % (fixed_e(r["rel_l2"]), fixed_e(r["peer_rel_l2"]))),
-         ("agrees", lambda r: truth(r["agrees"])), ("plan", lambda r: code(r.get("plan", "")))],
-        [Ratio("vs_peer", "cuBLAS (torch)")],
-        case_shape,
+        gemm_cols(3), [Ratio("vs_peer", "cuBLAS (torch)")], case_shape,
         "bf16 (and fp8 e4m3 with per-tensor descales) GEMMs with their fused epilogues beside "
         "cuBLAS through torch (the peer column names the torch call), in one process on the same "
         "tensors; times are medians of batches of back-to-back launches after warm-up. TFLOP/s "
@@ -374,21 +377,14 @@ FAMILIES = [
         "--pack shapes.kpack --out DIR" % KILN,
         ["case", "shape", "M", "kiln_ms", "peer", "peer_ms", "kiln_tflops", "peer_tflops", "vs_peer", "rel_l2",
          "peer_rel_l2", "agrees", "plan", "device"],
-        [("case", lambda r: code(r["case"])), ("M x N x K", lambda r: r["shape"]), ("peer", lambda r: code(r["peer"])),
-         ("kiln ms", lambda r: fixed(r["kiln_ms"], 4)), ("kiln TFLOP/s", lambda r: fixed(r["kiln_tflops"], 1)),
-         ("peer ms", lambda r: fixed(r["peer_ms"], 4)), ("peer TFLOP/s", lambda r: fixed(r["peer_tflops"], 1)),
-         ("x peer", lambda r: ratio_cell(r["vs_peer"])),
-         ("rel L2 kiln / peer", lambda r: "%s / %s" % (fixed_e(r["rel_l2"]), fixed_e(r["peer_rel_l2"]))),
-         ("agrees", lambda r: truth(r["agrees"])), ("plan", lambda r: code(r.get("plan", "")))],
-        [Ratio("vs_peer", "cuBLAS (torch)")],
-        case_shape,
+        gemm_cols(4), [Ratio("vs_peer", "cuBLAS (torch)")], case_shape,
         "Linear layers of LLaMA-3 8B / Mixtral, Qwen2.5 7B and GPT-2 (with bias), fp8 e4m3 with "
         "per-tensor descales, and a batched product with fp32 out, at M = 1 to 16384 rows "
         "(tests/specs/bench/gemm_shapes.lua), beside the torch call named in the peer column; "
         "times are CUDA-graph replays (no host overhead on either side), medians of interleaved "
         "rounds. x = the peer's time over kiln's: > 1, kiln faster.",
         bad=lambda r: None if truth(r["agrees"]) != "**no**" else "wrong result",
-        notes=lambda rows: geomean_note(rows)),
+        notes=geomean_note),
     Family(
         "axes.csv", "Reductions over axes", "bench/axes.py", "bench-axes",
         "%s build tests/specs/bench/axes.lua --sm 90a -o axes.kpack && python3 bench/axes.py --pack axes.kpack --out DIR" % KILN,
