@@ -73,9 +73,11 @@ ${amax_decl}
   // (one per CTA at most: only the range's last tile can lack it) and sets its flags; the range
   // holding the last k-block (the "owner") adds the earlier ranges' sums, from lower CTAs only.
 ${sk_decl}
-  // a tile of few live rows (M < 128: one m tile) hands over few partial sums, so it splits into
-  // more pieces: the owner adds at most about SK_PIECES full tiles' worth
-  const kiln_i64 live_rows = units_m == 1 ? (M + 15) / 16 * 16 : BM, pieces = SK_PIECES * BM / (live_rows > 0 ? live_rows : BM);
+  // SK_ADAPT: a tile of few live rows (M < 128: one m tile) hands over few partial sums, so it
+  // splits into more pieces: the owner adds at most about SK_PIECES full tiles' worth
+  constexpr bool SK_ADAPT = ${SK_ADAPT};
+  const kiln_i64 live_rows = SK_ADAPT && units_m == 1 ? (M + 15) / 16 * 16 : BM;
+  const kiln_i64 pieces = SK_PIECES * BM / (live_rows > 0 ? live_rows : BM);
   const kiln_i64 G = gridDim.x, rem = tiles % G, sk = rem * pieces < G ? rem * pieces : G;
   const bool streamk = SK && CM == 1 && rem > 0 && rem * 100 <= G * SK_FILL_PCT && G <= SK_SLOTS && (!SK_ONE_WAVE || tiles < G) &&
                        KB - (rem * KB + sk - 1) / sk >= SK_MIN_SAVED;

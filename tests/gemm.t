@@ -19,11 +19,12 @@ emu=(
 )
 # 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
 # 9 tiles on 4 (one tile over 4 ranges, two of them inside it); fp8 splits only a grid's one
-# wave (3 tiles of M = 100 over 8 CTAs; not 9 tiles on 4); one row (M = 1) over 8 CTAs; 4 k-blocks
+# wave (3 tiles of M = 100 over 8 CTAs; not 9 tiles on 4); one row (M = 1) over 8 and 16 CTAs
+# (a tile of 16 live rows splits into up to 32 pieces; the :p4 candidate into 4); 4 k-blocks
 # (nn): too few to split, the plain schedule; the mma kernel takes the workspace and ignores it
 sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
-  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "dual_nn sm_90a 256 2 300 8" "dual_nn sm_90a 256 3 500 0 KILN_GEMM_EPILOGUE=direct" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
+  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "nn_sk sm_90a 256 16 1 112" "nn_sk sm_90a 256 16 1 48 KILN_PLAN=gemm:v1:sm90:128x256x64:s4:skp4:ts" "dual_nn sm_90a 256 2 300 8" "dual_nn sm_90a 256 3 500 0 KILN_GEMM_EPILOGUE=direct" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
   "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
   # the tile order and operand-copy settings for measuring (KILN_GEMM_GROUP, KILN_GEMM_L2HINT)
   "nn_sk sm_90a 256 3 500 16 KILN_GEMM_GROUP=4" "batched sm_90a 192 2 300 0 KILN_GEMM_L2HINT=both"

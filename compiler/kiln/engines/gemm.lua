@@ -435,14 +435,19 @@ function E.propose(group, g, target)
   -- (a dual tile's B boxes, and its output tile, are half its lines)
   local tma_bn = order and order[1].tile.bn // (dual and 2 or 1)
   if order and target.sm == 90 and target.arch_specific then
-    for i, b in ipairs(order) do
-      local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg) }
-      local bno = t.bn // (dual and 2 or 1)
-      plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, suffix),
-                            knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
-                                      streamk = sk, sk_mode = sk_mode, sk_bn = t.bn, cm = cm, tma_bn = bno, note = note, staged = staged,
-                                      ewg = ewg, dual = dual },
-                            rank = 100 - i, info = info, launch = launch(info, t, { bn = bno }, cm, staged, ewg, sk) }
+    -- each tile with stream-K twice: its pieces per tile grown for a tile of few live rows
+    -- (first), and fixed at E.STREAMK.pieces (":p4", ranked below every tile: a candidate)
+    for _, fixed in ipairs(sk and { false, true } or { false }) do
+      for i, b in ipairs(order) do
+        local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg) }
+        local bno = t.bn // (dual and 2 or 1)
+        local sfx = fixed and suffix:gsub(":sk1?", "%0p" .. E.STREAMK.pieces, 1) or suffix
+        plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, sfx),
+                              knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
+                                        streamk = sk, sk_mode = sk_mode, sk_fixed = fixed, sk_bn = t.bn, cm = cm, tma_bn = bno,
+                                        note = note, staged = staged, ewg = ewg, dual = dual },
+                                rank = (fixed and 50 or 100) - i, info = info, launch = launch(info, t, { bn = bno }, cm, staged, ewg, sk) }
+      end
     end
   end
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
@@ -812,6 +817,7 @@ function E.build(plan, group, g, target, symbol)
     vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SLOTS, E.STREAMK.pieces
     vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
     vars.SK_ONE_WAVE = knobs.sk_mode == "first" and "true" or "false"
+    vars.SK_ADAPT = knobs.sk_fixed and "false" or "true"
     vars.DUAL = knobs.dual and "true" or "false"
     vars.EWG = knobs.ewg and "true" or "false"
     vars.GROUP_M = group_m()
