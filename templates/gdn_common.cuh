@@ -128,3 +128,32 @@ __device__ __forceinline__ void kiln_gdn_inverse(float *sA, float *sX, int tid) 
     __syncthreads();
   }
 }
+
+// The chunked kernels' state update of a warp's rows over one chunk: S <- 2^gc S + Wᵀ K, the
+// A operands (.trans) from W at wb (rows VP bytes apart), the B operands (.trans) from K at kk
+// (rows QP bytes apart); s holds KD / 8 n8 blocks of fp32 state.
+template <int KD, int VP, int QP, bool BF16>
+__device__ __forceinline__ void kiln_gdn_state_update(float (&s)[KD / 8][4], float gc, kiln_u32 wb, kiln_u32 kk) {
+  const float dc = kiln_exp2(gc);
+#pragma unroll
+  for (int nb = 0; nb < KD / 8; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[nb][e] *= dc;
+#pragma unroll
+  for (int ks = 0; ks < 4; ks++) {
+    kiln_u32 a[4];
+    kiln_ldmatrix_x4_trans(a, wb + ks * 16 * VP);
+#pragma unroll
+    for (int pp = 0; pp < KD / 16; pp++) {
+      kiln_u32 b[4];
+      kiln_ldmatrix_x4_trans(b, kk + ks * 16 * QP + pp * 32);
+      if (BF16) {
+        kiln_mma_bf16(s[2 * pp], a, b[0], b[1]);
+        kiln_mma_bf16(s[2 * pp + 1], a, b[2], b[3]);
+      } else {
+        kiln_mma_f16(s[2 * pp], a, b[0], b[1]);
+        kiln_mma_f16(s[2 * pp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+}

@@ -123,23 +123,7 @@ ${setup}
       }
     __syncwarp();  // WB written for the warp's ldmatrix
     // S <- 2^G_n S + (rk 2^(G_n - G) V_new)^T K: A operands from WB (.trans), B from K (.trans)
-    const float dc = kiln_exp2(gc);
-#pragma unroll
-    for (int nb = 0; nb < KD / 8; nb++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[nb][e] *= dc;
-#pragma unroll
-    for (int ks = 0; ks < 4; ks++) {
-      kiln_u32 a[4];
-      kiln_ldmatrix_x4_trans(a, sm + WB_OFF + a_km + ks * 16 * VP + vw * 2);
-#pragma unroll
-      for (int pp = 0; pp < KD / 16; pp++) {
-        kiln_u32 b[4];
-        kiln_ldmatrix_x4_trans(b, st + K_OFF + b_kn_q + ks * 16 * QP + pp * 32);
-        kiln_mma_${MMA_T}(s[2 * pp], a, b[0], b[1]);
-        kiln_mma_${MMA_T}(s[2 * pp + 1], a, b[2], b[3]);
-      }
-    }
+    kiln_gdn_state_update<KD, VP, QP, ${BF16}>(s, gc, sm + WB_OFF + a_km + vw * 2, st + K_OFF + b_kn_q);
   }
   kiln_cp_async_wait<0>();
 #pragma unroll

@@ -31,12 +31,18 @@ function M.smem(P, bv)
   return 2 * (2 * C * qp + C * vp) + C * (C + 4) * 4 + 16 * 48 * 4 + 2 * C * tp + 2 * C * vp + 4 * C * 4
 end
 
+-- Why `what` (the chunked kernels) cannot take problem P on target, or nil.
+function M.unfit(P, target, what)
+  if target.sm < 80 then return what .. ": sm_80 or later only (mma.sync, cp.async)" end
+  if not (M.DIMS[P.K] and M.DIMS[P.V]) then
+    return string.format("%s: built for K and V of 64 and 128 (K %d, V %d)", what, P.K, P.V)
+  end
+end
+
 -- Plans for problem P on target, or {} and why none.
 function M.propose(P, target)
-  if target.sm < 80 then return {}, "the chunked kernel needs sm_80 or later (mma.sync, cp.async)" end
-  if not (M.DIMS[P.K] and M.DIMS[P.V]) then
-    return {}, string.format("the chunked kernel is built for K and V of 64 and 128 (K %d, V %d)", P.K, P.V)
-  end
+  local why = M.unfit(P, target, "the chunked kernel")
+  if why then return {}, why end
   local long = type(P.T) ~= "number" or P.T >= M.T_LONG
   local limit = M.SMEM_MAX[target.sm] or M.SMEM_DEFAULT
   local plans = {}
@@ -167,21 +173,29 @@ end
 M.setup = setup  -- the split plan's kernels share this prologue (kiln.engines.gdn.chunk_split)
 
 -- The kernel of a chunk plan.
-function M.build(plan, g, symbol)
-  local P, bv = plan.P, plan.knobs.bv
-  local K = rowgen.kernel(g, symbol)
+-- What every chunked kernel (fused and split) needs in kernel K's source, and the template
+-- variables they share.
+function M.common(K, P, symbol)
   local src = K.src
   src:need(P.dtype == "bf16" and "common/bf16.cuh" or "common/fp16.cuh")
   src:need("common/exp2.cuh")
   src:need("common/cp_async.cuh")
   src:need("common/mma_sm80.cuh")
   src:need("gdn_common.cuh")
-  local vars = {
-    what = problem.describe(P), symbol = symbol, THREADS = 2 * bv, K = P.K, V = P.V, BV = bv, SMEM = M.smem(P, bv),
-    MMA_T = P.dtype == "bf16" and "bf16" or "f16",
+  return {
+    what = problem.describe(P), symbol = symbol, K = P.K, V = P.V,
+    MMA_T = P.dtype == "bf16" and "bf16" or "f16", BF16 = P.dtype == "bf16" and "true" or "false",
     PACK = P.dtype == "bf16" and "kiln_f32x2_to_bf16x2" or "kiln_f32x2_to_fp16x2",
     TO_F32 = P.dtype == "bf16" and "kiln_bf16_to_f32" or "kiln_fp16_to_f32",
   }
+end
+
+function M.build(plan, g, symbol)
+  local P, bv = plan.P, plan.knobs.bv
+  local K = rowgen.kernel(g, symbol)
+  local src = K.src
+  local vars = M.common(K, P, symbol)
+  vars.THREADS, vars.BV, vars.SMEM = 2 * bv, bv, M.smem(P, bv)
   vars.setup = setup(K, P)
   vars.params = K:finish_params()
   src:add(render.fill(render.template("gdn_chunk.cuh"), vars, "gdn_chunk.cuh"))

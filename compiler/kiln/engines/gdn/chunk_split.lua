@@ -10,7 +10,6 @@ local render = require "kiln.render"
 local rowgen = require "kiln.engines.rowgen"
 local pw = require "kiln.engines.pwexpr"
 local chunk = require "kiln.engines.gdn.chunk"
-local problem = require "kiln.engines.gdn.problem"
 
 local M = {}
 
@@ -55,10 +54,8 @@ end
 
 -- Plans for problem P on target, or {} and why none.
 function M.propose(P, target)
-  if target.sm < 80 then return {}, "the split chunked kernels need sm_80 or later (mma.sync, cp.async)" end
-  if not (chunk.DIMS[P.K] and chunk.DIMS[P.V]) then
-    return {}, string.format("the split chunked kernels are built for K and V of 64 and 128 (K %d, V %d)", P.K, P.V)
-  end
+  local why = chunk.unfit(P, target, "the split chunked kernels")
+  if why then return {}, why end
   if not M.slots_rule(P, 1) then
     return {}, "the split chunked kernels' workspace needs T or the cu_seqlens length static (both are dynamic)"
   end
@@ -92,18 +89,9 @@ function M.build(plan, g, symbol)
   local function kernel(sym, template, threads, smem, grid, extra)
     local K = rowgen.kernel(g, sym)
     local src = K.src
-    src:need(P.dtype == "bf16" and "common/bf16.cuh" or "common/fp16.cuh")
-    src:need("common/exp2.cuh")
-    src:need("common/cp_async.cuh")
-    src:need("common/mma_sm80.cuh")
-    src:need("gdn_common.cuh")
+    local vars = chunk.common(K, P, sym)
     src:need("gdn_split_common.cuh")
-    local vars = {
-      what = problem.describe(P), symbol = sym, THREADS = threads, K = P.K, V = P.V, SMEM = smem,
-      MMA_T = P.dtype == "bf16" and "bf16" or "f16",
-      PACK = P.dtype == "bf16" and "kiln_f32x2_to_bf16x2" or "kiln_f32x2_to_fp16x2",
-      TO_F32 = P.dtype == "bf16" and "kiln_bf16_to_f32" or "kiln_fp16_to_f32",
-    }
+    vars.THREADS, vars.SMEM = threads, smem
     for key, x in pairs(extra) do vars[key] = x end
     vars.setup = setup(K, P) .. string.format("\n  const kiln_i64 NCU = %s;", pw.cdim(P.cu.dims[1]))
     K:workspace(0, "wsp")
