@@ -119,13 +119,7 @@ ${setup}
     if (L2) {  // 1 / sqrt(sum x^2 + eps) of the q rows (rq) and k rows (rk), columns rotated by row (banks)
       for (int r = tid; r < 2 * C; r += THREADS) {
         const kiln_u8 *p = kiln_smem + (st - sm) + (r < C ? r * QP : K_OFF + (r - C) * QP);
-        float ss = 0.0f;
-        for (int j = 0; j < KD / 2; j++) {
-          const kiln_u32 w = *reinterpret_cast<const kiln_u32 *>(p + 4 * ((j + r) % (KD / 2)));
-          const float a = ${TO_F32}((kiln_u16)(w & 0xffffu)), b = ${TO_F32}((kiln_u16)(w >> 16));
-          ss = fmaf(a, a, fmaf(b, b, ss));
-        }
-        (r < C ? rq : rk)[r % C] = rsqrtf(ss + 1e-6f);
+        (r < C ? rq : rk)[r % C] = rsqrtf(kiln_gdn_sumsq<KD>(p, r, [](kiln_u16 h) { return ${TO_F32}(h); }) + 1e-6f);
       }
       __syncthreads();
     }
@@ -137,23 +131,7 @@ ${setup}
       const int mi = job < 4 ? job : 7 - job;
       const bool qk = job >= 4;
       float acc[8][4];
-#pragma unroll
-      for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[nb][e] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < KD / 16; ks++) {
-        kiln_u32 a[4];
-        kiln_ldmatrix_x4(a, st + (qk ? 0u : K_OFF) + a_q + mi * 16 * QP + ks * 32);
-#pragma unroll
-        for (int pp = 0; pp < 4; pp++)
-          if (pp <= mi) {
-            kiln_u32 b[4];
-            kiln_ldmatrix_x4(b, st + K_OFF + b_nk + pp * 16 * QP + ks * 32);
-            kiln_mma_${MMA_T}(acc[2 * pp], a, b[0], b[1]);
-            kiln_mma_${MMA_T}(acc[2 * pp + 1], a, b[2], b[3]);
-          }
-      }
+      kiln_gdn_causal_mma<KD, QP, ${BF16}>(acc, mi, st + (qk ? 0u : K_OFF) + a_q + mi * 16 * QP, st + K_OFF + b_nk);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int r = 16 * mi + gr + 8 * h;

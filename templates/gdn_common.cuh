@@ -157,3 +157,44 @@ __device__ __forceinline__ void kiln_gdn_state_update(float (&s)[KD / 8][4], flo
     }
   }
 }
+
+// Σ x² of a row of KD 16-bit values at p (to_f32 converts one), read as pairs starting at pair
+// `rot` (rotated by row: the threads of a warp read distinct banks)
+template <int KD, class F>
+__device__ __forceinline__ float kiln_gdn_sumsq(const kiln_u8 *p, int rot, F to_f32) {
+  float ss = 0.0f;
+  for (int j = 0; j < KD / 2; j++) {
+    const kiln_u32 w = *reinterpret_cast<const kiln_u32 *>(p + 4 * ((j + rot) % (KD / 2)));
+    const float a = to_f32((kiln_u16)(w & 0xffffu)), b = to_f32((kiln_u16)(w >> 16));
+    ss = fmaf(a, a, fmaf(b, b, ss));
+  }
+  return ss;
+}
+
+// acc = the 16 rows at a (rows QP bytes apart) times the first 16 (mi + 1) rows at b, transposed,
+// KD deep: the 16 x 16 blocks on and left of the diagonal of m tile mi (a chunk's KKᵀ, QKᵀ)
+template <int KD, int QP, bool BF16>
+__device__ __forceinline__ void kiln_gdn_causal_mma(float (&acc)[8][4], int mi, kiln_u32 a, kiln_u32 b) {
+#pragma unroll
+  for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[nb][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < KD / 16; ks++) {
+    kiln_u32 fa[4];
+    kiln_ldmatrix_x4(fa, a + ks * 32);
+#pragma unroll
+    for (int pp = 0; pp < 4; pp++)
+      if (pp <= mi) {
+        kiln_u32 fb[4];
+        kiln_ldmatrix_x4(fb, b + pp * 16 * QP + ks * 32);
+        if (BF16) {
+          kiln_mma_bf16(acc[2 * pp], fa, fb[0], fb[1]);
+          kiln_mma_bf16(acc[2 * pp + 1], fa, fb[2], fb[3]);
+        } else {
+          kiln_mma_f16(acc[2 * pp], fa, fb[0], fb[1]);
+          kiln_mma_f16(acc[2 * pp + 1], fa, fb[2], fb[3]);
+        }
+      }
+  }
+}

@@ -50,14 +50,7 @@ ${setup}
   __syncthreads();
   for (int r = tid; r < 2 * C; r += THREADS) {  // rq, rk: 1 / sqrt(sum x^2 + eps), columns rotated by row (banks)
     float ss = 0.0f;
-    if (L2) {
-      const kiln_u8 *p = kiln_smem + (r < C ? r * QP : K_OFF + (r - C) * QP);
-      for (int j = 0; j < KD / 2; j++) {
-        const kiln_u32 w = *reinterpret_cast<const kiln_u32 *>(p + 4 * ((j + r) % (KD / 2)));
-        const float a = ${TO_F32}((kiln_u16)(w & 0xffffu)), b = ${TO_F32}((kiln_u16)(w >> 16));
-        ss = fmaf(a, a, fmaf(b, b, ss));
-      }
-    }
+    if (L2) ss = kiln_gdn_sumsq<KD>(kiln_smem + (r < C ? r * QP : K_OFF + (r - C) * QP), r, [](kiln_u16 h) { return ${TO_F32}(h); });
     (r < C ? rq : rk)[r % C] = L2 ? rsqrtf(ss + 1e-6f) : 1.0f;
   }
   __syncthreads();
@@ -67,23 +60,7 @@ ${setup}
   {  // QK^T into P (io dtype, causal incl. the diagonal, scaled): warp w the rows 16w..16w+15
     const int mi = warp;
     float acc[8][4];
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[nb][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < KD / 16; ks++) {
-      kiln_u32 a[4];
-      kiln_ldmatrix_x4(a, sm + a_q + mi * 16 * QP + ks * 32);
-#pragma unroll
-      for (int pp = 0; pp < 4; pp++)
-        if (pp <= mi) {
-          kiln_u32 b[4];
-          kiln_ldmatrix_x4(b, sm + K_OFF + b_nk + pp * 16 * QP + ks * 32);
-          kiln_mma_${MMA_T}(acc[2 * pp], a, b[0], b[1]);
-          kiln_mma_${MMA_T}(acc[2 * pp + 1], a, b[2], b[3]);
-        }
-    }
+    kiln_gdn_causal_mma<KD, QP, ${BF16}>(acc, mi, sm + a_q + mi * 16 * QP, sm + K_OFF + b_nk);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int r = 16 * mi + gr + 8 * h;
