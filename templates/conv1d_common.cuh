@@ -167,3 +167,18 @@ __device__ __forceinline__ kiln_i64 kiln_cv_opaque(kiln_i64 x) {
 
 // silu and its derivative: z sigma(z), sigma(z) (1 + z (1 - sigma(z))).
 __device__ __forceinline__ float kiln_cv_sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
+
+// Step t of a decode update: bias + the taps w[j] h(t + j) whose step t + j - H lies in step t's
+// sequence (sq: the new steps' sequence ids, with SEQ; a tap before step 0 reads the history,
+// which then belongs to no new step's sequence)
+template <int W, int H, bool SEQ, class F>
+__device__ __forceinline__ float kiln_cv_dec_step(float bias, const float (&w)[W], const int *sq, int t, F h) {
+  float z = bias;
+#pragma unroll
+  for (int j = 0; j < W; j++) {
+    const int tau = t + j - H;  // the tap's step; before step 0 it reads the history
+    if (SEQ && (tau < 0 || sq[tau < 0 ? 0 : tau] != sq[t])) continue;
+    z += w[j] * h(t + j);
+  }
+  return z;
+}

@@ -53,13 +53,7 @@ ${setup}
       const float bias = bias_get(c);
 #pragma unroll
       for (int t = 0; t < LS; t++) {
-        float z = bias;
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-          const int tau = t + j - H;  // the tap's step; before step 0 it reads the history
-          if (SEQ && (tau < 0 || sq[tau < 0 ? 0 : tau] != sq[t])) continue;
-          z += w[j] * h[cc][t + j];
-        }
+        const float z = kiln_cv_dec_step<W, H, SEQ>(bias, w, sq, t, [&](int i) { return h[cc][i]; });
         y[cc][t] = SILU ? z * kiln_cv_sigmoid(z) : z;
       }
     }
