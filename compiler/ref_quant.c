@@ -1,10 +1,14 @@
 /* kiln reference executor: block_scale_quantize / block_scale_dequantize (OPS.md §10.2):
- * fp8 e4m3/e5m2 data with e8m0 power-of-two scales (MXFP8) or e4m3 scales, rounded up. */
+ * fp8 e4m3/e5m2 data with e8m0 power-of-two scales (MXFP8) or e4m3 scales, rounded up, or
+ * fp32 scales (the 1x128 / 128x128 recipes) in the fp32 arithmetic the kernels do. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "numeric.h"
 #include "ref_impl.h"
+
+enum { SCALE_E8M0, SCALE_E4M3, SCALE_FP32 };
 
 static int eval_quantize(const ref_op *op, const ref_node *n, kiln_err *e);
 static int eval_dequantize(const ref_op *op, const ref_node *n, kiln_err *e);
@@ -40,12 +44,37 @@ static double e8m0_scale_up(double amax, double vmax) {
   return ldexp(1.0, p);
 }
 
-/* The smallest e4m3 value >= amax / vmax, at most 448; amax = 0 gives 0. */
+/* The smallest e4m3 value >= amax / vmax (the quotient rounded to fp32, as the kernels
+ * compute it), at most 448; amax = 0 gives 0. */
 static double e4m3_scale_up(double amax, double vmax) {
   if (isnan(amax)) return NAN;
-  double ratio = amax / vmax, r = kiln_round_to("fp8_e4m3", ratio);
+  float ratio = (float)amax / (float)vmax;
+  double r = kiln_round_to("fp8_e4m3", ratio);
   if (r < ratio && r < 448.0) r = kiln_fp8_e4m3_value((uint8_t)(kiln_fp8_e4m3_bits(r) + 1));
   return r;
+}
+
+/* An fp32 scale: scale = amax / vmax and the multiplier vmax / amax, each quotient rounded to
+ * fp32 (y = v * multiplier, as the kernels compute it); amax = 0 gives 1 and 1 (y = v = 0); a
+ * multiplier past fp32's range is FLT_MAX (Transformer Engine's rule). */
+static void fp32_scale(double amax, double vmax, float *scale, float *mul) {
+  float a = (float)amax, m = (float)vmax;
+  if (a == 0) {
+    *scale = 1, *mul = 1;
+    return;
+  }
+  *scale = a / m;
+  *mul = m / a;
+  if (isinf(*mul)) *mul = FLT_MAX;
+}
+
+/* One block's data: v / scale rounded to Y's dtype, the quotient computed in fp32 as the kernels
+ * do (fp32 scales: v times the multiplier; e8m0: exact either way). */
+static double quantize_value(const char *ydt, int scale_kind, double v, double s, float mul) {
+  if (scale_kind == SCALE_FP32) return kiln_round_to(ydt, (float)v * mul);
+  if (s == 0) return 0.0;
+  if (scale_kind == SCALE_E4M3) return kiln_round_to(ydt, (float)v / (float)s);
+  return kiln_round_to(ydt, v / s);
 }
 
 static int eval_quantize(const ref_op *op, const ref_node *n, kiln_err *e) {
@@ -65,10 +94,13 @@ static int eval_quantize(const ref_op *op, const ref_node *n, kiln_err *e) {
   if (strcmp(y->dtype, "fp8_e4m3") != 0 && strcmp(y->dtype, "fp8_e5m2") != 0)
     return kiln_err_set(e, "E_DTYPE", "block_scale_quantize: Y must be fp8_e4m3 or fp8_e5m2, "
                         "not %s", y->dtype);
-  int e4m3_scale = strcmp(sc->dtype, "fp8_e4m3") == 0;
-  if (!e4m3_scale && strcmp(sc->dtype, "fp8_e8m0") != 0)
-    return kiln_err_set(e, "E_DTYPE", "block_scale_quantize: scale must be fp8_e8m0 or "
-                        "fp8_e4m3, not %s", sc->dtype);
+  int kind = strcmp(sc->dtype, "fp8_e4m3") == 0 ? SCALE_E4M3
+             : strcmp(sc->dtype, "fp32") == 0   ? SCALE_FP32
+             : strcmp(sc->dtype, "fp8_e8m0") == 0 ? SCALE_E8M0
+                                                  : -1;
+  if (kind < 0)
+    return kiln_err_set(e, "E_DTYPE", "block_scale_quantize: scale must be fp8_e8m0, fp8_e4m3 "
+                        "or fp32, not %s", sc->dtype);
   int64_t sdims[KILN_REF_MAXRANK];
   memcpy(sdims, x->dims, (size_t)x->rank * sizeof *sdims);
   int64_t len = x->dims[axis], nblk = (len + bs - 1) / bs;
@@ -89,11 +121,15 @@ static int eval_quantize(const ref_op *op, const ref_node *n, kiln_err *e) {
           double a = fabs(x->data[(o * (size_t)len + (size_t)j) * inner + i]);
           if (isnan(a) || a > amax) amax = isnan(amax) ? amax : a;
         }
-        double s = e4m3_scale ? e4m3_scale_up(amax, vmax) : e8m0_scale_up(amax, vmax);
+        float fs = 0, mul = 0;
+        if (kind == SCALE_FP32) fp32_scale(amax, vmax, &fs, &mul);
+        double s = kind == SCALE_FP32 ? fs
+                 : kind == SCALE_E4M3 ? e4m3_scale_up(amax, vmax)
+                                      : e8m0_scale_up(amax, vmax);
         sc->data[(o * (size_t)nblk + (size_t)b) * inner + i] = s;
         for (int64_t j = j0; j < j1; j++) {
           size_t k = (o * (size_t)len + (size_t)j) * inner + i;
-          y->data[k] = s == 0 ? 0.0 : kiln_round_to(y->dtype, x->data[k] / s);
+          y->data[k] = quantize_value(y->dtype, kind, x->data[k], s, mul);
         }
       }
   return 0;

@@ -987,6 +987,12 @@ expect_err("block_scale_quantize: axis 2 on rank 2", "block_scale_quantize", { i
   { block_size = 32, axis = 2 }, "E_ATTR")
 expect_err("block_scale_quantize: int32 input", "block_scale_quantize", { input = T({ 64, 64 }, "int32") },
   { block_size = 32 }, "E_DTYPE")
+test("block_scale_quantize: scale may be fp32 (1x128 / 128x128 recipes), e8m0 or e4m3, not fp16", function()
+  local allowed = {}
+  for _, d in ipairs(by_name["block_scale_quantize"].out_dtypes.scale) do allowed[d] = true end
+  if not (allowed.fp32 and allowed.fp8_e8m0 and allowed.fp8_e4m3) or allowed.fp16 then return false, "scale dtypes wrong" end
+  return true
+end)
 expect_err("block_scale_dequantize: descale of the wrong shape", "block_scale_dequantize",
   { input = T({ "M", 4096 }, "fp8_e4m3"), descale = T({ "M", 64 }, "fp8_e8m0") }, { block_size = { 1, 32 } }, "E_SHAPE",
   "descale")

@@ -956,6 +956,41 @@ static void test_check_dtype(void) {
   OK(kiln_ref_check_dtype("not json", 3) == NULL, "check dtype: a malformed graph: none");
 }
 
+/* block_scale_quantize with fp32 scales (OPS.md §10.2): scale = amax / 448, y = v * (448 / amax)
+ * in fp32; an all-zero block gets scale 1; a multiplier past fp32's range is FLT_MAX. */
+static void test_quant_fp32(void) {
+  float tiny = 1e-37f;
+  double x[20] = {3.5, -1, 0.1, 0, 0, 0, 0, 0, 896, 448, 224, 1e-3,
+                  3, 1, -2, 1.5, tiny, 0, -0.5 * tiny, 0};
+  double y[20], s[5], d[20];
+  kiln_ref_buffer b[] = {BUF(1, x), BUF(2, y), BUF(3, s), BUF(4, d)};
+  int rc = run(GRAPH(TEN(1, "x", "fp32", "[1,20]", "input") ","
+                     TEN(2, "y", "fp8_e4m3", "[1,20]", "output") ","
+                     TEN(3, "s", "fp32", "[1,5]", "output") ","
+                     TEN(4, "d", "fp32", "[1,20]", "output"),
+                     NODE("block_scale_quantize", "'input':1", "'Y':2,'scale':3", "'block_size':4") ","
+                     NODE("block_scale_dequantize", "'input':2,'descale':3", "'Y':4",
+                          "'block_size':[1,4]")),
+               b, 4);
+  /* 0.1 * 128 = 12.8 -> 13; 3 * fl(448/3) rounds to 448; 1 * 149.33 -> 144; the tiny block:
+   * 1e-37 * FLT_MAX = 34.03 -> 36 */
+  double ws[5] = {1.0 / 128, 1, 2, (double)(3.0f / 448.0f), (double)(tiny / 448.0f)};
+  double wy[20] = {448, -128, 13, 0, 0, 0, 0, 0, 448, 224, 112, 0,
+                   448, 144, -288, 224, 36, 0, -18, 0};
+  OK(rc == 0 && close_to(s, ws, 5, 0), "block_scale_quantize fp32 scales (amax / 448; 1 for zeros)");
+  OK(rc == 0 && close_to(y, wy, 20, 0), "block_scale_quantize data with fp32 scales");
+  OK(rc == 0 && d[0] == 3.5 && d[9] == 448 && d[2] == 13.0 / 128, "block_scale_dequantize with fp32 scales");
+
+  double ex[4] = {1, 2, 3, 4}, ey[4], es[1];
+  kiln_ref_buffer eb[] = {BUF(1, ex), BUF(2, ey), BUF(3, es)};
+  OK(fails_with(GRAPH(TEN(1, "x", "fp32", "[1,4]", "input") ","
+                      TEN(2, "y", "fp8_e4m3", "[1,4]", "output") ","
+                      TEN(3, "s", "fp16", "[1,1]", "output"),
+                      NODE("block_scale_quantize", "'input':1", "'Y':2,'scale':3", "'block_size':4")),
+                eb, 3, "E_DTYPE"),
+     "block_scale_quantize: an fp16 scale is E_DTYPE");
+}
+
 int main(void) {
   test_check_dtype();
   test_pointwise();
@@ -966,6 +1001,7 @@ int main(void) {
   test_rounding_and_dims();
   test_errors();
   test_quant_conv();
+  test_quant_fp32();
   test_sdpa_gdn();
   test_sdpa_paged();
   test_more_norms();

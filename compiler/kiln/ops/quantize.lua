@@ -1,7 +1,7 @@
 -- kiln.ops.quantize: block_scale_quantize and block_scale_dequantize (OPS.md §10.2).
 -- Per-tensor fp8 is no op of its own: mul by the scale, identity cast, reduction amax.
 -- Quantize outputs default to MXFP8 (Y fp8_e4m3, scale fp8_e8m0); declare others with
--- dtypes = {Y = ..., scale = ...} within out_dtypes.
+-- dtypes = {Y = ..., scale = ...} within out_dtypes (scale fp32: the 1x128 / 128x128 recipes).
 local util = require "kiln.ops.util"
 
 local quantize = {
@@ -14,7 +14,7 @@ local quantize = {
     axis = { type = "integer" },                     -- absent: the last axis
     transpose = { type = "boolean", default = false },
   },
-  out_dtypes = { Y = { "fp8_e4m3", "fp8_e5m2" }, scale = { "fp8_e8m0", "fp8_e4m3" } },
+  out_dtypes = { Y = { "fp8_e4m3", "fp8_e5m2" }, scale = { "fp8_e8m0", "fp8_e4m3", "fp32" } },
   infer = function(ctx, ins, attrs)
     local x = ins.input
     util.dtype_in(ctx, "input", x, util.FLOATS)
