@@ -10,6 +10,8 @@
 --   rowred    (forward norms) reductions of such values over each row (a per-token amax), the
 --             per-row pointwise ops on their results (rowpw: a per-row fp8 scale), and
 --             epilogue ops that read those per-row values again per element (t / scale)
+--   quant     (forward norms) a block_scale_quantize of such a value along the row, where an
+--             engine builds it there (opts.quantize_epilogue): 1x128 fp8 with its scales
 -- A merge happens only where it keeps the group graph acyclic and every value the fused
 -- kernel needs exists per element; anything else stays a group of its own. A prologue that
 -- several anchors read is copied into each where that moves fewer bytes than exchanging it;
@@ -34,6 +36,8 @@ M.ANCHORS = {
   softmax_backward = { ins = { "grad", "output" }, outs = { "DX" } },
   log_softmax_backward = { ins = { "grad", "output" }, outs = { "DX" } },
   reduction = { ins = { "input" }, outs = {} },
+  block_scale_quantize = { ins = { "input" }, outs = {} },
+  block_scale_dequantize = { ins = { "input" }, outs = { "Y" } },
 }
 
 local function same_dims(a, b) return shape.format(a) == shape.format(b) end
@@ -259,7 +263,8 @@ local function fuse(g, groups, opts)
       for _, n in ipairs(not_in(A, grp.nodes)) do
         A.nodes[#A.nodes + 1] = n
         local r = type(role) == "function" and role(n) or role
-        local into = ({ epilogue = A.epilogue, amax = A.amax, rowred = A.rowred, rowpw = A.rowpw })[r] or A.prologue
+        local into = ({ epilogue = A.epilogue, amax = A.amax, rowred = A.rowred, rowpw = A.rowpw, quant = A.quant })[r]
+          or A.prologue
         into[#into + 1] = n
       end
       grp.dead = true
@@ -270,6 +275,7 @@ local function fuse(g, groups, opts)
     table.sort(A.amax, by_order)
     table.sort(A.rowred, by_order)
     table.sort(A.rowpw, by_order)
+    table.sort(A.quant, by_order)
     refresh()
   end
 
@@ -286,7 +292,7 @@ local function fuse(g, groups, opts)
   end
 
   for _, A in ipairs(groups) do
-    if A.anchor and M.ANCHORS[A.anchor.op] then A.prologue, A.epilogue, A.amax, A.rowred, A.rowpw = {}, {}, {}, {}, {} end
+    if A.anchor and M.ANCHORS[A.anchor.op] then A.prologue, A.epilogue, A.amax, A.rowred, A.rowpw, A.quant = {}, {}, {}, {}, {}, {} end
   end
   -- prologue: pointwise groups computing the anchor's element-space inputs from graph inputs
   -- (strict), or also from what anchored kernels leave in memory; whether any was taken
@@ -368,6 +374,12 @@ local function fuse(g, groups, opts)
               readable[r.outputs.Y] = true
               changed = true
             end
+          elseif ok and from_A == 1 and #others == 0 and Q.family == "quantize" and #Q.nodes == 1 and M.ROWRED[a.op]
+            and Q.anchor.op == "block_scale_quantize" and same_dims(g.by_uid[Q.anchor.inputs.input].dims, out_dims)
+            and opts.quantize_epilogue and opts.quantize_epilogue(a, Q.anchor, g) and legal({ A, Q }) then
+            -- a block quantize of a norm's epilogue value along its row: written by the norm's kernel
+            merge(A, { Q }, "quant")
+            changed = true
           elseif ok and from_A > 0 and #others == 0 and Q.family == "pointwise" and row_dims then
             -- per-row ops on the per-row results (rowpw), and element ops after them
             -- (epilogue), one group as pointwise chains come: no per-row op may read an
@@ -598,6 +610,8 @@ end
 -- `list` (an engine's rule, engines.fuse_reductions); none merge without it.
 -- opts.reduction_epilogue(list, g): whether the kernel of the reductions `list` takes element
 -- ops after them (engines.reduction_epilogue); none do without it.
+-- opts.quantize_epilogue(norm, q, g): whether the kernel of a forward norm takes the block
+-- quantize q of its epilogue (engines.quantize_epilogue); none do without it.
 function M.lower(g, opts)
   -- a graph routed before (another target) had its crossing tensors made scratch: start over
   for _, t in ipairs(g.tensors) do if t.role == "scratch" then t.role = "virtual" end end

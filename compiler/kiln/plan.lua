@@ -22,6 +22,7 @@ local function route_groups(g, target, opts)
   local fused = not opts.strict
   local groups, all = lower.lower(g, { strict = opts.strict, fuse_reductions = fused and engines.fuse_reductions,
     reduction_epilogue = fused and not opts.no_reduction_epilogue and engines.reduction_epilogue,
+    quantize_epilogue = fused and not opts.no_reduction_epilogue and engines.quantize_epilogue,
     fuse_matmuls = fused and function(a, b) return engines.fuse_matmuls(a, b, g, target) end }), true
   for _, grp in ipairs(groups) do
     grp.plan, grp.report = engines.route(grp, g, target)
@@ -33,8 +34,8 @@ end
 -- Routes every group of the graph the kernels are made from (decompose.graph: g, or g with
 -- its decomposable ops replaced); returns the groups annotated with .plan and .report, and
 -- that graph. Where the default fusion leaves a group without an engine (a prologue from
--- memory an engine cannot read), the default without element ops after row reductions is
--- taken, else the conservative one, if every group has an engine there; else the default's
+-- memory an engine cannot read), the default without element ops after row reductions (nor
+-- block quantizes in norms' epilogues) is taken, else the conservative one, if every group has an engine there; else the default's
 -- reasons stand. KILN_FUSE=strict (read at build time, for measuring) takes the conservative
 -- fusion always, KILN_FUSE=rowsplit the default without element ops after row reductions.
 function M.route(g, target)

@@ -46,6 +46,15 @@ function M.reduction_epilogue(list, g)
   return false
 end
 
+-- Whether the kernel of forward norm `norm` writes the block quantize q of its epilogue
+-- (lower's quantize epilogue): an engine that builds it there says so (E.quantizes).
+function M.quantize_epilogue(norm, q, g)
+  for _, engine in ipairs(M.list) do
+    if engine.quantizes and engine.quantizes(norm, q, g) then return true end
+  end
+  return false
+end
+
 -- KILN_PLAN forces candidates, for measuring: a comma-separated list of plan ids, each bare
 -- (any group that has that candidate takes it) or "G=ID" (group G, counted from 0, as
 -- `kiln explain` numbers them). A group with none of the listed candidates keeps its ranking.
