@@ -23,6 +23,7 @@ local rowfwd_staged_ptx = require "kiln.engines.rowfwd_staged_ptx"
 local rowsm_ptx = require "kiln.engines.rowsm_ptx"
 local rowred_ptx = require "kiln.engines.rowred_ptx"
 local rowbwd_smem_ptx = require "kiln.engines.rowbwd_smem_ptx"
+local rowquant = require "kiln.engines.rowquant"
 local lower = require "kiln.lower"
 local settings = require "kiln.settings"
 local ptx = require "kiln.ptx"
@@ -35,6 +36,7 @@ local KIND = {
   softmax = "softmax", log_softmax = "softmax",
   softmax_backward = "softmax_bwd", log_softmax_backward = "softmax_bwd",
   reduction = "reduce",
+  block_scale_quantize = "quant", block_scale_dequantize = "dequant",
 }
 
 -- The op whose kernel a norm runs: instance norm and adaptive layer norm are layer norms over
@@ -194,12 +196,21 @@ local function analyze(group, g, cluster)
     return fail("%s has no kernel yet (the row engine takes rmsnorm, layernorm, instancenorm, adalayernorm and the rmsnorm and layernorm backwards)", a.op)
   end
   if not kind then
-    return fail("group is a %s op (%s), not a norm, softmax or row reduction", group.family, (group.anchor or group.nodes[1]).op)
+    return fail("group is a %s op (%s), not a norm, softmax, row reduction or block quantize", group.family, (group.anchor or group.nodes[1]).op)
   end
   local spec = lower.ANCHORS[a.op]
   local info = { kind = kind, anchor = a, op = AS_OP[a.op] or a.op }
   local prologue, epilogue, amax = group.prologue or {}, group.epilogue or {}, group.amax or {}
   local rowred, rowpw = group.rowred or {}, group.rowpw or {}
+  -- block quantizes along the row: a forward norm's epilogue (lower's quant), or the anchor
+  local quant = group.quant or {}
+  if kind == "quant" then quant = { a } end
+  info.quant = quant
+  for _, q in ipairs(quant) do
+    local why = rowquant.declines(q, g)
+    if why then return nil, why end
+  end
+  local nfused = #prologue + #epilogue + #amax + #rowred + (kind == "quant" and 0 or #quant)
   local ok, why = pw.supported(prologue, g)
   if ok then ok, why = pw.supported(epilogue, g) end
   if ok then ok, why = pw.supported(rowpw, g) end
@@ -216,6 +227,12 @@ local function analyze(group, g, cluster)
   if kind == "norm" or kind == "norm_bwd" then
     nsuffix = norm_suffix(a.op, x, g.by_uid[a.inputs.scale])
     if not nsuffix then return fail("the normalized axes of %s are not its trailing axes", shape.format(x.dims)) end
+  elseif kind == "quant" or kind == "dequant" then
+    if kind == "dequant" then
+      why = rowquant.dequant_declines(a, g)
+      if why then return nil, why end
+    end
+    nsuffix = 1
   elseif kind == "reduce" then
     local y = g.by_uid[a.outputs.Y]
     nsuffix, why = reduce_suffix(x, y)
@@ -266,7 +283,9 @@ local function analyze(group, g, cluster)
   local vec_tensors = {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if t.role ~= "constant" and t.role ~= "scalar" then
+    if kind == "dequant" and uid == a.inputs.descale then
+      info.access[uid] = "qscale"   -- one value a block, read once a vector (rowquant.descale_line)
+    elseif t.role ~= "constant" and t.role ~= "scalar" then
       local bad = rowgen.source_declines(t, Edims)
       if bad then return nil, bad end
       local how = rowgen.classify(t, Edims, nsuffix)
@@ -293,8 +312,9 @@ local function analyze(group, g, cluster)
   info.colsum = {}
   for _, uid in ipairs(group.outputs) do
     local t = g.by_uid[uid]
-    if not pw.STORAGE[t.dtype] then return fail("dtype %s of output '%s' is not supported", t.dtype, t.name) end
     local kind_of
+    for _, q in ipairs(quant) do if q.outputs.scale == uid then kind_of = "qscale" end end
+    if not pw.STORAGE[t.dtype] and kind_of ~= "qscale" then return fail("dtype %s of output '%s' is not supported", t.dtype, t.name) end
     for _, r in ipairs(amax) do if r.outputs.Y == uid then kind_of = "amax" end end
     if kind == "norm_bwd" and (uid == a.outputs.DSCALE or uid == a.outputs.DBIAS) then
       if not shape.is_row_major(t.dims, t.strides) then return fail("output '%s' is not row-major", t.name) end
@@ -313,7 +333,7 @@ local function analyze(group, g, cluster)
     end
     info.out_kind[uid] = kind_of
   end
-  local V = rowgen.vector_width(H, vec_tensors)
+  local V = rowquant.vector(rowgen.vector_width(H, vec_tensors), kind == "dequant" and { a } or quant)
   -- bytes each thread keeps per vector between passes
   local hold, held = 0, {}
   if kind ~= "reduce" then
@@ -339,9 +359,11 @@ local function analyze(group, g, cluster)
   end
   info.held = held
   local max_n = E.MAX_N
-  if kind == "norm_bwd" or #prologue + #epilogue + #amax + #rowred > 0 then max_n = E.MAX_N_FUSED end
+  if kind == "norm_bwd" or nfused > 0 then max_n = E.MAX_N_FUSED end
   local target = hold > 0 and math.max(1, math.min(max_n, 128 // hold)) or max_n
-  local lean = E.FULL_OCCUPANCY_OPS[info.op] and #prologue + #epilogue + #amax + #rowred == 0
+  -- a block's vectors in one k of the thread group (rowquant.fits): N at most the blocks a row
+  for _, q in ipairs(quant) do target = math.max(1, math.min(target, H // rowquant.block(q))) end
+  local lean = E.FULL_OCCUPANCY_OPS[info.op] and nfused == 0
   if lean then target = math.min(target, E.FULL_OCCUPANCY_N) end
   local _, want_n = row_n_setting()
   if want_n and kind ~= "norm_bwd" then target = want_n end
@@ -354,7 +376,8 @@ local function analyze(group, g, cluster)
   -- what a thread may hold: its share of the register file less 40 registers for addresses
   -- and temporaries (a 1024-thread CTA has 64 registers per thread: 96 bytes)
   local hold_max = math.min(160, ((65536 // L.block) - 40) * 4)
-  info.strategy = kind == "reduce" and not info.maps and "stream" or (L.N * hold <= hold_max and "regs" or "reread")
+  info.strategy = (kind == "reduce" and not info.maps or kind == "quant" or kind == "dequant") and "stream"
+    or (L.N * hold <= hold_max and "regs" or "reread")
   -- A 16-bit row held by 1024 threads over 32 registers a thread runs one CTA an SM, which
   -- loads, reduces and stores one row at a time (H = 24576, 32768: 62-75% of copy). Plain
   -- bf16 RMSNorm is held to 32 registers instead, two CTAs an SM (fp16's conversions spill
@@ -366,7 +389,7 @@ local function analyze(group, g, cluster)
     narrow = narrow and dtypes.size(g.by_uid[uid].dtype) == 2
     bf16 = bf16 and g.by_uid[uid].dtype == "bf16"
   end
-  if info.strategy == "regs" and L.block >= 1024 and narrow and #prologue + #epilogue + #amax + #rowred == 0
+  if info.strategy == "regs" and L.block >= 1024 and narrow and nfused == 0
      and not (lean and L.N <= E.FULL_OCCUPANCY_N) then
     if info.op == "rmsnorm" and bf16 then info.full_occupancy = 2048 // L.block
     elseif E.ONE_CTA_REREAD[info.op] then info.strategy = "reread" end
@@ -379,7 +402,7 @@ local function analyze(group, g, cluster)
   -- at most 256 threads where 8 CTAs allow it; `cluster` a number: that size at least, for any
   -- kind (for measuring).
   local forced = type(cluster) == "number"
-  if info.strategy == "reread" and cluster and (forced or cluster_pays(info.op, kind, rowred)) then
+  if info.strategy == "reread" and cluster and #quant == 0 and (forced or cluster_pays(info.op, kind, rowred)) then
     local Lc = cluster_layout(H, V, target, forced and cluster or 2, forced, function(Lc)
       return Lc.N * hold <= math.min(160, ((65536 // Lc.block) - 40) * 4)
     end)
@@ -391,7 +414,7 @@ local function analyze(group, g, cluster)
   -- shapes rowfwd_staged_ptx.DEFAULT gives each op and dtype (measured there).
   local stage_mode = (kind == "norm" or kind == "softmax")
     and rowfwd_staged_ptx.mode(info.op, g.by_uid[a.inputs.input or a.inputs.P].dtype)
-  if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off
+  if info.strategy == "reread" and cluster and not forced and stage_mode and not stage_mode.off and #quant == 0
      and (not stage_mode.widths or stage_mode.widths[H]) then
     local Lc, st = cluster_layout(H, V, target, 2, false, function(Lc)
       return rowfwd_staged_ptx.accepts(info, group, g, Lc) and rowfwd_staged_ptx.plan(info, g, Lc, E.SMEM_MAX) or nil
@@ -463,11 +486,14 @@ local function analyze(group, g, cluster)
   local minb, bad = settings.choice("KILN_ROW_MINB", { "2", "4", "6", "8", "10", "12", "16" })
   if not minb then return fail("%s", bad) end
   if minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
+  local unfit = kind ~= "dequant" and rowquant.fits(L, quant)
+  if unfit then return nil, unfit end
   info.L = L
   local nred = group.reductions and #group.reductions or 1
-  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s", E.version, nred > 1 and (a.op .. "x" .. nred) or a.op,
+  info.id = string.format("row:v%d:%s:p%dn%dv%dr%d:%s%s%s%s%s", E.version, nred > 1 and (a.op .. "x" .. nred) or a.op,
     L.P, L.N, L.V, L.RPC, info.strategy,
-    info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "")
+    info.split and "+colsum" or "", info.full_occupancy and ":occ" or "", L.CL and (":cluster" .. L.CL) or "",
+    kind == "norm" and #quant > 0 and (":bq" .. rowquant.block(quant[1])) or "")
   return info
 end
 
@@ -489,6 +515,12 @@ function E.maps(list, g)
   return nsuffix ~= nil and rowgen.suffix(x.dims, nsuffix) ~= nil
 end
 
+-- Whether forward norm `norm`'s kernel takes block quantize q of its epilogue (lower's quantize
+-- epilogue): along the row, compile-time (rowquant.fuses); analyze checks the layout.
+function E.quantizes(norm, q, g)
+  return KIND[norm.op] == "norm" and rowquant.fuses(norm, q, g)
+end
+
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
   local n_ok, n_bad = row_n_setting()
@@ -498,7 +530,11 @@ function E.propose(group, g, target)
     local info, why = analyze(group, g, cluster)
     if not info then return nil, why end
     -- the forward norm's body in PTX (rowfwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
-    if info.kind == "norm" and ptx_wanted then info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end
+    if info.kind == "norm" and ptx_wanted then
+      if #info.quant > 0 then info.why_cuda = "a block quantize in the epilogue (rowquant.lua: CUDA form only)"
+      else info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end
+    end
+    if (info.kind == "quant" or info.kind == "dequant") and ptx_wanted then info.why_cuda = "block quantize (rowquant.lua: CUDA form only)" end
     -- softmax's likewise (rowsm_ptx.lua)
     if (info.kind == "softmax" or info.kind == "softmax_bwd") and ptx_wanted then
       info.sm_ptx, info.why_cuda = rowsm_ptx.accepts(info, group, g, target)
@@ -1035,13 +1071,18 @@ function E.build(plan, group, g, target, symbol)
       if uid and lower.written(g.by_uid[uid]) then outs[#outs + 1] = uid end
     end
     for _, uid in ipairs(outputs_of(epilogue)) do outs[#outs + 1] = uid end
-    held_pass({ nodes = epilogue, extra_loads = o.extra_loads, outs = outs, pre = o.pre, post = o.post, fresh = o.fresh,
+    -- block quantizes: each vector's values kept, then the block scales and stores after it
+    local qh = #info.quant > 0 and rowquant.hooks(K, info, info.quant, g, clamp)
+    local function both(f1, f2) return function(lines, kx) if f1 then f1(lines, kx) end; if f2 then f2(lines, kx) end end end
+    held_pass({ nodes = epilogue, extra_loads = o.extra_loads, outs = outs, fresh = o.fresh,
+      pre = both(o.pre, qh and qh.pre), post = both(o.post, qh and qh.post),
       extra = function(lines, kx, stage)
         anchor_values(lines, kx, anchor_lines)
         emit(lines, epilogue)
         for _, acc in ipairs(amax_acc) do
           lines[#lines + 1] = string.format("        %s = max(%s, __float_as_uint(fabsf(%s)));", acc.var, acc.var, K.value[acc.input])
         end
+        if qh then qh.body(lines, K.value) end
         stage(lines)
       end })
   end
@@ -1235,6 +1276,16 @@ function E.build(plan, group, g, target, symbol)
       end
       K.value[dx] = "v" .. dx
     end, {})
+  elseif kind == "quant" then
+    -- one pass: the row's blocks quantized as loaded (rowquant.hooks)
+    output_pass(function() end, {})
+  elseif kind == "dequant" then
+    -- one pass: each vector times its block's descale
+    local y = a.outputs.Y
+    output_pass(function(lines)
+      lines[#lines + 1] = string.format("        float v%d = %s * qd_;", y, X())
+      K.value[y] = "v" .. y
+    end, { pre = function(lines) lines[#lines + 1] = rowquant.descale_line(K, info, a, g) end })
   else -- reduce: the anchor and its sibling reductions, one accumulator each, one meeting
     src:need("common/nanmax.cuh")
     local list, vars = group.reductions or { a }, {}

@@ -124,6 +124,9 @@ function M.dynamic_smem(bytes, static)
   return bytes
 end
 
+-- The C type of dtypes kernels move as bytes only (block quantize's e8m0 scales).
+M.RAW_CTYPE = { fp8_e8m0 = "kiln_u8" }
+
 -- A kernel under construction: parameters (with the manifest's view of them), alignment
 -- needs, dynamic dims used, the helper snippets, and the body lines.
 function M.kernel(g, symbol)
@@ -141,7 +144,8 @@ function M.kernel(g, symbol)
     if not self.seen[name] then
       self.seen[name] = true
       local t = self.g.by_uid[uid]
-      local st = pw.storage(self.src, t.dtype)
+      -- (a dtype no expression reads or writes, an e8m0 scale: its bytes)
+      local st = pw.STORAGE[t.dtype] and pw.storage(self.src, t.dtype) or { ctype = M.RAW_CTYPE[t.dtype] }
       self:note_dyn(t.dims); self:note_dyn(t.strides)
       self.params[#self.params + 1] = string.format("%s%s *__restrict__ %s", writable and "" or "const ", st.ctype, name)
       self.mparams[#self.mparams + 1] = { kind = "tensor", uid = uid }
