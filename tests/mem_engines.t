@@ -11,7 +11,8 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        tests/specs/mem/reduce.lua tests/specs/mem/variants.lua tests/specs/mem/forward.lua tests/specs/mem/backward.lua
        tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
        tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua tests/specs/mem/norm_bwd_axes.lua
-       tests/specs/mem/row_epilogue.lua tests/specs/mem/odd_vectors.lua tests/specs/mem/masks.lua)
+       tests/specs/mem/row_epilogue.lua tests/specs/mem/odd_vectors.lua tests/specs/mem/masks.lua
+       specs/rmsnorm_fp8_block.lua tests/specs/mem/quantize.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -23,8 +24,11 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "tests/specs/mem/rowred.lua layernorm swish reduction max min mul identity swish div identity"
        "tests/specs/mem/rowred.lua rmsnorm mul reduction reduction div identity sub"
        "specs/add_rmsnorm_silu_gate.lua add rmsnorm swish mul" "tests/specs/mem/variants.lua mul add layernorm gelu"
-       "tests/specs/mem/variants.lua softmax_backward add")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 ))
+       "tests/specs/mem/variants.lua softmax_backward add"
+       "specs/rmsnorm_fp8_block.lua rmsnorm block_scale_quantize"
+       "tests/specs/mem/quantize.lua add rmsnorm block_scale_quantize" "tests/specs/mem/quantize.lua layernorm block_scale_quantize"
+       "tests/specs/mem/quantize.lua rmsnorm swish mul block_scale_quantize")
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 12 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -745,6 +749,50 @@ run_kiln pack inspect "$TMP/scratch.kpack"
 ok "its plans hold 17 scratch tensors" test "$(grep -cE '^ +uid [0-9]+ +[^ ]+ +[a-z0-9]+ +scratch ' "$OUTF")" = 17
 expect_out "add_1.OUT_0 +fp32 +scratch +\[T, 512\]" "a sum read by a norm and a GEMM is written once by a pointwise kernel"
 expect_out "workspace: [0-9]+ \+ scratch identity_[0-9]+.OUT_0 " "a GEMM's own workspace comes first, the scratch after it"
+# block quantize along the row (rowquant.lua): RMSNorm -> 1x128 fp8 with fp32 scales in one kernel,
+# each block's amax by xor shuffles among the lanes holding it, a lane a block writing its scale;
+# standalone quantize and dequantize with their prologue and epilogue; what the engine declines named
+run_kiln explain specs/rmsnorm_fp8_block.lua --set H=8192 --sm 90a
+ok "rmsnorm_fp8_block at H = 8192: one kernel" test "$(grep -c '^    kernel ' "$OUTF")" = 1
+expect_out "group 0 \(rmsnorm block_scale_quantize\): plan row:v1:rmsnorm:p512n2v8r1:regs:bq128$" \
+  "rmsnorm_fp8_block at H = 8192: the row held by 512 threads, blocks of 128"
+expect_out "CUDA through NVRTC, a block quantize in the epilogue" "its CUDA form, and why"
+run_kiln source specs/rmsnorm_fp8_block.lua --set H=7168 --sm 90a
+expect_out "__shfl_xor_sync\(qmask16_, qa_, o_\)" "a block's amax: xor shuffles among its 16 lanes (a mask: a ragged row's last trip)"
+expect_out "if \(\(lane & 15\) == 0\) p[0-9]+\[row \* 56LL \+ c / 128\] = qs_;" "one lane of a block writes its scale [T, H / 128]"
+run_kiln explain tests/specs/mem/quantize.lua --graph quant_bf16_prologue --sm 90a
+expect_out "group 0 \(add gelu block_scale_quantize\): plan row:v1:block_scale_quantize:" "a standalone block quantize takes its prologue"
+run_kiln explain tests/specs/mem/quantize.lua --graph dequant_e5m2_e8m0_epilogue --sm 90a
+expect_out "group 0 \(block_scale_dequantize mul identity\): plan row:v1:block_scale_dequantize:" "a block dequantize takes its epilogue"
+cat > "$TMP/quant_bad.lua" <<EOF
+local k = require "kiln"
+return {
+  k.graph "q_axis0" { dims = { T = { 64 }, H = { 256 } }, dtype = "bf16", inputs = { x = { "T", "H" } },
+    body = function(g, x) local y, s = g:block_scale_quantize(x, { block_size = 32, axis = 0 }); return { y = y, s = s } end },
+  k.graph "q_wide_block" { dims = { T = k.dynamic, H = { 2048 } }, dtype = "bf16", inputs = { x = { "T", "H" }, w = { "H" } },
+    body = function(g, x, w)
+      local y, s = g:block_scale_quantize(g:rmsnorm(x, w, { epsilon = 1e-6 }), { block_size = 512, dtypes = { scale = "fp32" } })
+      return { y = y, s = s }
+    end },
+  k.graph "q_block96" { dims = { T = k.dynamic, H = { 1536 } }, dtype = "bf16", inputs = { x = { "T", "H" } },
+    body = function(g, x) local y, s = g:block_scale_quantize(x, { block_size = 96 }); return { y = y, s = s } end },
+  k.graph "dq_k_blocks" { dims = { K = { 256 } }, dtype = "bf16",
+    inputs = { x = { "K", 64, dtype = "fp8_e4m3" }, s = { 8, 64, dtype = "fp8_e8m0" } },
+    body = function(g, x, s) return { y = g:block_scale_dequantize(x, s, { block_size = { 32, 1 } }) } end },
+  k.graph "q_ragged_block" { dims = { T = k.dynamic, H = { 100 } }, dtype = "bf16", inputs = { x = { "T", "H" } },
+    body = function(g, x) local y, s = g:block_scale_quantize(x, { block_size = 32 }); return { y = y, s = s } end },
+}
+EOF
+run_kiln build "$TMP/quant_bad.lua" --graph q_axis0 --sm 90a -o "$TMP/qb.kpack"
+expect_err "E_NO_ENGINE.*row: block_scale_quantize '[^']+' along axis 0, not the last axis" "a quantize along axis 0: E_NO_ENGINE, the row engine says why"
+run_kiln build "$TMP/quant_bad.lua" --graph q_wide_block --sm 90a -o "$TMP/qb.kpack"
+expect_err "E_NO_ENGINE.*a block of 512 elements spans 64 lanes, more than a warp" "a block of 512 after a norm: declined by name"
+run_kiln build "$TMP/quant_bad.lua" --graph q_block96 --sm 90a -o "$TMP/qb.kpack"
+expect_err "E_NO_ENGINE.*a block of 96 elements is not a power-of-two number of 8-element vectors" "a block of 96: declined by name"
+run_kiln build "$TMP/quant_bad.lua" --graph dq_k_blocks --sm 90a -o "$TMP/qb.kpack"
+expect_err "E_NO_ENGINE.*blocks along axis 0, not only the last" "a dequantize blocked along K of [K, N]: declined by name"
+run_kiln check "$TMP/quant_bad.lua" --graph q_ragged_block
+expect_err "E_SHAPE.*axis 1 has extent 100, which must be a static multiple of block_size 32" "a block not dividing the row: E_SHAPE"
 # cold compile times, one kernel at a time; each kernel's best of two cold builds, so that a
 # burst of load on a shared machine does not decide the result
 for round in 1 2; do
