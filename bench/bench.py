@@ -280,6 +280,21 @@ def norm_cases(pack):
                    plan=pack.plan("rmsnorm_residual_fp8_rowwise", "H=%d" % H),
                    kiln=dict(x=x, r=r, w=w, y=y8r, h=hr, scale=s8), eager=fp8_rowwise_unfused,
                    out=s8, ref=rowwise_scales, bytes=nbytes(x, r, w, y8r, hr, s8))
+    if "rmsnorm_fp8_block" in {p.graph for p in pack.plans()}:
+        nb = H // 128
+        sb, y8b = torch.empty(T, nb, device="cuda"), torch.empty_like(y8)
+
+        def fp8_block_unfused(x=x, w=w, T=T, H=H, nb=nb):
+            t = F.rms_norm(x, (H,), w, 1e-6).view(T, nb, 128)
+            s = t.abs().amax(-1, keepdim=True).float() / 448.0
+            return (t.float() / s).to(torch.float8_e4m3fn).view(T, H), s.view(T, nb)
+
+        def block_scales(x=x, w=w, T=T, H=H, nb=nb):  # fp32 from the bf16 x, as kiln computes them
+            t = F.rms_norm(x.float(), (H,), w.float(), 1e-6).view(T, nb, 128)
+            return t.abs().amax(-1) / 448.0
+        yield dict(name="rmsnorm_fp8_block", shape="%dx%d" % (T, H), plan=pack.plan("rmsnorm_fp8_block", "H=%d" % H),
+                   kiln=dict(x=x, w=w, y=y8b, scale=sb), eager=fp8_block_unfused,
+                   out=sb, ref=block_scales, bytes=nbytes(x, w, y8b, sb))
 
 
 def main():
