@@ -19,6 +19,8 @@ local M = {}
 
 -- Y's largest finite value and, for e8m0 scales, its exponent (both are 1.75 * 2^e).
 local VMAX = { fp8_e4m3 = { 448, 8 }, fp8_e5m2 = { 57344, 15 } }
+-- Y's pair converts (common/quant.cuh).
+local PACK = { fp8_e4m3 = "kiln_bq_pack_e4m3", fp8_e5m2 = "kiln_bq_pack_e5m2" }
 -- The scale dtypes the kernels write.
 local SCALES = { fp32 = true, fp8_e8m0 = true, fp8_e4m3 = true }
 
@@ -163,7 +165,13 @@ function M.hooks(K, info, nodes, g, clamp)
       local written = lower.written
       if written(y) then
         add("  alignas(%d) kiln_u8 qy_[%d];", math.min(16, V), V)
-        add("#pragma unroll\n        for (int j = 0; j < %d; j++) qy_[j] = %s;", V, pw.fmt(store, y_of(qv .. "[j]")))
+        if V % 2 == 0 then
+          -- element pairs in one convert (cvt.rn.satfinite.*x2 on sm_89+)
+          add("#pragma unroll\n        for (int j = 0; j < %d; j++) reinterpret_cast<kiln_u16 *>(qy_)[j] = %s(%s, %s);", V // 2,
+            PACK[y.dtype], y_of(qv .. "[2 * j]"), y_of(qv .. "[2 * j + 1]"))
+        else
+          add("#pragma unroll\n        for (int j = 0; j < %d; j++) qy_[j] = %s;", V, pw.fmt(store, y_of(qv .. "[j]")))
+        end
         if clamp then add("  if (valid)") end
         lines[#lines + 1] = pw.vector_copy(string.format("%s + row * %dLL + c", K:ptr(y.uid, true), H), "qy_", "kiln_u8", V, 1,
           "        ")
