@@ -195,6 +195,7 @@ end
 function M.descale_line(K, info, a, g)
   local s = g.by_uid[a.inputs.descale]
   local B = M.block(a)
+  K.src:need("common/fp8.cuh")
   K.src:need("common/quant.cuh")
   local load = s.dtype == "fp8_e8m0" and "kiln_e8m0_to_f32(%s)" or pw.storage(K.src, s.dtype).load
   return string.format("      const float qd_ = %s;", pw.fmt(load, string.format("%s[row * %dLL + c / %d]", K:ptr(s.uid),
