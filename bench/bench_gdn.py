@@ -21,6 +21,7 @@ autotuning) before timing. Without FLA (the wheels in .whl) kiln is timed alone.
         [--forward-pack PACK ...]  (tests/specs/gdn/bench.lua built with another plan: one more
                                     row a forward case each, FLA timed beside it again)
 """
+import gc
 import os
 import sys
 
@@ -102,7 +103,13 @@ def forward_cases(pack, rounds):
             times = timed(fns, rounds)
             name = "forward T%d N%d H%d/%d d128" % (T_FWD, N, H, HV)
             rows.append(row(name, plan, times, peer, ok, err))
-            del q, k, v, g, beta, h0, o, ht
+            # (a T = 32768 case holds GBs: FLA's chunk states, the split plan's workspace; the
+            # next case, and the next pack's, start from a free GPU)
+            plan.free_workspaces()
+            del q, k, v, g, beta, h0, o, ht, fns, run_kiln
+            if HAVE_FLA:
+                del o_f, ht_f, run_fla, args, qb, kb, vb, gb, bb
+            gc.collect()
             torch.cuda.empty_cache()
     return rows
 

@@ -4,8 +4,8 @@
 # sm_100a on the chunk plans, ptxas spills nothing, the plan of 128 state rows a CTA where shared
 # memory allows it (not sm_80), the in-place pool update forced onto the chunk kernel, head dims
 # past 128 left to the recurrent kernel; cold compile time per chunk kernel. The split chunked
-# plans (kiln.engines.gdn.chunk_split: pre-pass, state pass, output): offered below the fused
-# ones, forced by KILN_PLAN, three kernels a group, built for every target without spills,
+# plans (kiln.engines.gdn.chunk_split: pre-pass, state pass, output): offered ahead of the fused
+# ones where T or the cu_seqlens length is static, forced by KILN_PLAN, three kernels a group, built for every target without spills,
 # declined where T and the cu_seqlens length are both dynamic. Correctness runs on
 # the GPU (tests/gpu/steps/gdn.sh: every graph of tests/specs/gdn/chunk.lua against the fp64
 # reference).
@@ -14,12 +14,14 @@
 spec=tests/specs/gdn/chunk.lua
 plan 30
 
-KILN_DUMP_DIR=$TMP/dump run_kiln build $spec --sm 80 --sm 90a --sm 100a -o "$TMP/chunk.kpack" -j 2
+KILN_PLAN=gdn:v1:chunk:c64:bv64 KILN_DUMP_DIR=$TMP/dump run_kiln build $spec --sm 80 --sm 90a --sm 100a -o "$TMP/chunk.kpack" -j 2
 expect_rc 0 "build $spec for sm_80 sm_90a sm_100a"
 for sm in 90a 80 100a; do
   run_kiln explain $spec --sm $sm
   groups=$(grep -c '^  group .*(gdn)' "$OUTF"); chunk=$(grep -c '(gdn): plan gdn:v1:chunk:c64:bv64$' "$OUTF")
-  ok "explain sm_$sm: all $groups gdn groups take gdn:v1:chunk:c64:bv64" test "$groups" = 4 -a "$chunk" = "$groups"
+  split=$(grep -c '(gdn): plan gdn:v1:chunk:split:c64:bv16$' "$OUTF")
+  ok "explain sm_$sm: $split of $groups gdn groups take the split plan bv16 (3 sequences x 4 heads), $chunk the fused plan (T and N dynamic)" \
+    test "$groups" = 4 -a "$split" = 3 -a "$chunk" = 1
 done
 
 # sm_80's 163 KB take no plan of 128 state rows (179 KB at K = V = 128); sm_90a's 227 KB do
@@ -31,10 +33,10 @@ KILN_PLAN=gdn:v1:chunk:c64:bv128 KILN_DUMP_DIR=$TMP/dump run_kiln build $spec --
   -o "$TMP/bv128.kpack" -j 2
 expect_rc 0 "the bv128 kernel builds for sm_90a and sm_100a"
 
-# the shipped prefill spec (dynamic T and N) on the chunk plan; the decode spec's in-place pool
-# update (overwrite_initial_state) forced onto it
+# the shipped prefill spec (dynamic T) on the split plan; the decode spec's in-place pool
+# update (overwrite_initial_state) forced onto the fused chunk plan
 run_kiln explain specs/gdn_layer.lua --sm 90a
-expect_out "plan gdn:v1:chunk:c64:bv64$" "specs/gdn_layer.lua takes the chunk plan"
+expect_out "plan gdn:v1:chunk:split:c64:bv64$" "specs/gdn_layer.lua takes the split plan"
 KILN_DUMP_DIR=$TMP/dump run_kiln build specs/gdn_layer.lua --sm 80 --sm 90a --sm 100a -o "$TMP/layer.kpack" -j 2
 expect_rc 0 "specs/gdn_layer.lua builds for sm_80 sm_90a sm_100a"
 KILN_PLAN=gdn:v1:chunk:c64:bv64 KILN_DUMP_DIR=$TMP/dump run_kiln build specs/gdn_decode.lua --sm 80 --sm 90a --sm 100a \
@@ -50,12 +52,12 @@ spilled=$(grep -L ' 0 bytes spill stores, 0 bytes spill loads' $logs 2>/dev/null
 ok "ptxas spills nothing in the chunk kernels (spilled: $(echo $spilled))" test -z "$spilled"
 echo "# registers a thread: $(grep -ho 'Used [0-9]* registers' $logs | awk '{print $2}' | sort -n | uniq | tr '\n' ' ')"
 
-# the split chunked plans: ranked below the fused ones until measured, forced by KILN_PLAN (three kernels)
+# the split chunked plans: ranked ahead of the fused ones, another forced by KILN_PLAN (three kernels)
 SPLIT=gdn:v1:chunk:split:c64:bv32
 run_kiln explain $spec --graph gva_d128_safe --sm 90a
-ok "split plans offered after the fused chunk plans (3 sequences x 4 heads: bv16 leads)" \
-  sh -c "grep -q 'accepted: gdn:v1:chunk:c64:bv64, gdn:v1:chunk:c64:bv128, gdn:v1:chunk:split:c64:bv16, gdn:v1:chunk:split:c64:bv32, gdn:v1:chunk:split:c64:bv64' '$OUTF'"
-expect_out "plan gdn:v1:chunk:c64:bv64$" "the fused chunk plan leads"
+ok "split plans offered before the fused chunk plans (3 sequences x 4 heads: bv16 leads)" \
+  sh -c "grep -q 'accepted: gdn:v1:chunk:split:c64:bv16, gdn:v1:chunk:split:c64:bv32, gdn:v1:chunk:split:c64:bv64, gdn:v1:chunk:c64:bv64, gdn:v1:chunk:c64:bv128' '$OUTF'"
+expect_out "plan gdn:v1:chunk:split:c64:bv16$" "the split plan leads"
 KILN_PLAN=$SPLIT run_kiln explain $spec --graph gva_d128_safe --sm 90a
 expect_out "plan $SPLIT$" "KILN_PLAN forces the split plan"
 ok "the split plan builds three kernels (pre-pass, state pass, output)" \
@@ -99,7 +101,7 @@ KILN_PLAN=gdn:v1:chunk:c64:bv64 run_kiln explain "$TMP/d256.lua" --sm 90a
 ok "K = V = 256: KILN_PLAN cannot force a chunk plan" sh -c "! grep -q 'plan gdn:v1:chunk' '$OUTF'"
 
 # cold compile of one chunk kernel a target, one at a time
-KILN_CACHE_DIR=$TMP/cold run_kiln build $spec --graph gva_d128_safe --sm 90a --sm 80 -v -j 1
+KILN_PLAN=gdn:v1:chunk:c64:bv64 KILN_CACHE_DIR=$TMP/cold run_kiln build $spec --graph gva_d128_safe --sm 90a --sm 80 -v -j 1
 expect_rc 0 "cold build of gva_d128_safe for sm_90a and sm_80"
 times=$(grep -o 'compiled in [0-9.]*' "$OUTF" "$ERRF" | awk '{print $3}')
 echo "# cold compile per chunk kernel, sm_90a and sm_80 (ms, -j 1): $(echo $times)"

@@ -8,7 +8,8 @@
     plan.workspace_size(T=4096)      # bytes of scratch memory (0 for most plans)
 
 Plans that need a workspace (plan.workspace is its size rule) get one allocated with torch
-on the launch's device and stream, kept on the plan and reused (grown when too small).
+on the launch's device and stream, kept on the plan and reused (grown when too small);
+plan.free_workspaces() drops them.
 
 The library is found through $KILN_RT_LIB, else the one installed with the package
 (`pip install ./python`), else build/libkilnrt.so of the source tree this package sits in,
@@ -425,6 +426,14 @@ class Plan:
                         ws = torch.empty(size, dtype=torch.uint8, device=dev)
                 self._workspaces[key] = ws
             return ws
+
+    def free_workspaces(self):
+        """Drops the workspaces this plan's launches allocated (torch frees them once the
+        streams that used them are done); the next launch allocates again. Every thread's
+        next launch binds afresh, so none reuses a freed workspace."""
+        with self._ws_lock:
+            self._workspaces.clear()
+            self._local = threading.local()
 
     def __call__(self, *args, stream=None, **kwargs):
         """Binds torch CUDA tensors by name (or positionally), ints as dynamic dims, floats

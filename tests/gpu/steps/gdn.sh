@@ -9,7 +9,7 @@
 #              kernel at T = 2049; compute-sanitizer memcheck of both forms, racecheck of one;
 #              gdn_chunk_check and gdn_split_check (the chunked plans, fused and split).
 #   gdn_bench  bench/bench_gdn.py beside FLA (installed from .whl when missing) -> $OUT/gdn.csv,
-#              the forward rows on each split chunked plan too (--forward-pack).
+#              the forward rows on the fused chunked plan and the split bv32 plan too (--forward-pack).
 GDN_FWD=tests/specs/gdn/forward.lua
 GDN_DEC=tests/specs/gdn/decode.lua
 GDN_LONG=gdn:v1:recurrent:bv8:r1:c32
@@ -81,10 +81,11 @@ gdn_bench() {
     KILN_PLAN=gdn:v1:recurrent:$p "$KILN" build specs/gdn_decode.lua --sm 90a -o "$WORK/gdn_${p//:/_}.kpack" >/dev/null &&
       alt+=(--decode-pack "$WORK/gdn_${p//:/_}.kpack")
   done
-  # the forward graphs on each split chunked plan too (one more row a case and plan)
-  for p in bv32 bv64; do
-    KILN_PLAN=gdn:v1:chunk:split:c64:$p "$KILN" build tests/specs/gdn/bench.lua --sm 90a -o "$WORK/gdn_split_$p.kpack" >/dev/null &&
-      alt+=(--forward-pack "$WORK/gdn_split_$p.kpack")
+  # the forward graphs on the fused chunked plan and the split plan of 32 state rows too (one
+  # more row a case and plan; the ranking leads with a split plan, its tile by the CTA count)
+  for p in chunk:c64:bv64 chunk:split:c64:bv32; do
+    KILN_PLAN=gdn:v1:$p "$KILN" build tests/specs/gdn/bench.lua --sm 90a -o "$WORK/gdn_${p//:/_}.kpack" >/dev/null &&
+      alt+=(--forward-pack "$WORK/gdn_${p//:/_}.kpack")
   done
   step "bench-gdn" env FLA_FLASH_QLA=0 timeout 400 python3 bench/bench_gdn.py --pack "$WORK/gdn.kpack" ${alt[@]+"${alt[@]}"} --out "$OUT"
 }
