@@ -5,7 +5,9 @@ Cases: bf16 C = A·B at 8192³, 4096³ and 16384×4096×4096 against torch.matmu
 with bias and GELU at 8192³ against F.linear + F.gelu; SwiGLU (bias, SiLU, times a gate) and a
 scaled residual at 8192×4096×4096 against F.silu(F.linear) * gate and torch.addmm; fp8 e4m3 (per-tensor descales, bf16
 out) at 8192³ against torch._scaled_mm; a gated MLP's up projection (two products of one x, SwiGLU:
-one dual GEMM kernel) at 8192×{11008,14336}×4096 against F.silu(F.linear) * F.linear. Times are bench.bench.time_ms medians; TFLOP/s count
+one dual GEMM kernel) at 8192×{11008,14336}×4096 against F.silu(F.linear) * F.linear; block-scaled
+fp8 (fp32 scales per 1x128 block of x, per 128x128 block of the weight) at 8192³, 4096×7168×2048
+and 4096×2048×7168 against torch's blockwise scaled_mm (cuBLAS; per-tensor where it is refused). Times are bench.bench.time_ms medians; TFLOP/s count
 2·M·N·K. Every result (kiln's and torch's) is checked against the same math in fp32 in torch:
 rel L2 error at most 1e-2. Usage (after `kiln build specs/gemm*.lua --sm 90a -o PACK`):
 
@@ -13,6 +15,7 @@ rel L2 error at most 1e-2. Usage (after `kiln build specs/gemm*.lua --sm 90a -o 
 """
 import argparse
 import csv
+import itertools
 import os
 import sys
 import time
@@ -90,6 +93,56 @@ def cases(pack):
                extra=lambda: ("amax", amax.item(), y8.float().abs().max().item()))
 
 
+def block_quant(x, bm, bk):
+    """x [R, C] in e4m3 with one fp32 scale (amax / 448) per bm x bk block: (data, scales [R/bm, C/bk])."""
+    R, C = x.shape
+    xb = x.float().view(R // bm, bm, C // bk, bk)
+    s = xb.abs().amax(dim=(1, 3)).clamp_min(1e-12) / 448.0
+    return (xb / s[:, None, :, None]).to(torch.float8_e4m3fn).view(R, C), s
+
+
+def expand(s, bm, bk):
+    return s.repeat_interleave(bm, 0).repeat_interleave(bk, 1)
+
+
+def block_scaled_peer(a8, sa, w8, ws):
+    """torch's blockwise fp8 GEMM (cuBLAS: 1x128 activation, 128x128 weight scales) as a callable
+    and its name, or torch._scaled_mm with per-tensor scales where that is refused."""
+    sa_t = sa.t().contiguous().t()  # the activation scales outer-dim-major, as cuBLAS takes them
+    tries = []
+    if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
+        tries.append((lambda: F.scaled_mm(a8, w8.t(), sa_t, F.ScalingType.BlockWise1x128, ws.t(),
+                                          F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16),
+                      "F.scaled_mm blockwise"))
+    tries.append((lambda: torch._scaled_mm(a8, w8.t(), scale_a=sa_t, scale_b=ws.t(), out_dtype=torch.bfloat16),
+                  "torch._scaled_mm blockwise"))
+    for fn, name in tries:
+        try:
+            fn()
+            torch.cuda.synchronize()
+            return fn, name
+        except (RuntimeError, TypeError, ValueError) as e:
+            print("# %s refused: %s" % (name, str(e).splitlines()[0][:160]), flush=True)
+    one = torch.ones(1, device="cuda")
+    return (lambda: torch._scaled_mm(a8, w8.t(), scale_a=one[0], scale_b=one[0], out_dtype=torch.bfloat16),
+            "torch._scaled_mm per-tensor")
+
+
+def block_cases(pack):
+    """Block-scaled fp8 (specs/gemm_fp8_block.lua): e4m3 data, fp32 scales per 1x128 block of x
+    and per 128x128 block of the weight, against torch's blockwise fp8 GEMM."""
+    for M, N, K in ((8192, 8192, 8192), (4096, 7168, 2048), (4096, 2048, 7168)):
+        a8, sa = block_quant(torch.randn(M, K, device="cuda"), 1, 128)
+        w8, ws = block_quant(torch.randn(N, K, device="cuda") * K ** -0.5, 128, 128)
+        y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        peer, peer_name = block_scaled_peer(a8, sa, w8, ws)
+        yield dict(name="gemm_fp8_block", M=M, N=N, K=K, plan=pack.plan("gemm_fp8_block", "K=%d,N=%d" % (K, N)),
+                   kiln=dict(a=a8, b=w8.t(), sa=sa, sb=ws.t().contiguous(), y=y), out=y, peer=peer, peer_name=peer_name,
+                   # (the per-tensor peer computes another product: its error is not checked)
+                   peer_checked=not peer_name.endswith("per-tensor"),
+                   ref=lambda a8=a8, sa=sa, w8=w8, ws=ws: (a8.float() * expand(sa, 1, 128)) @ (w8.float() * expand(ws, 128, 128)).t())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pack", required=True)
@@ -102,7 +155,7 @@ def main():
     dev = torch.cuda.get_device_name()
     print("device %s" % dev)
     rows = []
-    for c in cases(pack):
+    for c in itertools.chain(cases(pack), block_cases(pack)):
         if args.only and c["name"] != args.only:
             continue
         plan, kw = c["plan"], c["kiln"]
@@ -111,7 +164,8 @@ def main():
         peer_out = c["peer"]()
         torch.cuda.synchronize()
         ref = c["ref"]()
-        err, peer_err = rel_l2(c["out"], ref), rel_l2(peer_out, ref)
+        err = rel_l2(c["out"], ref)
+        peer_err = rel_l2(peer_out, ref) if c.get("peer_checked", True) else float("nan")
         del ref, peer_out
         note = ""
         ok = err <= TOL

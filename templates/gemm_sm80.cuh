@@ -5,7 +5,8 @@
 // ldmatrix). Its launch (384 threads, grid, shared memory) and parameters are the sm_90a plan's,
 // so one pack plan serves every SM (it ignores the tensor maps and the stream-K workspace).
 // Threads 0-255 copy operands with cp.async (ASYNC) or element by element, converted to the
-// mma type (no 16-byte alignment, fp8), into the gemm_tile layout.
+// mma type (no 16-byte alignment, fp8), into the gemm_tile layout. Block-scaled fp8 adds each
+// k16 step's products into acc with their scales (BSCALE).
 
 // One k-block of an operand tile, element by element, stored K-major (line L = row mn0 + L).
 template <int LINES, int THREADS, int ESZ, bool IS_A>
@@ -49,6 +50,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int NT = (int)((N + BNO - 1) / BNO);
   constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, ASYNC = ${ASYNC};
+  // BSCALE: block-scaled fp8 (kiln_gemm_scale_a/b): each k16 step's products go to fresh
+  // registers and into acc times their rows' and columns' scales, which change every SCALE_K
+  constexpr bool BSCALE = ${BSCALE};
+  constexpr int SCALE_K = ${SCALE_K};
+  static_assert(!BSCALE || (SCALE_K % 16 == 0 && !DUAL), "block scales: whole k16 steps, one product");
   extern __shared__ __align__(128) kiln_u8 kiln_smem[];
   const kiln_u32 sbase = kiln_smem_u32(kiln_smem);
 ${setup}
@@ -83,6 +89,26 @@ ${epilogue}
       for (int n = 0; n < 4; n++)
 #pragma unroll
         for (int v = 0; v < 4; v++) acc[i][n][v] = 0.0f;
+    // BSCALE: the scales of the thread's rows (scale_a[i][h]: rows + 8 h) and columns (scale_b[n][j]:
+    // columns + j) for the range of k from k on; one for both where one block holds both
+    // (SA_ROWS, SB_COLS: how many differ)
+    constexpr int SA_ROWS = ${SCALE_A_MN} % 16 == 0 ? 1 : 2, SB_COLS = ${SCALE_B_MN} % 2 == 0 ? 1 : 2;
+    float scale_a[4][SA_ROWS], scale_b[4][SB_COLS];
+    auto load_scales = [&](int k) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int h = 0; h < SA_ROWS; h++) {
+          const kiln_i64 row = m0 + wm * 64 + i * 16 + (lane >> 2) + h * 8;
+          scale_a[i][h] = kiln_gemm_scale_a(a_sc, row < M ? row : M - 1, k, a_sc_mn, a_sc_k);
+        }
+#pragma unroll
+        for (int j = 0; j < SB_COLS; j++) {
+          const kiln_i64 col = n0 + wn * 32 + i * 8 + (lane & 3) * 2 + j;
+          scale_b[i][j] = kiln_gemm_scale_b(b_sc, col < N ? col : N - 1, k, b_sc_mn, b_sc_k);
+        }
+      }
+    };
     __syncthreads();  // the previous tile's last stages are no longer read
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
@@ -96,19 +122,23 @@ ${epilogue}
       if (kb + STAGES - 1 < KB) load_stage((kb + STAGES - 1) % STAGES, kb + STAGES - 1);
       kiln_cp_async_commit();
       const kiln_u32 sa = sbase + (kiln_u32)(kb % STAGES) * STAGE, sb = sa + A_BYTES;
-#pragma unroll
+#pragma unroll(BSCALE ? 1 : BK / 16)  // (BSCALE: one step's fragments live at a time; no spills)
       for (int ks = 0; ks < BK / 16; ks++) {
         kiln_u32 af[4][4], bf[4][2];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
+        // the A fragment of rows wm * 64 + i * 16 .. + 15
+        auto load_a = [&](int i, kiln_u32 (&f)[4]) {
           const int m = wm * 64 + i * 16;
           if (A_KMAJOR) {  // 8x8 tiles (m 0-7 | 8-15) x (k 0-7 | 8-15), rows = m
             const int L = m + (lane & 7) + ((lane >> 3) & 1) * 8;
-            kiln_ldmatrix_x4(af[i], sa + chunk(L, ks * 2 + (lane >> 4)));
+            kiln_ldmatrix_x4(f, sa + chunk(L, ks * 2 + (lane >> 4)));
           } else {         // stored k-rows of m: transposed tiles, rows = k
             const int mm = m + ((lane >> 3) & 1) * 8, k = ks * 16 + (lane >> 4) * 8 + (lane & 7);
-            kiln_ldmatrix_x4_trans(af[i], sa + chunk((mm / 64) * 64 + k, (mm % 64) / 8));
+            kiln_ldmatrix_x4_trans(f, sa + chunk((mm / 64) * 64 + k, (mm % 64) / 8));
           }
+        };
+        if (!BSCALE) {
+#pragma unroll
+          for (int i = 0; i < 4; i++) load_a(i, af[i]);
         }
 #pragma unroll
         for (int p = 0; p < 2; p++) {
@@ -123,10 +153,26 @@ ${epilogue}
           }
           bf[2 * p][0] = q[0]; bf[2 * p][1] = q[1]; bf[2 * p + 1][0] = q[2]; bf[2 * p + 1][1] = q[3];
         }
+        if (BSCALE) {  // each k16 step's products into fresh registers, added with their scales
+          const int k = kb * BK + ks * 16;  // (K is a compile-time int)
+          if (k % SCALE_K == 0) load_scales(k);
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+          for (int i = 0; i < 4; i++) {  // (one row block's A fragment at a time: registers are short)
+            load_a(i, af[0]);
 #pragma unroll
-          for (int n = 0; n < 4; n++) kiln_mma_${MMA_T}(acc[i][n], af[i], bf[n][0], bf[n][1]);
+            for (int n = 0; n < 4; n++) {
+              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              kiln_mma_${MMA_T}(part, af[0], bf[n][0], bf[n][1]);
+#pragma unroll
+              for (int v = 0; v < 4; v++) acc[i][n][v] = fmaf(part[v], scale_a[i][(v >> 1) % SA_ROWS] * scale_b[n][(v & 1) % SB_COLS], acc[i][n][v]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int n = 0; n < 4; n++) kiln_mma_${MMA_T}(acc[i][n], af[i], bf[n][0], bf[n][1]);
+        }
       }
     }
     kiln_cp_async_wait<0>();

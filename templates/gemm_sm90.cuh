@@ -32,6 +32,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int NT = (int)((N + BNO - 1) / BNO);
   constexpr kiln_u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
   constexpr bool A_KMAJOR = ${A_KMAJOR}, B_KMAJOR = ${B_KMAJOR}, PROMOTE = ${PROMOTE};
+  // BSCALE (with PROMOTE): block-scaled fp8, each k-block's sum times A's scale of its row and
+  // B's of its columns as it is added (kiln_gemm_scale_a/b); B's blocks are SCALE_BN columns
+  // wide (0: B unscaled), so a tile meets at most two of them
+  constexpr bool BSCALE = ${BSCALE};
+  constexpr int SCALE_BN = ${SCALE_BN};
+  static_assert(!BSCALE || (PROMOTE && (SCALE_BN == 0 || (SCALE_BN % 128 == 0 && BNO <= SCALE_BN + 64))),
+                "block scales: fp8 k-blocks, at most two of B's scale blocks a tile");
   constexpr bool SK = ${SK};
   constexpr int PF_KB = 8;  // k-blocks before a tile's end at which its epilogue inputs go to L2
   constexpr bool EPI = ${EPI}, EWG = ${EWG};
@@ -221,9 +228,20 @@ ${epilogue}
       const int pf_kb = (!SK || kb1 == KB) ? (kb1 - kb0 > PF_KB ? kb1 - PF_KB : kb0) : -1;
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+      // BSCALE: the thread's rows r0 and r0 + 8; n8 blocks below nbs lie in B's first scale block
+      const kiln_i64 r0 = m0 + half * 64 + warp * 16 + (lane >> 2);
+      const int nbs = SCALE_BN > 0 ? (int)((SCALE_BN - n0 % SCALE_BN) / 8) : BN;
 #pragma unroll 1
       for (int kb = kb0; kb < kb1; kb++, it++) {
         const kiln_u32 s = it % STAGES;
+        float sa0 = 1.0f, sa1 = 1.0f, sb0 = 1.0f, sb1 = 1.0f;
+        if (BSCALE) {  // loaded before the stage's wait: the latency hides under it and the MMAs
+          const kiln_i64 k = (kiln_i64)kb * BK, c1 = n0 + nbs * 8;
+          sa0 = kiln_gemm_scale_a(a_sc, r0 < M ? r0 : M - 1, k, a_sc_mn, a_sc_k);
+          sa1 = kiln_gemm_scale_a(a_sc, r0 + 8 < M ? r0 + 8 : M - 1, k, a_sc_mn, a_sc_k);
+          sb0 = kiln_gemm_scale_b(b_sc, n0, k, b_sc_mn, b_sc_k);
+          sb1 = kiln_gemm_scale_b(b_sc, c1 < N ? c1 : N - 1, k, b_sc_mn, b_sc_k);
+        }
         kiln_mbar_wait(bars + 8 * s, (it / STAGES) & 1);
         const kiln_u32 sa = sbase + s * STAGE + (kiln_u32)half * 64u * 128u, sb = sbase + s * STAGE + A_BYTES;
         kiln_wgmma_fence();
@@ -242,8 +260,15 @@ ${epilogue}
           kiln_wgmma_commit();
           kiln_wgmma_wait<0>();
           if (lane == 0) release(s);
+          if (BSCALE) {
+            const float s00 = sa0 * sb0, s01 = sa0 * sb1, s10 = sa1 * sb0, s11 = sa1 * sb1;
 #pragma unroll
-          for (int i = 0; i < BN / 2; i++) acc[i] += part[i];
+            for (int i = 0; i < BN / 2; i++)
+              acc[i] = fmaf(part[i], i / 4 < nbs ? ((i & 2) ? s10 : s00) : ((i & 2) ? s11 : s01), acc[i]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) acc[i] += part[i];
+          }
         } else {
 #pragma unroll
           for (int ks = 0; ks < 4; ks++) kiln_wgmma_tile(acc, desc_a(ks), desc_b(ks));  // 32 bytes of k each

@@ -12,6 +12,8 @@
 --             epilogue ops that read those per-row values again per element (t / scale)
 --   quant     (forward norms) a block_scale_quantize of such a value along the row, where an
 --             engine builds it there (opts.quantize_epilogue): 1x128 fp8 with its scales
+--   dequant   (matmuls) the block_scale_dequantize making an operand from fp8 data and block
+--             scales, where an engine applies the scales as it multiplies (opts.fuse_dequant)
 -- A merge happens only where it keeps the group graph acyclic and every value the fused
 -- kernel needs exists per element; anything else stays a group of its own. A prologue that
 -- several anchors read is copied into each where that moves fewer bytes than exchanging it;
@@ -408,6 +410,28 @@ local function fuse(g, groups, opts)
             end
           end
         end
+      end
+    end
+  end
+  -- block-scaled operands: a matmul's A or B that a block_scale_dequantize makes from fp8 data
+  -- and its scales, read by nothing else, is scaled inside the matmul's kernel where an engine
+  -- applies the scales there (opts.fuse_dequant(matmul, {A = node, B = node}): both or one);
+  -- the group keeps the dequantize nodes (A.dequant[port])
+  for _, A in ipairs(opts.fuse_dequant and groups or {}) do
+    if anchored(A) and A.anchor.op == "matmul" and #A.nodes == 1 then
+      local found, Qs = nil, {}
+      for _, port in ipairs({ "A", "B" }) do
+        local uid = A.anchor.inputs[port]
+        local Q = producer_group(uid)
+        if Q and not Q.dead and #Q.nodes == 1 and Q.anchor.op == "block_scale_dequantize" and g.by_uid[uid].role == "virtual"
+          and #(consumers[uid] or {}) == 1 and A.anchor.inputs.A ~= A.anchor.inputs.B then
+          found = found or {}
+          found[port], Qs[#Qs + 1] = Q.anchor, Q
+        end
+      end
+      if found and opts.fuse_dequant(A.anchor, found, g) and legal({ A, table.unpack(Qs) }) then
+        A.dequant = found
+        for _, Q in ipairs(Qs) do absorb(A, Q) end
       end
     end
   end

@@ -23,7 +23,8 @@ local function route_groups(g, target, opts)
   local groups, all = lower.lower(g, { strict = opts.strict, fuse_reductions = fused and engines.fuse_reductions,
     reduction_epilogue = fused and not opts.no_reduction_epilogue and engines.reduction_epilogue,
     quantize_epilogue = fused and not opts.no_reduction_epilogue and engines.quantize_epilogue,
-    fuse_matmuls = fused and function(a, b) return engines.fuse_matmuls(a, b, g, target) end }), true
+    fuse_matmuls = fused and function(a, b) return engines.fuse_matmuls(a, b, g, target) end,
+    fuse_dequant = fused and function(m, qs) return engines.fuse_dequant(m, qs, g, target) end }), true
   for _, grp in ipairs(groups) do
     grp.plan, grp.report = engines.route(grp, g, target)
     all = all and grp.plan ~= nil

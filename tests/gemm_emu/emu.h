@@ -116,6 +116,8 @@ inline void __syncthreads() { emu_self->sync->arrive_and_wait(); }
 inline void __syncwarp() { emu_self->warps[threadIdx.x / 32].bar.arrive_and_wait(); }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+// (IEEE fp32 division, round to nearest: the host's with fp32 operands)
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }

@@ -199,7 +199,8 @@ int main(int argc, char **argv) {
       t.logical[0] = kiln_round_to("fp32", 0.5 + uniform());
     } else if (t.role == "input") {
       for (size_t j = 0; j < t.numel; j++) {
-        t.logical[j] = kiln_round_to(t.dtype.c_str(), normal());
+        // (e8m0 scales: powers of two 2^-8 .. 2^7, as run.c draws them)
+        t.logical[j] = t.dtype == "fp8_e8m0" ? ldexp(1.0, (int)(uniform() * 16) - 8) : kiln_round_to(t.dtype.c_str(), normal());
         kiln_encode(t.dtype.c_str(), &t.logical[j], t.host.data() + physical(t, j) * t.elem, 1);
       }
     }

@@ -149,6 +149,40 @@ local function classify(t, Ed)
   return "gather"
 end
 
+-- The block scales of operand `port` (A [M, K] or B [K, N]) that dequantize node q applies:
+-- { t = the scale tensor, mn = block rows of A / columns of B, k = block depth }.
+local function block_scales(q, port, g)
+  local bl = q.attrs.block_size
+  local outer, inner = bl[#bl - 1] or 1, bl[#bl]
+  local t = g.by_uid[q.inputs.descale]
+  if port == "A" then return { t = t, mn = outer, k = inner } end
+  return { t = t, mn = inner, k = outer }
+end
+
+-- Scale dtypes the kernels read: fp32 (1x128 / 128x128 recipes), e8m0 (MXFP8), e4m3.
+local SCALE_DTYPES = { fp32 = true, fp8_e8m0 = true, fp8_e4m3 = true }
+
+-- Whether matmul m applies the block scales of the dequantize nodes qs ({A =, B =}) in its
+-- kernel (lower's block-scaled operands), on every SM: fp8 data in a rank-2 operand, scales
+-- of a dtype the kernels read, blocks of whole k16 steps along K, the other operand fp8 too.
+-- Both paths add the products of each range of k one scale covers into fp32 with their scales:
+-- the sm90 kernel takes 1 x 128k / 128k x 128j blocks (sm90_blocker), the mma kernel any.
+function E.dequantizes(m, qs, g, target)
+  if target.sm < 80 or m.op ~= "matmul" then return false end
+  for _, p in ipairs({ "M_override", "N_override", "K_override" }) do if m.inputs[p] then return false end end
+  for _, port in ipairs({ "A", "B" }) do
+    local q = qs[port]
+    local t = g.by_uid[q and q.inputs.input or m.inputs[port]]
+    if not dtypes.info[t.dtype].fp8 then return false end
+    if q then
+      local sc = g.by_uid[q.inputs.descale]
+      local bs = block_scales(q, port, g)
+      if #t.dims ~= 2 or q.attrs.is_negative_scale or not SCALE_DTYPES[sc.dtype] or bs.k % 16 ~= 0 then return false end
+    end
+  end
+  return true
+end
+
 -- Everything propose learns about a group, reused by build.
 local function analyze(group, g, target)
   local a = group.anchor
@@ -161,8 +195,14 @@ local function analyze(group, g, target)
   local epilogue, amax = group.epilogue or {}, group.amax or {}
   local ok, why = pw.supported(epilogue, g)
   if not ok then return nil, why end
-  local A, B, C = g.by_uid[a.inputs.A], g.by_uid[a.inputs.B], g.by_uid[a.outputs.C]
-  local info = { anchor = a, A = A, B = B, C = C }
+  -- a block-scaled operand (lower's dequant): the fp8 data the dequantize reads, its scales
+  local dq = group.dequant or {}
+  local function operand_tensor(port)
+    return g.by_uid[dq[port] and dq[port].inputs.input or a.inputs[port]]
+  end
+  local A, B, C = operand_tensor("A"), operand_tensor("B"), g.by_uid[a.outputs.C]
+  local info = { anchor = a, A = A, B = B, C = C, scales = {} }
+  for port, q in pairs(dq) do info.scales[port] = block_scales(q, port, g) end
   local fp8 = dtypes.info[A.dtype].fp8
   if fp8 then
     if not (A.dtype == "fp8_e4m3" or A.dtype == "fp8_e5m2") or not (B.dtype == "fp8_e4m3" or B.dtype == "fp8_e5m2") then
@@ -190,13 +230,17 @@ local function analyze(group, g, target)
     info.B2, info.C2 = g.by_uid[m2.inputs.B], g.by_uid[m2.outputs.C]
     info.ob2 = operand(info.B2, "B")
   end
+  -- the tensors the mainloop reads (operands, block scales); the other inputs are the epilogue's
+  info.operand = { [A.uid] = true, [B.uid] = true }
+  if info.B2 then info.operand[info.B2.uid] = true end
+  for _, sc in pairs(info.scales) do info.operand[sc.t.uid] = true end
   -- epilogue tensors
   local Ed = C.dims
   info.Ed = Ed
   info.access = {}
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if uid ~= A.uid and uid ~= B.uid and uid ~= (info.B2 or {}).uid and t.role ~= "constant" and t.role ~= "scalar" then
+    if not info.operand[uid] and t.role ~= "constant" and t.role ~= "scalar" then
       if not pw.STORAGE[t.dtype] then return fail("dtype %s of '%s' is not supported", t.dtype, t.name) end
       local b = shape.broadcast(t.dims, Ed)
       if not b or not pw.dims_equal(b, Ed) then
@@ -243,6 +287,15 @@ local function sm90_blocker(info)
   if not info.aligned then return "operand rows are not provably 16-byte aligned (the wgmma path copies 16-byte chunks)" end
   if info.fp8 and not (info.oa.kmajor and info.ob.kmajor) then return "fp8 wgmma needs K-major A and B" end
   if info.N < 64 then return "N < 64" end
+  for _, port in ipairs({ "A", "B" }) do
+    local sc = info.scales[port]
+    if sc and sc.k % 128 ~= 0 then
+      return string.format("%s's scale blocks are %d deep along K (the wgmma kernel scales whole k-blocks of 128)", port, sc.k)
+    end
+    if sc and port == "B" and sc.mn % 128 ~= 0 then
+      return string.format("B's scale blocks are %d columns wide (the wgmma kernel takes multiples of 128)", sc.mn)
+    end
+  end
 end
 
 -- The persistent grid (units of cm CTAs): a CTA per unit of tiles when M and the batch are
@@ -502,7 +555,7 @@ local function epilogue(K, info, group, g, staged, sm90)
   -- inputs
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
-    if uid ~= info.A.uid and uid ~= info.B.uid and uid ~= (info.B2 or {}).uid then
+    if not info.operand[uid] then
       if t.role == "constant" or t.role == "scalar" then
         value[uid] = K:scalar(uid)
       else
@@ -636,7 +689,41 @@ local function setup_lines(K, info)
   l[#l + 1] = string.format("  const kiln_i64 a_smn = %s, a_sk = %s, b_smn = %s, b_sk = %s;  // element strides",
     cdim(oa.sr), cdim(oa.sc), cdim(ob.sc), cdim(ob.sr))
   l[#l + 1] = "  (void)lda; (void)ldb; (void)a_smn; (void)a_sk; (void)b_smn; (void)b_sk;"
+  -- block scales (kiln_gemm_scale_a/b): the tensor's bytes and its strides along the operand's
+  -- (mn, k) axes, in elements; none where the operand is not block-scaled
+  for _, port in ipairs({ "A", "B" }) do
+    local sc, x = info.scales[port], port:lower()
+    if sc then
+      K:note_dyn(sc.t.dims); K:note_dyn(sc.t.strides)
+      local st = sc.t.strides
+      local smn, sk = port == "A" and st[1] or st[2], port == "A" and st[2] or st[1]
+      l[#l + 1] = string.format("  const kiln_u8 *const %s_sc = reinterpret_cast<const kiln_u8 *>(%s);", x, K:ptr(sc.t.uid))
+      l[#l + 1] = string.format("  const kiln_i64 %s_sc_mn = %s, %s_sc_k = %s;", x, cdim(smn), x, cdim(sk))
+    else
+      l[#l + 1] = string.format("  const kiln_u8 *const %s_sc = nullptr;\n  const kiln_i64 %s_sc_mn = 0, %s_sc_k = 0;", x, x, x)
+    end
+    l[#l + 1] = string.format("  (void)%s_sc; (void)%s_sc_mn; (void)%s_sc_k;", x, x, x)
+  end
   return l
+end
+
+-- The block scale of element (mn, k) of each operand: kiln_gemm_scale_a/b(scales, mn, k,
+-- stride mn, stride k), 1 where the operand has none.
+local SCALE_LOAD = { fp32 = "reinterpret_cast<const float *>(sc)[%s]", fp8_e8m0 = "kiln_e8m0_to_f32(sc[%s])",
+                     fp8_e4m3 = "kiln_e4m3_to_f32(sc[%s])" }
+local function scale_fns(src, info)
+  local out = {}
+  for _, port in ipairs({ "A", "B" }) do
+    local sc = info.scales[port]
+    local body = "(void)sc, (void)mn, (void)k, (void)s_mn, (void)s_k;\n  return 1.0f;"
+    if sc then
+      src:need(sc.t.dtype == "fp8_e8m0" and "common/quant.cuh" or "common/fp8.cuh")
+      body = "return " .. fmt(SCALE_LOAD[sc.t.dtype], string.format("(mn / %d) * s_mn + (k / %d) * s_k", sc.mn, sc.k)) .. ";"
+    end
+    out[#out + 1] = string.format("__device__ __forceinline__ float kiln_gemm_scale_%s(const kiln_u8 *sc, kiln_i64 mn, kiln_i64 k, "
+      .. "kiln_i64 s_mn, kiln_i64 s_k) {\n  %s\n}", port:lower(), body)
+  end
+  return table.concat(out, "\n")
 end
 
 -- Tensor maps of A and B for the TMA producer: parameters `tm<uid>` (the manifest's "tmap"
@@ -716,6 +803,15 @@ local function tma_output(K, info, uid, g, ewg)
 end
 
 -- The element loader's element read: one element of A or B converted to the 16-bit smem type.
+-- The k between the mma kernel's promotions of block-scaled products: the largest range within
+-- one scale block of each operand (the gcd of their depths, whole k16 steps: E.dequantizes).
+local function scale_k(info)
+  local function gcd(a, b) if b == 0 then return a end return gcd(b, a % b) end
+  local k = 0
+  for _, sc in pairs(info.scales) do k = gcd(sc.k, k) end
+  return k
+end
+
 local function elem_fns(src, info, smem_t)
   local out = {}
   for _, which in ipairs({ "a", "b" }) do
@@ -785,7 +881,7 @@ function E.build(plan, group, g, target, symbol)
   local C = info.C
   local what = string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
     info.B.dtype, C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
-    #(group.epilogue or {}) > 0 and string.format(", epilogue of %d op%s", #group.epilogue, #group.epilogue == 1 and "" or "s") or "")
+    next(info.scales) and ", block-scaled" or "", #(group.epilogue or {}) > 0 and string.format(", epilogue of %d op%s", #group.epilogue, #group.epilogue == 1 and "" or "s") or "")
   local kernel
   -- what both sm90 templates take
   local function sm90_vars(bn, stages)
@@ -808,7 +904,9 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/named_barrier.cuh")
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
+    src:add(scale_fns(src, info))
     local vars = sm90_vars(bn, stages)
+    vars.BSCALE, vars.SCALE_BN = next(info.scales) and "true" or "false", info.scales.B and info.scales.B.mn or 0
     if knobs.note ~= "" then src:add(knobs.note) end
     vars.PROMOTE, vars.CM = knobs.promote and "true" or "false", plan.launch.cluster[2]
     vars.EPI, vars.OSZ = knobs.staged and "true" or "false", knobs.staged and dtypes.size(g.by_uid[knobs.staged].dtype) or 2
@@ -843,6 +941,7 @@ function E.build(plan, group, g, target, symbol)
     src:need("common/gemm_tile.cuh")
     src:need("common/mma_sm80.cuh")
     local smem_t = info.fp8 and "f16" or SIXTEEN[info.A.dtype]
+    src:add(scale_fns(src, info))
     src:add(elem_fns(src, info, smem_t))
     local params = K:finish_params()
     -- the element loader stores both operands K-major (its reads need no alignment anyway)
@@ -851,6 +950,8 @@ function E.build(plan, group, g, target, symbol)
       A_KMAJOR = (elem or info.oa.kmajor) and "true" or "false", B_KMAJOR = (elem or info.ob.kmajor) and "true" or "false",
       what = what, symbol = symbol, params = params, STAGES = knobs.stages, ESZ = info.esz, tmaps = tmaps or "",
       N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
+      BSCALE = next(info.scales) and "true" or "false", SCALE_K = next(info.scales) and scale_k(info) or 16,
+      SCALE_A_MN = info.scales.A and info.scales.A.mn or 0, SCALE_B_MN = info.scales.B and info.scales.B.mn or 0,
       DUAL = knobs.dual and "true" or "false",
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),

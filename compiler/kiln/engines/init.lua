@@ -37,6 +37,16 @@ function M.fuse_matmuls(a, b, g, target)
   return false
 end
 
+-- Whether matmul m scales its operands from the block_scale_dequantize nodes qs ({A =, B =},
+-- one or both) inside its kernel on target (lower's block-scaled operands): an engine that
+-- builds that on every SM it serves says so (E.dequantizes).
+function M.fuse_dequant(m, qs, g, target)
+  for _, engine in ipairs(M.list) do
+    if engine.dequantizes and engine.dequantizes(m, qs, g, target) then return true end
+  end
+  return false
+end
+
 -- Whether the kernel of the reductions `list` takes element ops after them (lower's
 -- reduction epilogue): an engine that holds their rows says so (E.maps).
 function M.reduction_epilogue(list, g)

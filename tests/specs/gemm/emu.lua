@@ -44,6 +44,30 @@ local function amax_tail()
            end }
 end
 
+-- block-scaled fp8 (dequantize nodes on both operands, their scales applied in the GEMM):
+-- fp32 scales per 1 x 128 block of A and per 128 x 128 block of B (N = 384: a 192-column tile
+-- meets two of B's blocks), or MXFP8's e8m0 scales per 32 along K (the mma kernel on every SM)
+local function fp8_block(K_, N_)
+  return { dims = { M = k.dynamic, N = N_ or 384, K = K_ },
+           inputs = { a = { "M", "K", dtype = "fp8_e4m3" }, b = { "K", "N", dtype = "fp8_e4m3", strides = { 1, "K" } },
+                      sa = { "M", K_ // 128, dtype = "fp32" }, sb = { K_ // 128, (N_ or 384) // 128, dtype = "fp32" } },
+           body = function(g, a, b, sa, sb)
+             local x = g:block_scale_dequantize(a, sa, { block_size = { 1, 128 } })
+             local w = g:block_scale_dequantize(b, sb, { block_size = { 128, 128 } })
+             return { y = g:cast(g:matmul(x, w), "bf16") }
+           end }
+end
+local function fp8_mx()
+  return { dims = { M = k.dynamic, N = N, K = 256 },
+           inputs = { a = { "M", "K", dtype = "fp8_e4m3" }, b = { "K", "N", dtype = "fp8_e5m2", strides = { 1, "K" } },
+                      sa = { "M", 8, dtype = "fp8_e8m0" }, sb = { 8, "N", dtype = "fp8_e8m0" } },
+           body = function(g, a, b, sa, sb)
+             local x = g:block_scale_dequantize(a, sa, { block_size = { 1, 32 } })
+             local w = g:block_scale_dequantize(b, sb, { block_size = { 32, 1 } })
+             return { y = g:matmul(x, w) }
+           end }
+end
+
 return {
   g("nn", { inputs = { a = { "M", "K" }, b = { "K", "N" } },
             body = function(g, a, b) return { c = g:matmul(a, b) } end }),
@@ -68,6 +92,9 @@ return {
                body = function(g, a, b) return { c = g:matmul(a, b) } end }),
   g("epilogue_sk", epilogue(712)),
   g("fp8_sk", fp8(1424)),
+  g("fp8_block", fp8_block(1024)),
+  g("fp8_block_sk", fp8_block(1536, 256)),
+  g("fp8_mx", fp8_mx()),
   -- dual GEMMs (one kernel, two products of a): a gated MLP with transposed weights, and
   -- row-major weights whose products are both stored beside a combination (12 k-blocks: the
   -- stream-K cases too)
