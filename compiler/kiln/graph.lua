@@ -101,6 +101,57 @@ Tensor.__tostring = function(t)
   return string.format("tensor %s (uid %d, %s %s)", t.name, t.uid, t.dtype or "?", shape.format(t.dims))
 end
 
+-- What a spec gets, after an op's present outputs, for each optional output the op did not
+-- generate: a value that fails wherever it is used, so `local y, inv = g:rmsnorm(...)` without
+-- phase = "training" cannot lose `inv` silently.
+local Absent = {}
+Absent.__index = Absent
+M.Absent = Absent
+
+function M.is_absent(x) return getmetatable(x) == Absent end
+
+-- node: the op's node; port: the absent output; position: its place among the returned values.
+function M.absent(node, port, position)
+  return setmetatable({ node = node, port = port, position = position }, Absent)
+end
+
+-- The attribute that generates an optional output (generate_stats for Stats, has_dbias for
+-- DBIAS, ...), for the hint; nil where an input does.
+local function generating_attr(def, port)
+  if def.attrs and def.attrs.phase then return 'phase = "training"' end
+  local want = port:lower():gsub("[^%w]", "")
+  local names = {}
+  for k, a in pairs(def.attrs or {}) do
+    if a.type == "boolean" and k:lower():gsub("[^%w]", ""):find(want, 1, true) then names[#names + 1] = k .. " = true" end
+  end
+  table.sort(names)
+  return names[1]
+end
+
+-- "value 2 of rmsnorm 'rmsnorm_1', which does not generate INV_VARIANCE (...)".
+function M.describe_absent(a)
+  local n, present = a.node, {}
+  for _, p in ipairs(n.def.output_ports) do
+    if n.outputs[p.name] then present[#present + 1] = p.name end
+  end
+  local attr = generating_attr(n.def, a.port)
+  return string.format("value %d of %s '%s', which returned only %s: its optional output %s is not generated (%s: docs/OPS.md)",
+    a.position, n.op, n.name, table.concat(present, ", "), a.port,
+    attr and ("the attribute " .. attr .. " generates it") or "an optional input of the op generates it")
+end
+
+-- Absent values for the optional outputs a node did not generate, numbered after the present ones.
+function M.absent_outputs(node)
+  local out, k = {}, 0
+  for _, p in ipairs(node.def.output_ports) do
+    if node.outputs[p.name] then k = k + 1 end
+  end
+  for _, p in ipairs(node.def.output_ports) do
+    if not node.outputs[p.name] then out[#out + 1] = M.absent(node, p.name, k + #out + 1) end
+  end
+  return out
+end
+
 -- opts: name, io_dtype, intermediate_dtype, compute_dtype, dims ({name = {kind=, value=}}).
 function M.new(opts)
   local g = setmetatable({
@@ -234,7 +285,7 @@ function Graph:op(opname, ...)
   local def = ops.get(opname)
   local args = table.pack(...)
   local attrs_given = {}
-  if args.n > 0 and type(args[args.n]) == "table" and not M.is_tensor(args[args.n]) then
+  if args.n > 0 and type(args[args.n]) == "table" and not M.is_tensor(args[args.n]) and not M.is_absent(args[args.n]) then
     attrs_given = args[args.n]
     args[args.n] = nil  -- the attribute table is no positional input
     args.n = args.n - 1
@@ -254,6 +305,8 @@ function Graph:op(opname, ...)
   -- Tensors by keyword too: g:op("sdpa", {q = q, ...}) is not supported; inputs are positional.
   local ins = {}
   local np = #def.input_ports
+  -- g:mul(x, g:rmsnorm(h, w)) expands the norm's absent outputs past mul's ports: not inputs
+  while args.n > np and M.is_absent(args[args.n]) do args[args.n] = nil; args.n = args.n - 1 end
   if args.n > np then
     errors.raise("E_PORT", "%s takes at most %d inputs (%s), got %d", where, np, M.port_list(def.input_ports), args.n)
   end
@@ -262,6 +315,10 @@ function Graph:op(opname, ...)
     if type(v) == "number" or type(v) == "boolean" then v = self:constant(v) end
     -- Ops may take keyword tensors in the attribute table (optional ports like bias).
     if v == nil and M.is_tensor(rest[p.name]) then v = rest[p.name]; rest[p.name] = nil end
+    if M.is_absent(v) then
+      errors.raise("E_PORT", "%s: port '%s' gets the %s (a call's trailing values: put it in parentheses to pass its first value only)", where, p.name,
+        M.describe_absent(v))
+    end
     if v ~= nil and not M.is_tensor(v) then
       errors.raise("E_PORT", "%s: port '%s' expects a tensor or a number, got %s", where, p.name, type(v))
     end
@@ -272,6 +329,7 @@ function Graph:op(opname, ...)
     ins[p.name] = v
   end
   for k, v in pairs(rest) do
+    if M.is_absent(v) then errors.raise("E_PORT", "%s: '%s' gets the %s", where, k, M.describe_absent(v)) end
     if M.is_tensor(v) then errors.raise("E_PORT", "%s: unknown port '%s'", where, k) end
   end
   if compute ~= nil then
@@ -345,6 +403,7 @@ function Graph:finish(outputs)
   if #names == 0 then errors.raise("E_SPEC", "graph '%s' has no outputs (the body returned none)", self.name) end
   for _, name in ipairs(names) do
     local t = outputs[name]
+    if M.is_absent(t) then errors.raise("E_SPEC", "output '%s' is the %s", name, M.describe_absent(t)) end
     if not M.is_tensor(t) then errors.raise("E_SPEC", "output '%s' is not a tensor", name) end
     if t.role == "input" then errors.raise("E_SPEC", "output '%s' is the input '%s' itself", name, t.name) end
     if t.role == "constant" then errors.raise("E_SPEC", "output '%s' is a constant", name) end

@@ -89,7 +89,12 @@ local function graph_method(m, name)
       errors.raise("E_SPEC", "call g:%s(...) with a colon, on the graph builder", tostring(name))
     end
     local args = host_args(m, ...)
-    return to_spec(m, g[name](g, table.unpack(args, 1, args.n)))
+    local before = #g.nodes
+    local res = table.pack(g[name](g, table.unpack(args, 1, args.n)))
+    if #g.nodes == before + 1 then
+      for _, a in ipairs(graph.absent_outputs(g.nodes[#g.nodes])) do res.n = res.n + 1; res[res.n] = a end
+    end
+    return to_spec(m, table.unpack(res, 1, res.n))
   end
 end
 
@@ -112,6 +117,19 @@ local function proxy_metatables(m)
     __lt = tensor_binop(m, T.__lt), __le = tensor_binop(m, T.__le), __eq = tensor_binop(m, graph.eq_error),
     __unm = function(a) return to_spec(m, T.__unm(m.real[a])) end,
   }
+  local function absent_use(what)
+    return function(p) errors.raise("E_SPEC", "%s the %s", what, graph.describe_absent(m.real[p])) end
+  end
+  local arith = function(a, b)
+    local p = m.real[a] and graph.is_absent(m.real[a]) and a or b
+    errors.raise("E_SPEC", "arithmetic on the %s", graph.describe_absent(m.real[p]))
+  end
+  m.absent_mt = {
+    __metatable = "kiln.absent_output",
+    __index = absent_use("reading a field of"), __newindex = absent_use("writing to"),
+    __tostring = function(p) return "absent " .. graph.describe_absent(m.real[p]) end,
+    __add = arith, __sub = arith, __mul = arith, __div = arith, __pow = arith, __unm = arith, __lt = arith, __le = arith,
+  }
   m.graph_mt = {
     __metatable = "kiln.graph",
     __index = function(p, key)
@@ -131,6 +149,7 @@ function to_spec(m, v, ...)
   if type(v) ~= "table" then return v end
   if m.proxy[v] then return m.proxy[v] end
   if graph.is_tensor(v) then return make_proxy(m, v, m.tensor_mt) end
+  if graph.is_absent(v) then return make_proxy(m, v, m.absent_mt) end
   if rawequal(debug.getmetatable(v), graph.Graph) then return make_proxy(m, v, m.graph_mt) end
   local out = {}
   for k, x in next, v do

@@ -31,6 +31,7 @@ local function graph(o)
       local dx, dw, db, dh0 = g:causal_conv1d_backward(x, w, dy, t.b, t.seq, t.h0, t.dfin, {
         activation = o.silu and "silu" or "identity", return_dinitial_states = o.init or false })
       if not o.bias then dh0, db = db, nil end
+      if not o.init then dh0 = nil end
       return { dx = dx, dw = dw, db = db, dh0 = dh0 }
     end,
   }

@@ -29,7 +29,7 @@ local function graph(o)
       local t = rest(inputs, ...)
       local y, fin = g:causal_conv1d(x, w, t.b, t.seq, t.h0, { activation = o.silu and "silu" or "identity",
                                                               return_final_states = o.fin or false })
-      return { y = y, fin = fin }
+      return { y = y, fin = o.fin and fin or nil }
     end,
   }
 end

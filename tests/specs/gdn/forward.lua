@@ -45,7 +45,7 @@ local function case(name, o)
                       safe_gate = pre.gate == nil, use_beta_sigmoid = not pre.beta }
       for a, x in pairs(o.attrs or {}) do attrs[a] = x end
       local out, ht = gr:gdn(q, k, v, g, b, cu, attrs)
-      return { o = out, final_state = ht }
+      return { o = out, final_state = attrs.output_final_state and ht or nil }
     end,
   }
 end

@@ -17,7 +17,7 @@ local function norm_bwd(name, dtype, H, opts)
       return { dx = dx, dw = dw, db = db }
     end or function(g, dy, x, w, rstd)
       local dx, dw, db = g:rmsnorm_backward(dy, x, w, rstd, { has_dbias = opts.dbias })
-      return { dx = dx, dw = dw, db = db }
+      return { dx = dx, dw = dw, db = opts.dbias and db or nil }
     end,
   }
 end
