@@ -12,7 +12,7 @@ specs=(specs/rmsnorm.lua specs/rmsnorm_residual.lua specs/rmsnorm_residual_fp8.l
        tests/specs/mem/rowred.lua tests/specs/mem/reduce_sweep.lua tests/specs/mem/norm_axes.lua
        tests/specs/mem/softmax_axes.lua tests/specs/mem/batchnorm.lua tests/specs/mem/norm_bwd_axes.lua
        tests/specs/mem/row_epilogue.lua tests/specs/mem/odd_vectors.lua tests/specs/mem/masks.lua
-       specs/rmsnorm_fp8_block.lua tests/specs/mem/quantize.lua)
+       specs/rmsnorm_fp8_block.lua tests/specs/mem/quantize.lua tests/specs/mem/unit_axes.lua)
 # spec | --set | what the instance exercises
 edges=("specs/rmsnorm.lua H=128 sub-warp rows" "specs/rmsnorm.lua H=100 4-wide vectors, ragged"
        "specs/add_rmsnorm_silu_gate.lua H=65536 re-read row, fp32 prologue value"
@@ -28,7 +28,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "specs/rmsnorm_fp8_block.lua rmsnorm block_scale_quantize"
        "tests/specs/mem/quantize.lua add rmsnorm block_scale_quantize" "tests/specs/mem/quantize.lua layernorm block_scale_quantize"
        "tests/specs/mem/quantize.lua rmsnorm swish mul block_scale_quantize")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 12 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 13 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -793,6 +793,31 @@ run_kiln build "$TMP/quant_bad.lua" --graph dq_k_blocks --sm 90a -o "$TMP/qb.kpa
 expect_err "E_NO_ENGINE.*blocks along axis 0, not only the last" "a dequantize blocked along K of [K, N]: declined by name"
 run_kiln check "$TMP/quant_bad.lua" --graph q_ragged_block
 expect_err "E_SHAPE.*axis 1 has extent 100, which must be a static multiple of block_size 32" "a block not dividing the row: E_SHAPE"
+# norms in cuDNN's [N, C, 1, 1] channels-last and [N, 1, 1, C] layouts: the kernels of [N, C]
+cat > "$TMP/unit_flat.lua" <<'EOF'
+local k = require "kiln"
+return {
+  k.graph "layernorm_nc11_channels_last" { dims = { N = k.dynamic, C = 1024 }, dtype = "bf16",
+    inputs = { x = { "N", "C" }, w = { "C" }, b = { "C" } },
+    body = function(g, x, w, b)
+      local y, m, v = g:layernorm(x, w, b, { epsilon = 1e-5, phase = "training" })
+      return { y = y, mean = m, inv_var = v }
+    end },
+  k.graph "rmsnorm_n11c_residual" { dims = { N = k.dynamic, C = 768 }, dtype = "bf16",
+    inputs = { x = { "N", "C" }, r = { "N", "C" }, w = { "C" } },
+    body = function(g, x, r, w) local h = g:add(x, r); return { y = g:rmsnorm(h, w, { epsilon = 1e-6 }), h = h } end },
+  k.graph "layernorm_bwd_n11c" { dims = { N = k.dynamic, C = 2048 }, dtype = "bf16",
+    inputs = { dy = { "N", "C" }, x = { "N", "C" }, w = { "C" }, mean = { "N", 1, dtype = "fp32" }, rstd = { "N", 1, dtype = "fp32" } },
+    body = function(g, dy, x, w, mean, rstd)
+      local dx, dw, db = g:layernorm_backward(dy, x, w, mean, rstd)
+      return { dx = dx, dw = dw, db = db }
+    end },
+}
+EOF
+"$KILN" source "$TMP/unit_flat.lua" --ptx > "$TMP/flat.src" 2>&1
+"$KILN" source tests/specs/mem/unit_axes.lua --ptx --graph layernorm_nc11_channels_last --graph rmsnorm_n11c_residual \
+  --graph layernorm_bwd_n11c > "$TMP/unit.src" 2>&1
+ok "norms over [N, C, 1, 1] channels-last and [N, 1, 1, C] are the kernels of [N, C], byte for byte" cmp -s "$TMP/flat.src" "$TMP/unit.src"
 # cold compile times, one kernel at a time; each kernel's best of two cold builds, so that a
 # burst of load on a shared machine does not decide the result
 for round in 1 2; do

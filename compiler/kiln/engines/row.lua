@@ -521,7 +521,21 @@ function E.quantizes(norm, q, g)
   return KIND[norm.op] == "norm" and rowquant.fuses(norm, q, g)
 end
 
+-- The norms whose rows are read without their input's extent-1 axes (rowgen.unit_axes_dropped):
+-- one view per group and graph, the same for propose and build.
+local SQUEEZED = { rmsnorm = true, layernorm = true, rmsnorm_backward = true, layernorm_backward = true }
+local function row_view(group, g)
+  local a = group.anchor
+  if not (a and SQUEEZED[a.op]) then return g end
+  if group.row_view_of ~= g then
+    local x = g.by_uid[a.inputs[lower.ANCHORS[a.op].ins[1]]]
+    group.row_view, group.row_view_of = rowgen.unit_axes_dropped(g, x), g
+  end
+  return group.row_view
+end
+
 function E.propose(group, g, target)
+  g = row_view(group, g)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
   local n_ok, n_bad = row_n_setting()
   if not n_ok then return nil, n_bad end
@@ -722,6 +736,7 @@ local function build_fwd_ptx(plan, group, g, target, symbol, K)
 end
 
 function E.build(plan, group, g, target, symbol)
+  g = row_view(group, g)
   local info = plan.info
   local a, L, kind = info.anchor, info.L, info.kind
   local spec = lower.ANCHORS[a.op]

@@ -30,6 +30,39 @@ function M.suffix(dims, n)
   return H
 end
 
+-- t's dims and strides without the axes in `drop` (positions among n axes, t right-aligned),
+-- where t's extent there is 1.
+local function squeeze(t, drop, n)
+  local pad, dims, strides = n - #t.dims, {}, {}
+  for j, d in ipairs(t.dims) do
+    if not (drop[j + pad] and d == 1) then dims[#dims + 1], strides[#strides + 1] = d, t.strides[j] end
+  end
+  if #dims == #t.dims then return t end
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  c.dims, c.strides = dims, strides
+  return setmetatable(c, getmetatable(t))
+end
+
+-- g as a row kernel of anchor input x sees it: every tensor without the axes where x has
+-- extent 1 ([N, C, 1, 1] channels-last and [N, 1, 1, C] with a [1, 1, 1, C] scale, cuDNN's
+-- norm layouts, become one contiguous row of C); the same memory, g itself where x has none.
+function M.unit_axes_dropped(g, x)
+  local drop, n, kept = {}, #x.dims, 0
+  for i, d in ipairs(x.dims) do
+    if d == 1 then drop[i] = true else kept = kept + 1 end
+  end
+  if kept == n or kept == 0 then return g end
+  local by_uid = setmetatable({}, { __index = function(cache, uid)
+    local t = g.by_uid[uid]
+    if t == nil then return nil end
+    local v = squeeze(t, drop, n)
+    rawset(cache, uid, v)
+    return v
+  end })
+  return setmetatable({ by_uid = by_uid }, { __index = g })
+end
+
 -- The product of dims[from..to] (none: 1) as a C expression, as a launch factor list
 -- ({"T", 4}), and as a number when compile-time.
 function M.extent(dims, from, to)
