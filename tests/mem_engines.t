@@ -797,17 +797,17 @@ expect_err "E_SHAPE.*axis 1 has extent 100, which must be a static multiple of b
 cat > "$TMP/unit_flat.lua" <<'EOF'
 local k = require "kiln"
 return {
-  k.graph "layernorm_nc11_channels_last" { dims = { N = k.dynamic, C = 1024 }, dtype = "bf16",
-    inputs = { x = { "N", "C" }, w = { "C" }, b = { "C" } },
+  k.graph "layernorm_nc11_channels_last" { dims = { T = k.dynamic, C = 1024 }, dtype = "bf16",
+    inputs = { x = { "T", "C" }, w = { "C" }, b = { "C" } },
     body = function(g, x, w, b)
       local y, m, v = g:layernorm(x, w, b, { epsilon = 1e-5, phase = "training" })
       return { y = y, mean = m, inv_var = v }
     end },
-  k.graph "rmsnorm_n11c_residual" { dims = { N = k.dynamic, C = 768 }, dtype = "bf16",
-    inputs = { x = { "N", "C" }, r = { "N", "C" }, w = { "C" } },
+  k.graph "rmsnorm_n11c_residual" { dims = { T = k.dynamic, C = 768 }, dtype = "bf16",
+    inputs = { x = { "T", "C" }, r = { "T", "C" }, w = { "C" } },
     body = function(g, x, r, w) local h = g:add(x, r); return { y = g:rmsnorm(h, w, { epsilon = 1e-6 }), h = h } end },
-  k.graph "layernorm_bwd_n11c" { dims = { N = k.dynamic, C = 2048 }, dtype = "bf16",
-    inputs = { dy = { "N", "C" }, x = { "N", "C" }, w = { "C" }, mean = { "N", 1, dtype = "fp32" }, rstd = { "N", 1, dtype = "fp32" } },
+  k.graph "layernorm_bwd_n11c" { dims = { T = k.dynamic, C = 2048 }, dtype = "bf16",
+    inputs = { dy = { "T", "C" }, x = { "T", "C" }, w = { "C" }, mean = { "T", 1, dtype = "fp32" }, rstd = { "T", 1, dtype = "fp32" } },
     body = function(g, dy, x, w, mean, rstd)
       local dx, dw, db = g:layernorm_backward(dy, x, w, mean, rstd)
       return { dx = dx, dw = dw, db = db }
