@@ -11,7 +11,7 @@ mapfile -t specs < <(ls specs/*.lua tests/specs/*/*.lua | grep -v -E '^tests/spe
   grep -v "^$U/")
 has_nvrtc=0
 { [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc; } && has_nvrtc=1
-plan $(( ${#specs[@]} + 39 ))
+plan $(( ${#specs[@]} + 44 ))
 
 # 1. check --json -> file -> check FILE --json gives the same JSON (arrays of instances too)
 for s in "${specs[@]}"; do
@@ -31,6 +31,9 @@ expect_err "E_NO_ENGINE: graph 'nokernel': no engine for kernel group 0 \(sdpa\)
   "... with E_NO_ENGINE naming the graph, the group and each engine's reason"
 run_kiln check "$U/mixed.lua" --graph fine --sm 80 --sm 100a; expect_rc 0 "check of the buildable graph alone, on sm_80 and sm_100a"
 run_kiln check tests/specs/attention/declined.lua; expect_rc 1 "check fails the attention specs kiln declines"
+run_kiln check "$U/mixed.lua" --no-engines; expect_rc 0 "check --no-engines validates the graph alone"
+expect_out "^ok: 3 graph instances valid" "... every graph of the file"
+run_kiln check "$U/mixed.lua" --no-engines --sm 80; expect_rc 2 "check --no-engines with --sm is a usage error"
 run_kiln explain "$U/mixed.lua"; expect_rc 1 "explain exits 1 when a group has no engine"
 expect_out "graph fine \[H=512\]" "... still explaining every graph"; expect_out "NO ENGINE" "... and the group without one"
 
@@ -53,6 +56,8 @@ fi
 run_kiln check specs/rmsnorm.lua specs/softmax.lua specs/bias_gelu.lua --graph rmsnorm --graph softmax
 expect_rc 0 "--graph twice"
 ok "... selects both graphs, over several files" bash -c "grep -q '^graph rmsnorm' '$OUTF' && grep -q '^graph softmax' '$OUTF' && ! grep -q '^graph bias_gelu' '$OUTF'"
+run_kiln build --from "$TMP/none.jsonl" --graph rmsnorm --sm 90a; expect_rc 2 "build --from FILE refuses --graph (the record names the graphs)"
+expect_err "E_USAGE: build --from FILE takes no --graph" "... saying so"
 run_kiln check specs/rmsnorm.lua --graph rmsnorm --graph nope; expect_rc 1 "a --graph no file has fails"
 expect_err "E_SPEC: no graph named 'nope'" "... naming it"
 

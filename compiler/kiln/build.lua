@@ -219,6 +219,9 @@ function M.run(args)
   local t0 = c.clock_ms()
   local failures = {}
   if args.from and #args.positional > 0 then errors.raise_at(nil, nil, "E_USAGE", "build takes SPECs or --from FILE, not both") end
+  if args.from and (#args.graph > 0 or next(args.set)) then
+    errors.raise_at(nil, nil, "E_USAGE", "build --from FILE takes no --graph or --set: the record names each build's graphs and dims")
+  end
   local plans, jobs
   if args.from then plans, jobs = replay(args, failures) else plans, jobs = M.plans(args, failures) end
   if #plans == 0 and #failures == 1 then error(failures[1].err, 0) end

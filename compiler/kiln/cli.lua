@@ -11,16 +11,20 @@ usage: kiln <command> [options]
 commands:
   check SPEC... [--sm SM]  load and validate specs (.lua or graph .json), check that an
                            engine takes every kernel group (on sm_90a unless --sm), print the graph
+                           (exit 1, E_NO_ENGINE with each engine's reason, when none takes one)
         [--json]           print graph JSON instead
+        [--no-engines]     validate the graph alone, without engine selection
   source SPEC [--sm SM]    print the generated CUDA of every kernel
         [--ptx]            the PTX modules instead, for the kernels compiled from one
   explain SPEC [--sm SM]   per kernel group and engine: accepted (plans) or declined, and why
                            (exit 1 when a group has no engine)
   build SPEC... --sm SM [--sm SM ...] [-o PACK] [--emit-c DIR] [-v] [-j N]
-                           compile every kernel through the cache (and write a pack)
+                           compile every kernel through the cache (and write a pack); a graph
+                           that fails is reported and left out, the pack holds the others, and
+                           "kiln: incomplete: PACK lacks ..." on stderr with exit 1 says so
   build --from FILE [-o PACK] [--sm SM ...]
                            build again what KILN_RECORD=FILE recorded (every build's
-                           specs, dims and SMs) into one pack
+                           specs, dims, graphs and SMs) into one pack
   run SPEC --check [--bench] [--set DIM=N] [--instance K=V,...]
                            run on the GPU against the reference executor (only the
                            instances whose key has every K=V given, with --instance)
@@ -46,7 +50,7 @@ local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) en
 
 -- Options each command accepts: name -> "flag" | "value" | "list".
 local OPTIONS = {
-  ["--json"] = "flag", ["--ptx"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
+  ["--json"] = "flag", ["--no-engines"] = "flag", ["--ptx"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
   ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "list",
   ["-j"] = "value", ["--from"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value",
 }
@@ -118,7 +122,8 @@ function commands.check(args)
   local shape = require "kiln.shape"
   local plan = require "kiln.plan"
   local all = load_graphs(args)
-  for _, arch in ipairs(#args.sm > 0 and args.sm or { DEFAULT_ARCH }) do
+  if args.no_engines and #args.sm > 0 then usage("check --no-engines selects no engine, so it takes no --sm") end
+  for _, arch in ipairs(args.no_engines and {} or #args.sm > 0 and args.sm or { DEFAULT_ARCH }) do
     local target = plan.target(arch)
     for _, g in ipairs(all) do plan.check_engines(g, target) end
   end
