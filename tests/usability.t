@@ -11,7 +11,7 @@ mapfile -t specs < <(ls specs/*.lua tests/specs/*/*.lua | grep -v -E '^tests/spe
   grep -v "^$U/")
 has_nvrtc=0
 { [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc; } && has_nvrtc=1
-plan $(( ${#specs[@]} + 44 ))
+plan $(( ${#specs[@]} + 45 ))
 
 # 1. check --json -> file -> check FILE --json gives the same JSON (arrays of instances too)
 for s in "${specs[@]}"; do
@@ -46,10 +46,11 @@ if [ $has_nvrtc = 1 ]; then
   expect_err "part.kpack lacks every graph of tests/specs/bad/shape_mismatch.lua, graph 'nokernel'$" "... and what the pack lacks"
   run_kiln pack inspect "$TMP/part.kpack"
   expect_out "^plan fine \[H=512\]" "the pack holds the graphs that built"
+  run_kiln pack verify "$TMP/part.kpack"; expect_rc 0 "... and verifies"
   run_kiln build "$U/mixed.lua" --graph nokernel --sm 90a -o "$TMP/none.kpack"
   expect_rc 1 "a build with nothing buildable exits 1"; ok "... and writes no pack" test ! -e "$TMP/none.kpack"
 else
-  for i in 1 2 3 4 5 6 7; do pass "# SKIP NVRTC not installed"; done
+  for i in 1 2 3 4 5 6 7 8; do pass "# SKIP NVRTC not installed"; done
 fi
 
 # 4. --graph any number of times
