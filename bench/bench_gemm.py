@@ -7,7 +7,9 @@ scaled residual at 8192×4096×4096 against F.silu(F.linear) * gate and torch.ad
 out) at 8192³ against torch._scaled_mm; a gated MLP's up projection (two products of one x, SwiGLU:
 one dual GEMM kernel) at 8192×{11008,14336}×4096 against F.silu(F.linear) * F.linear; block-scaled
 fp8 (fp32 scales per 1x128 block of x, per 128x128 block of the weight) at 8192³, 4096×7168×2048
-and 4096×2048×7168 against torch's blockwise scaled_mm (cuBLAS; per-tensor where it is refused). Times are bench.bench.time_ms medians; TFLOP/s count
+and 4096×2048×7168 against torch's blockwise scaled_mm (cuBLAS; per-tensor where it is refused);
+grouped GEMMs of 8 and 64 experts (K 4096 / N 1536, K 7168 / N 4096, 8192-65536 tokens routed by
+Zipf weights) against torch._grouped_mm. Times are bench.bench.time_ms medians; TFLOP/s count
 2·M·N·K. Every result (kiln's and torch's) is checked against the same math in fp32 in torch:
 rel L2 error at most 1e-2. Usage (after `kiln build specs/gemm*.lua --sm 90a -o PACK`):
 
@@ -143,6 +145,34 @@ def block_cases(pack):
                    ref=lambda a8=a8, sa=sa, w8=w8, ws=ws: (a8.float() * expand(sa, 1, 128)) @ (w8.float() * expand(ws, 128, 128)).t())
 
 
+def zipf_counts(T, E, s=1.1, align=16):
+    """T tokens over E experts with Zipf weights (expert order shuffled), each count a multiple
+    of `align` (torch._grouped_mm's alignment), summing to T."""
+    w = torch.tensor([1.0 / (r + 1) ** s for r in range(E)])[torch.randperm(E)]
+    c = (w / w.sum() * (T // align)).floor().long() * align
+    c[int(torch.argmax(w))] += T - int(c.sum())
+    return c
+
+
+def grouped_cases(pack):
+    """Grouped GEMMs (specs/gemm_moe.lua: one launch over the experts, offsets on the device)
+    against torch._grouped_mm, tokens routed unevenly (Zipf)."""
+    for E, N, K, T in ((8, 1536, 4096, 8192), (8, 4096, 7168, 16384), (64, 1536, 4096, 65536), (64, 4096, 7168, 65536)):
+        counts = zipf_counts(T, E)
+        ends = counts.cumsum(0).to(torch.int32).cuda()
+        starts = torch.cat([torch.zeros(1, dtype=torch.int32, device="cuda"), ends[:-1]])
+        x, w = bf16(T, K), bf16(E, N, K, scale=K ** -0.5)
+        wt = w.transpose(1, 2)  # [E, K, N], K-major
+        y = torch.empty(T, N, device="cuda", dtype=torch.bfloat16)
+
+        def ref(x=x, w=w, counts=counts):
+            return torch.cat([xs.float() @ we.float().t() for xs, we in zip(x.split(counts.tolist()), w)])
+        yield dict(name="gemm_moe", M=T, N=N, K=K, plan=pack.plan("gemm_moe", "E=%d,K=%d,N=%d" % (E, K, N)),
+                   kiln=dict(x=x, w=wt, offsets=starts, y=y), out=y,
+                   peer=lambda x=x, wt=wt, ends=ends: torch._grouped_mm(x, wt, offs=ends, out_dtype=torch.bfloat16),
+                   peer_name="torch._grouped_mm", ref=ref, shape="%dx%dx%d E%d" % (T, N, K, E))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pack", required=True)
@@ -155,7 +185,7 @@ def main():
     dev = torch.cuda.get_device_name()
     print("device %s" % dev)
     rows = []
-    for c in itertools.chain(cases(pack), block_cases(pack)):
+    for c in itertools.chain(cases(pack), block_cases(pack), grouped_cases(pack)):
         if args.only and c["name"] != args.only:
             continue
         plan, kw = c["plan"], c["kiln"]
@@ -177,7 +207,7 @@ def main():
         flops = c.get("flops", 2.0 * c["M"] * c["N"] * c["K"])
         tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
         plan_ids = ",".join(k.plan_id for k in plan.kernels if not k.plan_id.endswith(":init"))
-        row = dict(case=c["name"], shape="%dx%dx%d" % (c["M"], c["N"], c["K"]), kiln_ms=t_kiln, peer=c["peer_name"],
+        row = dict(case=c["name"], shape=c.get("shape", "%dx%dx%d" % (c["M"], c["N"], c["K"])), kiln_ms=t_kiln, peer=c["peer_name"],
                    peer_ms=t_peer, kiln_tflops=tf(t_kiln), peer_tflops=tf(t_peer), vs_peer=t_peer / t_kiln,
                    rel_l2=err, peer_rel_l2=peer_err, agrees=ok, plan=plan_ids)
         rows.append(row)

@@ -8,14 +8,66 @@
 #include "ref_impl.h"
 
 static int eval_matmul(const ref_op *op, const ref_node *n, kiln_err *e);
+static int eval_grouped(const ref_op *op, const ref_node *n, kiln_err *e);
 
 static const char *const INPUTS[] = {"A", "B", "M_override", "N_override", "K_override", NULL};
 static const char *const OUTPUTS[] = {"C", NULL};
 static const char *const ATTRS[] = {"padding", NULL};
-static const ref_op OPS[] = {{"matmul", INPUTS, OUTPUTS, ATTRS, eval_matmul, NULL}};
+static const char *const G_INPUTS[] = {"token", "weight", "first_token_offset", NULL};
+static const char *const G_OUTPUTS[] = {"Y", NULL};
+static const char *const G_ATTRS[] = {"mode", "top_k", NULL};
+static const ref_op OPS[] = {{"matmul", INPUTS, OUTPUTS, ATTRS, eval_matmul, NULL},
+                             {"moe_grouped_matmul", G_INPUTS, G_OUTPUTS, G_ATTRS, eval_grouped, NULL}};
 
 const ref_op *kiln__ref_matmul_op(const char *name) {
-  return strcmp(name, OPS[0].name) == 0 ? &OPS[0] : NULL;
+  for (size_t i = 0; i < sizeof OPS / sizeof OPS[0]; i++)
+    if (strcmp(name, OPS[i].name) == 0) return &OPS[i];
+  return NULL;
+}
+
+/* Expert e's first row: the offsets as a running maximum clamped to [0, T] (out-of-order or
+ * out-of-range offsets give empty experts, never overlapping ones), OPS.md §6. */
+static int64_t expert_start(const ref_tensor *off, int64_t e, int64_t T, int64_t prev) {
+  if (e >= (int64_t)off->numel) return T;
+  double v = off->data[e];
+  int64_t s = v < 0 ? 0 : v > (double)T ? T : (int64_t)v;
+  return s < prev ? prev : s;
+}
+
+/* moe_grouped_matmul (mode none): Y[t] = token[t] . weight[e] for the expert e whose rows
+ * [start[e], start[e + 1]) hold t; rows before the first expert's are 0. */
+static int eval_grouped(const ref_op *op, const ref_node *n, kiln_err *e) {
+  (void)op;
+  ref_tensor *x, *w, *off, *y;
+  if (kiln__ref_need_in(n, "token", &x, e) || kiln__ref_need_in(n, "weight", &w, e) ||
+      kiln__ref_need_in(n, "first_token_offset", &off, e) || kiln__ref_need_out(n, "Y", &y, e))
+    return -1;
+  const char *mode;
+  if (kiln__ref_attr_str(n, "mode", "none", &mode, e)) return -1;
+  if (strcmp(mode, "none") != 0)
+    return kiln_err_set(e, "E_ATTR", "moe_grouped_matmul: mode '%s' is not supported", mode);
+  if (x->rank != 2 || w->rank != 3 || y->rank != 2)
+    return kiln_err_set(e, "E_SHAPE", "moe_grouped_matmul: token [T, K], weight [E, K, N], Y [T, N]");
+  int64_t T = x->dims[0], K = x->dims[1], E = w->dims[0], N = w->dims[2];
+  if (w->dims[1] != K || y->dims[0] != T || y->dims[1] != N || (int64_t)off->numel != E)
+    return kiln_err_set(e, "E_SHAPE", "moe_grouped_matmul: token [T, K], weight [E, K, N], "
+                                      "first_token_offset [E], Y [T, N] do not agree");
+  memset(y->data, 0, (size_t)(T * N) * sizeof(double));
+  int64_t start = expert_start(off, 0, T, 0);
+  for (int64_t g = 0; g < E; g++) {
+    int64_t end = expert_start(off, g + 1, T, start);
+    const double *pw = w->data + (size_t)(g * K * N);
+    for (int64_t t = start; t < end; t++) {
+      double *row = y->data + t * N;
+      for (int64_t k = 0; k < K; k++) {
+        double av = x->data[t * K + k];
+        const double *brow = pw + k * N;
+        for (int64_t j = 0; j < N; j++) row[j] += av * brow[j];
+      }
+    }
+    start = end;
+  }
+  return 0;
 }
 
 static int eval_matmul(const ref_op *op, const ref_node *n, kiln_err *e) {

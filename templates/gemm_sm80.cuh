@@ -55,21 +55,40 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr bool BSCALE = ${BSCALE};
   constexpr int SCALE_K = ${SCALE_K};
   static_assert(!BSCALE || (SCALE_K % 16 == 0 && !DUAL), "block scales: whole k16 steps, one product");
+  // GROUPED (moe_grouped_matmul): GROUPS row groups, each against its expert's B (the sm90
+  // kernel's; their table, kiln_gemm_groups, lies past the stages)
+  constexpr bool GROUPED = ${GROUPED};
+  constexpr int GROUPS = ${GROUPS};
+  static_assert(!GROUPED || !DUAL, "grouped: one product");
   extern __shared__ __align__(128) kiln_u8 kiln_smem[];
   const kiln_u32 sbase = kiln_smem_u32(kiln_smem);
+  int *const gtab = reinterpret_cast<int *>(kiln_smem + STAGES * STAGE);
 ${setup}
+  if (GROUPED) {
+    if (threadIdx.x < 32) kiln_gemm_groups(gtab, g_offsets, GROUPS, M, NT);
+    __syncthreads();
+  }
 ${amax_decl}
 ${epilogue}
-  const kiln_i64 tiles_m = (M + BM - 1) / BM, per_batch = tiles_m * NT, tiles = per_batch * batches;
+  const kiln_i64 tiles_m = (M + BM - 1) / BM, per_batch = tiles_m * NT;
+  const kiln_i64 tiles = GROUPED ? gtab[2 * GROUPS + 1] : per_batch * batches;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, wm = warp / 6, wn = warp % 6;
   // byte offset of 16-byte chunk c of line L in a tile
   auto chunk = [](int L, int c) { return (kiln_u32)(L * 128 + ((c ^ (L & 7)) << 4)); };
 #pragma unroll 1
   for (kiln_i64 tile = blockIdx.x * gridDim.y + blockIdx.y; tile < tiles; tile += gridDim.x * gridDim.y) {
-    const kiln_i64 bt = tile / per_batch, r = tile - bt * per_batch, grp = r / (8 * NT), first = grp * 8;
-    const kiln_i64 gsz = tiles_m - first < 8 ? tiles_m - first : 8, rem = r - grp * 8 * NT;
-    const kiln_i64 m0 = (first + rem % gsz) * BM, n0 = (rem / gsz) * BNO;
-    const kiln_u8 *a = gA + bt * a_bs, *b = gB + bt * b_bs, *b2 = gB2 + bt * b_bs;
+    // (bt: the batch of A and C; eb: of B, the expert of a grouped tile, -1 for group 0)
+    kiln_i64 bt, eb, m0, m_end, n0;
+    if (GROUPED) {
+      bt = 0, eb = kiln_gemm_group_tile(gtab, GROUPS, tile, BNO, m0, m_end, n0) - 1;
+    } else {
+      bt = tile / per_batch, eb = bt, m_end = M;
+      const kiln_i64 r = tile - bt * per_batch, grp = r / (8 * NT), first = grp * 8;
+      const kiln_i64 gsz = tiles_m - first < 8 ? tiles_m - first : 8, rem = r - grp * 8 * NT;
+      m0 = (first + rem % gsz) * BM, n0 = (rem / gsz) * BNO;
+    }
+    const int kbs = GROUPED && eb < 0 ? 0 : KB;  // group 0: no products, the epilogue of 0
+    const kiln_u8 *a = gA + bt * a_bs, *b = gB + eb * b_bs, *b2 = gB2 + eb * b_bs;
     auto load_stage = [&](int s, int kb) {
       if (t >= 256) return;
       const kiln_u32 sa = sbase + (kiln_u32)s * STAGE, sb = sa + A_BYTES;
@@ -112,14 +131,14 @@ ${epilogue}
     __syncthreads();  // the previous tile's last stages are no longer read
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-      if (s < KB) load_stage(s, s);
+      if (s < kbs) load_stage(s, s);
       kiln_cp_async_commit();
     }
 #pragma unroll 1
-    for (int kb = 0; kb < KB; kb++) {
+    for (int kb = 0; kb < kbs; kb++) {
       kiln_cp_async_wait<STAGES - 2>();
       __syncthreads();  // stage kb landed for everyone; stage kb - 1 is no longer read
-      if (kb + STAGES - 1 < KB) load_stage((kb + STAGES - 1) % STAGES, kb + STAGES - 1);
+      if (kb + STAGES - 1 < kbs) load_stage((kb + STAGES - 1) % STAGES, kb + STAGES - 1);
       kiln_cp_async_commit();
       const kiln_u32 sa = sbase + (kiln_u32)(kb % STAGES) * STAGE, sb = sa + A_BYTES;
 #pragma unroll(BSCALE ? 1 : BK / 16)  // (BSCALE: one step's fragments live at a time; no spills)
@@ -188,7 +207,7 @@ ${epilogue}
           const kiln_i64 row = m0 + wm * 64 + i * 16 + (lane >> 2) + h * 8;
           const kiln_i64 col = n0 + wn * NW + n * 8 + (lane & 3) * 2;
           const int n2 = DUAL ? n + 2 : n;
-          if (row < M && col < N)
+          if (row < m_end && col < N)
             kiln_epilogue(acc[i][n][2 * h], acc[i][n][2 * h + 1], bt, row, col, 0u, true, acc[i][n2][2 * h], acc[i][n2][2 * h + 1]);
         }
   }

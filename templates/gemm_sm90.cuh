@@ -53,21 +53,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   // (SK_ONE_WAVE: only when every tile is in that wave, tiles < G)
   constexpr int SK_SLOTS = ${SK_SLOTS}, SK_PIECES = ${SK_PIECES}, SK_FILL_PCT = ${SK_FILL_PCT}, SK_MIN_SAVED = ${SK_MIN_SAVED};
   constexpr bool SK_ONE_WAVE = ${SK_ONE_WAVE};
+  // GROUPED (moe_grouped_matmul): GROUPS row groups (group 0 the rows before the first expert's,
+  // group j expert j - 1's) of A and C, each against its expert's B; their table (gtab,
+  // kiln_gemm_groups) lies past the barriers; no stream-K, no staged output
+  constexpr bool GROUPED = ${GROUPED};
+  constexpr int GROUPS = ${GROUPS};
+  static_assert(!GROUPED || (!SK && !EPI && !EWG && CM == 1 && !DUAL), "grouped: the plain schedule, direct stores");
   extern __shared__ __align__(1024) kiln_u8 kiln_smem[];
   const kiln_u32 sbase = (kiln_smem_u32(kiln_smem) + 1023u) & ~1023u;
   const kiln_u32 epi_base = sbase + STAGES * STAGE;  // buffer b of warpgroup h at epi_base + 8192 (2 h + b)
   const kiln_u32 bars = epi_base + EPI_BYTES;       // full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s)
   const kiln_u32 ewg_full = bars + 16 * STAGES, ewg_empty = ewg_full + 8;  // EWG: the sums buffer's handover
+  int *const gtab = reinterpret_cast<int *>(kiln_smem + (ewg_empty + 8u - kiln_smem_u32(kiln_smem)));
 ${setup}
+  if (GROUPED) {
+    if (threadIdx.x < 32) kiln_gemm_groups(gtab, g_offsets, GROUPS, M, NT);
+    __syncthreads();
+  }
 ${amax_decl}
   // units of CM vertically adjacent tiles (a cluster's; the last may reach past M: its copies
   // read zeros and its epilogue stores nothing)
   const kiln_u32 rank = CM > 1 ? kiln_cluster_rank() : 0;
   constexpr int GROUP = ${GROUP_M} / CM;  // units per group of ${GROUP_M} m tiles
-  const kiln_i64 units_m = ((M + BM - 1) / BM + CM - 1) / CM, per_batch = units_m * NT, tiles = per_batch * batches;
-  // unit index -> (batch, m0 of this CTA's tile, n0)
-  auto tile_of = [&](kiln_i64 tile, kiln_i64 &bt, kiln_i64 &m0, kiln_i64 &n0) {
-    bt = tile / per_batch;
+  const kiln_i64 units_m = ((M + BM - 1) / BM + CM - 1) / CM, per_batch = units_m * NT;
+  const kiln_i64 tiles = GROUPED ? gtab[2 * GROUPS + 1] : per_batch * batches;
+  // unit index -> (batch of A and C, of B, m0 of this CTA's tile, the rows' end, n0)
+  auto tile_of = [&](kiln_i64 tile, kiln_i64 &bt, kiln_i64 &eb, kiln_i64 &m0, kiln_i64 &m_end, kiln_i64 &n0) {
+    if (GROUPED) {  // eb: the expert (-1: group 0, no B)
+      bt = 0, eb = kiln_gemm_group_tile(gtab, GROUPS, tile, BNO, m0, m_end, n0) - 1;
+      return;
+    }
+    bt = tile / per_batch, eb = bt, m_end = M;
     const kiln_i64 r = tile - bt * per_batch, grp = r / (GROUP * NT), first = grp * GROUP;
     const kiln_i64 gsz = units_m - first < GROUP ? units_m - first : GROUP, rem = r - grp * GROUP * NT;
     m0 = ((first + rem % gsz) * CM + rank) * BM;
@@ -105,11 +121,12 @@ ${sk_decl}
     }
   };
   // work item w, placed: what every role's loop over the CTA's work starts from
-  struct work_item { kiln_i64 tile, bt, m0, n0; int kb0, kb1; };
+  struct work_item { kiln_i64 tile, bt, eb, m0, m_end, n0; int kb0, kb1; };
   auto item = [&](kiln_i64 w) {
     work_item i;
     work(w, i.tile, i.kb0, i.kb1);
-    tile_of(i.tile, i.bt, i.m0, i.n0);
+    tile_of(i.tile, i.bt, i.eb, i.m0, i.m_end, i.n0);
+    if (GROUPED && i.eb < 0) i.kb0 = i.kb1 = 0;  // group 0: no products, the epilogue of 0
     return i;
   };
   if (threadIdx.x == 0) {
@@ -140,7 +157,8 @@ ${epilogue}
       kiln_u32 handed = 0, ebuf = 0;  // ebuf: which of the warp's four staging buffers the next chunk fills
 #pragma unroll 1
       for (kiln_i64 w = 0; w < n_work; w++) {
-        const auto [tile, bt, m0, n0, kb0, kb1] = item(w);
+        const auto [tile, bt, eb, m0, m_end, n0, kb0, kb1] = item(w);
+        (void)eb, (void)m_end;
         if (SK && kb1 < KB) continue;  // a stream-K range without the tile's last k-block: no epilogue here
         kiln_mbar_wait(ewg_full, handed & 1);
         // consumer warp f (half f / 4, warp f % 4) of the tile: epilogue warp ew takes f = ew, ew + 3, ...
@@ -195,8 +213,8 @@ ${prefetch}
       kiln_u32 it = 0;  // k-blocks issued, over all tiles
 #pragma unroll 1
       for (kiln_i64 w = 0; w < n_work; w++) {
-        const auto [tile, bt, m0, n0, kb0, kb1] = item(w);
-        (void)tile, (void)bt;
+        const auto [tile, bt, eb, m0, m_end, n0, kb0, kb1] = item(w);
+        (void)tile, (void)bt, (void)eb, (void)m_end;
 #pragma unroll 1
         for (int kb = kb0; kb < kb1; kb++, it++) {
           const kiln_u32 s = it % STAGES, full = bars + 8 * s;
@@ -222,7 +240,8 @@ ${epilogue}
     kiln_u32 it = 0, ebuf = 0, handed = 0;  // ebuf: the staging buffer the next chunk fills; handed: tiles to EWG
 #pragma unroll 1
     for (kiln_i64 w = 0; w < n_work; w++) {
-      const auto [tile, bt, m0, n0, kb0, kb1] = item(w);
+      const auto [tile, bt, eb, m0, m_end, n0, kb0, kb1] = item(w);
+      (void)eb;
       // the k-block after whose MMAs the CTA that runs the tile's epilogue prefetches its inputs
       // (PF_KB ahead of the end, ~5 us: late enough that the mainloop's traffic leaves them in L2)
       const int pf_kb = (!SK || kb1 == KB) ? (kb1 - kb0 > PF_KB ? kb1 - PF_KB : kb0) : -1;
@@ -278,14 +297,14 @@ ${epilogue}
         }
         if (kb == pf_kb) kiln_epilogue_prefetch(bt, m0, n0);
       }
-      if (!PROMOTE) {
+      if (!PROMOTE) {  // (a grouped GEMM's group 0 issued none: nothing to wait for or give back)
         kiln_wgmma_wait<0>();
-        if (lane == 0) release((it - 1) % STAGES);
+        if (kb1 > kb0 && lane == 0) release((it - 1) % STAGES);
       }
       // a thread's partial sums sit at slot[i * 128] (coalesced); flags: one per consumer warp
       const int fw = half * 4 + warp;
       // a warp whose 16 rows are all past M hands over no sums and takes none (its flag goes up)
-      const bool live = m0 + half * 64 + warp * 16 < M;
+      const bool live = m0 + half * 64 + warp * 16 < m_end;
       if (SK && kb1 < KB) {  // stream-K, not the tile's last k-block: hand the sums to its owner
         float *slot = sk_part + (kiln_i64)blockIdx.x * (BM * BN) + half * (64 * BN) + t;
         if (live) {
@@ -328,7 +347,7 @@ ${epilogue}
             const kiln_i64 row = m0 + half * 64 + warp * 16 + (lane >> 2) + h * 8;
             const kiln_i64 col = n0 + nb * 8 + (lane & 3) * 2;
             const int i = nb * 4 + 2 * h;
-            if (row < M && col < N) kiln_epilogue(acc[i], acc[i + 1], bt, row, col, 0u, true, acc[i + DI], acc[i + DI + 1]);
+            if (row < m_end && col < N) kiln_epilogue(acc[i], acc[i + 1], bt, row, col, 0u, true, acc[i + DI], acc[i + DI + 1]);
           }
         continue;
       }

@@ -60,7 +60,8 @@ ${prefetch}
       for (kiln_i64 j = 0; j < n_tiles; j++) {
         kiln_i64 bt, m0, n0;
         tile_of(blockIdx.x + j * G, bt, m0, n0);
-        (void)bt;
+        const kiln_i64 eb = bt;  // B's batch coordinate (the copies' name for it)
+        (void)bt, (void)eb;
 #pragma unroll 1
         for (int kb = 0; kb < KB; kb++, it++) {
           const kiln_u32 s = it % STAGES, full = bars + 8 * s;

@@ -3,7 +3,7 @@
 # engine takes every group with a wgmma plan, whose SASS holds HGMMA (QGMMA for fp8) and whose
 # ptxas report shows no spills (nor anywhere else); cold compile time per GEMM kernel; and the
 # generated kernels, run on the CPU emulator (tests/gemm_emu), match the reference executor for
-# every layout, a batch, the epilogue kinds and fp8, on both paths (sm90 also with clusters of 2
+# every layout, a batch, the epilogue kinds, fp8, block-scaled fp8 and grouped (MoE) GEMMs, on both paths (sm90 also with clusters of 2
 # sharing B tiles by TMA multicast: the 4th field of an emulator case); and stream-K: the last
 # partial wave split along K over the CTAs (`sk` cases: graph, SM, tile, grid, M, the flags the
 # run must set (- for no workspace), environment), the init kernel clearing a poisoned workspace;
@@ -17,6 +17,7 @@ emu=(
   "tn_static sm_90a 256" "tn_static sm_90a 128" "nn sm_90a 256 2" "nt sm_90a 192 2" "fp8 sm_90a 192 2" "fp8 sm_90a 192" "fp8 sm_90a 128" "amax_tail sm_90a 256" "f32out sm_90a 256" "f32out sm_90a 128" "nn sm_80 -" "tn sm_80 -" "tt sm_80 -" "batched sm_80 -" "epilogue sm_80 -" "fp8 sm_80 -" "f32out sm_80 -"
   "dual sm_90a 256" "dual_nn sm_90a 256" "dual sm_80 -" "dual_nn sm_80 -"
   "fp8_block sm_90a 192" "fp8_block sm_90a 128" "fp8_block sm_80 -" "fp8_mx sm_90a -" "fp8_mx sm_80 -"
+  "grouped sm_90a 192" "grouped_nn sm_90a 256" "grouped_fp8 sm_90a 192" "grouped sm_80 -" "grouped_nn sm_80 -" "grouped_fp8 sm_80 -"
 )
 # 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
 # 9 tiles on 4 (one tile over 4 ranges, two of them inside it); fp8 splits only a grid's one
@@ -97,17 +98,20 @@ ok "ptxas: no stack frame and no serialized wgmma in any sm_90a GEMM kernel" tes
 for f in $slow; do echo "#   stack or C7514: $f"; done
 
 # the cooperative kernel stages its output through shared memory (tensor stores, plan ids
-# ending :ts) for every group; KILN_GEMM_EPILOGUE=direct stores from the registers; a misspelt
-# value is refused
+# ending :ts) for every group but the grouped GEMMs' (their tiles end at a group's last row:
+# direct stores, plan ids ending :grouped); KILN_GEMM_EPILOGUE=direct stores from the
+# registers; a misspelt value is refused
 run_kiln explain "${specs[@]}" --sm 90a
-groups=$(grep -c '^  group' "$OUTF"); ts=$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF")
-ok "sm_90a: every one of the $groups GEMM groups stages its output (:ts plans: $ts)" test "$groups" -gt 0 -a "$ts" = "$groups"
+groups=$(grep -c '^  group' "$OUTF"); ts=$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF"); grp=$(grep -c 'plan gemm:v1:sm90:.*:grouped$' "$OUTF")
+ok "sm_90a: every one of the $groups GEMM groups stages its output (:ts plans: $ts) but the $grp grouped ones" \
+  test "$groups" -gt 0 -a "$grp" -gt 0 -a "$((ts + grp))" = "$groups"
 KILN_GEMM_EPILOGUE=direct run_kiln explain "${specs[@]}" --sm 90a
 ok "KILN_GEMM_EPILOGUE=direct: no :ts plan" test "$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF")" = 0
 # the epilogue warps (opt-in): every bf16/fp16 group, not fp8; one pack for every SM; no spills
 KILN_GEMM_EPILOGUE=warpgroup run_kiln explain "${specs[@]}" --sm 90a
 ewg=$(grep -c 'plan gemm:v1:sm90:.*:ts:ewg$' "$OUTF"); fp8=$(grep -c '^  group.*plan gemm:v1:sm90:.*:ts$' "$OUTF")
-ok "KILN_GEMM_EPILOGUE=warpgroup: $ewg groups take the epilogue warps, the $fp8 fp8 and dual ones do not" test "$ewg" -gt 0 -a "$((ewg + fp8))" = "$groups"
+ok "KILN_GEMM_EPILOGUE=warpgroup: $ewg groups take the epilogue warps, the $fp8 fp8 and dual ones and the $grp grouped ones do not" \
+  test "$ewg" -gt 0 -a "$((ewg + fp8 + grp))" = "$groups"
 KILN_GEMM_EPILOGUE=warpgroup KILN_DUMP_DIR=$TMP/ewgdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/ewg.kpack"
 expect_rc 0 "KILN_GEMM_EPILOGUE=warpgroup: every GEMM spec builds for sm_80 sm_90a sm_100a in one pack"
 ewg_spill=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $(ls "$TMP"/ewgdump/*.log | grep -v _init_))
@@ -123,9 +127,12 @@ expect_rc 0 "KILN_GEMM_SCHEDULE=pingpong: build every GEMM spec for sm_80 sm_90a
 KILN_GEMM_SCHEDULE=pingpong run_kiln explain "${specs[@]}" --sm 90a
 groups=$(grep -c '^  group [0-9]* (.*matmul' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
 fp8n=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:sk1)?(:ts)?$' "$OUTF")
-ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 groups (of $groups)" \
-  test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a $((ppn + fp8n)) = "$groups"
-pplogs=$(ls "$TMP"/ppdump/*.log 2>/dev/null | grep -v _init_)
+grp=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:.*:grouped$' "$OUTF")
+ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 and $grp grouped groups (of $groups)" \
+  test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a "$grp" -gt 0 -a $((ppn + fp8n + grp)) = "$groups"
+# (but the block-scaled mma kernels, bounded above)
+ppbs=$(grep -l 'portable path.*, block-scaled' "$TMP"/ppdump/*.cu 2>/dev/null | sed 's/\.cu$/.log/')
+pplogs=$(ls "$TMP"/ppdump/*.log 2>/dev/null | grep -v _init_ | grep -v -x -F "${ppbs:-/none}")
 spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $pplogs)
 ok "pingpong: ptxas reports no spills ($(echo "$pplogs" | wc -w) kernels)" test -n "$pplogs" -a -z "$spilling"
 for f in $spilling; do echo "#   spills: $f"; done
@@ -193,7 +200,8 @@ ok "cold compile per GEMM kernel within the 1.5 s target (worst ${worst} ms; bou
 if command -v g++ >/dev/null && command -v python3 >/dev/null && [ -f /usr/include/jansson.h ] && [ -f build/obj/ref.o ]; then
   for c in "${emu[@]}"; do
     read -r graph arch tile cluster <<<"$c"
-    out=$(KILN_GEMM_TILE=${tile/-/} KILN_GEMM_CLUSTER=${cluster:-} tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" 2 M=300 2>&1); rc=$?
+    rows=M; [[ $graph == grouped* ]] && rows=T  # (a grouped GEMM's rows are its tokens)
+    out=$(KILN_GEMM_TILE=${tile/-/} KILN_GEMM_CLUSTER=${cluster:-} tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" 2 $rows=300 2>&1); rc=$?
     ok "emulated $graph on $arch matches the reference: $(head -1 <<<"$out" | sed 's/^# //')" test "$rc" = 0
     [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
   done

@@ -760,6 +760,18 @@ expect_err("matmul: fp8 with fp16 compute", "matmul",
 expect_err("matmul: fp8 x bf16", "matmul", { A = T({ 16, 16 }, "fp8_e4m3"), B = T({ 16, 16 }, "bf16") }, {}, "E_DTYPE")
 expect_err("matmul: bool operand", "matmul", { A = T({ 8, 8 }, "bool"), B = T({ 8, 8 }, "bool") }, {}, "E_DTYPE")
 expect_err("matmul: padding not a number", "matmul", { A = T { 8, 8 }, B = T { 8, 8 } }, { padding = "zero" }, "E_ATTR")
+expect_ok("moe_grouped_matmul: [T, 4096] tokens x [8, 4096, 1536] experts", "moe_grouped_matmul",
+  { token = T { "T", 4096 }, weight = T { 8, 4096, 1536 }, first_token_offset = T({ 8 }, "int32") }, {},
+  { Y = { { "T", 1536 }, false } })
+expect_err("moe_grouped_matmul: gather mode", "moe_grouped_matmul",
+  { token = T { "T", 64 }, weight = T { 4, 64, 32 }, first_token_offset = T({ 4 }, "int32") }, { mode = "gather" }, "E_ATTR",
+  "gather and scatter")
+expect_err("moe_grouped_matmul: an offset per expert", "moe_grouped_matmul",
+  { token = T { "T", 64 }, weight = T { 4, 64, 32 }, first_token_offset = T({ 5 }, "int32") }, {}, "E_SHAPE")
+expect_err("moe_grouped_matmul: K mismatch", "moe_grouped_matmul",
+  { token = T { "T", 64 }, weight = T { 4, 32, 32 }, first_token_offset = T({ 4 }, "int32") }, {}, "E_SHAPE", "K mismatch")
+expect_err("moe_grouped_matmul: fp32 offsets", "moe_grouped_matmul",
+  { token = T { "T", 64 }, weight = T { 4, 64, 32 }, first_token_offset = T({ 4 }, "fp32") }, {}, "E_DTYPE")
 expect_err("matmul: float M override", "matmul",
   { A = T { 4, 64, 32 }, B = T { 4, 32, 16 }, M_override = T({ 4, 1, 1 }, "fp32") }, {}, "E_DTYPE")
 

@@ -27,6 +27,7 @@ local M = {}
 -- inputs are not read per output element (matmul's A and B), so nothing fuses before them.
 M.ANCHORS = {
   matmul = { ins = { "A", "B" }, outs = { "C" }, no_prologue = true },
+  moe_grouped_matmul = { ins = { "token", "weight" }, outs = { "Y" }, no_prologue = true },
   rmsnorm = { ins = { "input" }, outs = { "Y" } },
   layernorm = { ins = { "input" }, outs = { "Y" } },
   instancenorm = { ins = { "input" }, outs = { "Y" } },
@@ -423,7 +424,7 @@ local function fuse(g, groups, opts)
       for _, port in ipairs({ "A", "B" }) do
         local uid = A.anchor.inputs[port]
         local Q = producer_group(uid)
-        if Q and not Q.dead and #Q.nodes == 1 and Q.anchor.op == "block_scale_dequantize" and g.by_uid[uid].role == "virtual"
+        if Q and not Q.dead and #Q.nodes == 1 and Q.anchor and Q.anchor.op == "block_scale_dequantize" and g.by_uid[uid].role == "virtual"
           and #(consumers[uid] or {}) == 1 and A.anchor.inputs.A ~= A.anchor.inputs.B then
           found = found or {}
           found[port], Qs[#Qs + 1] = Q.anchor, Q

@@ -19,7 +19,8 @@ function M.matches(key, filter)
 end
 
 -- Integer inputs that index their tensors, drawn over their whole range rather than as small
--- random integers: sdpa's lengths (0 to S) and page tables (any block of the container).
+-- random integers: sdpa's lengths (0 to S) and page tables (any block of the container), the
+-- sequence boundaries of gdn and the experts' offsets of moe_grouped_matmul.
 function M.index_ranges(g, dims)
   local function value(d) return math.type(d) == "integer" and d or dims[d] end
   local ranges = {}
@@ -38,6 +39,10 @@ function M.index_ranges(g, dims)
         add(ins.paged_attention_k_table, blocks and blocks - 1)
         add(ins.paged_attention_v_table, blocks and value(by[ins.v].dims[1]) - 1)
       end
+    end
+    if n.op == "moe_grouped_matmul" then
+      -- experts' first rows: sorted 0 .. T (kind 1), uneven groups, some empty
+      add(n.inputs.first_token_offset, value(g.by_uid[n.inputs.token].dims[1]), 1)
     end
     if n.op == "gdn" or n.op == "gdn_bwd" then
       -- sequence boundaries 0 .. T (kind 1, sorted); pool rows distinct (kind 2), so an

@@ -151,6 +151,21 @@ inline kiln_u32 kiln_warp_max_u32(kiln_u32 v) {
   w.bar.arrive_and_wait();
   return m;
 }
+// warp shuffles (the full mask): every lane posts its value, then reads its source lane's
+inline int emu_shfl(int v, int src) {
+  emu_warp &w = emu_my_warp();
+  w.addr[threadIdx.x % 32] = (kiln_u32)v;
+  w.bar.arrive_and_wait();
+  const int r = (int)w.addr[src & 31];
+  w.bar.arrive_and_wait();
+  return r;
+}
+inline int __shfl_sync(unsigned, int v, int src) { return emu_shfl(v, src); }
+inline int __shfl_up_sync(unsigned, int v, unsigned d) {
+  const int lane = (int)(threadIdx.x % 32);
+  const int r = emu_shfl(v, lane >= (int)d ? lane - (int)d : lane);
+  return r;
+}
 inline void kiln_amax_publish(float *p, kiln_u32 bits) {
   emu_check_global(p, 4);
   std::atomic_ref<kiln_u32> r(*reinterpret_cast<kiln_u32 *>(p));

@@ -7,6 +7,7 @@
 // tolerances (a CTA that exits with arrivals pending on a named barrier, or with tensor stores
 // not waited for, fails). Exit status 0
 // when every output matches.
+#include <algorithm>
 #include <cstdarg>
 #include <set>
 #include <string>
@@ -205,6 +206,25 @@ int main(int argc, char **argv) {
       }
     }
     tensors.push_back(std::move(t));
+  }
+  // a grouped GEMM's expert offsets: sorted rows 0 .. T (not forced to 0 and T: the rows before
+  // the first expert's and the last expert's rows are exercised too)
+  size_t ni;
+  json_t *jn;
+  json_array_foreach(json_object_get(root, "nodes"), ni, jn) {
+    const char *op = json_string_value(json_object_get(jn, "op"));
+    if (!op || strcmp(op, "moe_grouped_matmul") != 0) continue;
+    json_t *ins = json_object_get(jn, "inputs");
+    const long long off_uid = json_integer_value(json_object_get(ins, "first_token_offset"));
+    const long long tok_uid = json_integer_value(json_object_get(ins, "token"));
+    long long rows = 0;
+    for (auto &t : tensors) if (t.uid == tok_uid) rows = t.dims[0];
+    for (auto &t : tensors) {
+      if (t.uid != off_uid) continue;
+      for (size_t j = 0; j < t.numel; j++) t.logical[j] = (double)(long long)(uniform() * (double)(rows + 1));
+      std::sort(t.logical.begin(), t.logical.begin() + (long)t.numel);
+      for (size_t j = 0; j < t.numel; j++) kiln_encode(t.dtype.c_str(), &t.logical[j], t.host.data() + physical(t, j) * t.elem, 1);
+    }
   }
   // the reference
   std::vector<kiln_ref_buffer> bufs;

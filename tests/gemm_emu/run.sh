@@ -30,6 +30,11 @@ if grep -q kiln_wgmma_tile "$cu"; then smem=$((stages * (128 + bn) * 128 + 16 * 
 if grep -q "constexpr bool EPI = true" "$cu"; then smem=$((smem + 2 * 2 * 64 * 128)); fi
 # the epilogue warps' two barriers (E.EWG)
 if grep -q "EWG = true;" "$cu"; then smem=$((smem + 16)); fi
+# a grouped GEMM's group table (group_bytes in engines/gemm.lua)
+if grep -q "constexpr bool GROUPED = true;" "$cu"; then
+  groups=$(sed -n 's/.*constexpr int GROUPS = \([0-9]*\);.*/\1/p' "$cu" | head -1)
+  smem=$((smem + 16 + 8 * (groups + 1)))
+fi
 python3 "$root/tests/gemm_emu/transform.py" "$cu" "${KILN_TEMPLATE_PATH:-$root/templates}" "$work/kernel.cc"
 srcs=("$work/kernel.cc")
 init=$(ls "$work"/dump/*.cu | grep '_init_' | head -1 || true)

@@ -314,6 +314,16 @@ static void test_matmul(void) {
            bf2, 3);
   double w2[8] = {58, 64, 139, 154, 7, 8, 9, 10};
   OK(rc == 0 && close_to(c2, w2, 8, 0), "matmul batch broadcast [2,2,3] @ [1,3,2]");
+  /* moe_grouped_matmul: 5 tokens, 3 experts starting at rows 1, 3, 3 (out of order: 2 -> 3,
+   * the running maximum), so row 0 is 0, rows 1-2 expert 0, expert 1 empty, rows 3-4 expert 2 */
+  double x[10] = {1, 1, 1, 2, 2, 1, 3, 0, 0, 3}, wt[12] = {1, 0, 0, 1, 2, 0, 0, 2, 0, 1, 1, 0}, off[3] = {1, 3, 2}, y[10];
+  kiln_ref_buffer bg[] = {BUF(1, x), BUF(2, wt), BUF(3, off), BUF(4, y)};
+  rc = run(GRAPH(TEN(1, "x", "fp32", "[5,2]", "input") "," TEN(2, "w", "fp32", "[3,2,2]", "input") ","
+                 TEN(3, "off", "int32", "[3]", "input") "," TEN(4, "y", "fp32", "[5,2]", "output"),
+                 NODE("moe_grouped_matmul", "'token':1,'weight':2,'first_token_offset':3", "'Y':4", "")),
+           bg, 4);
+  double wy[10] = {0, 0, 1, 2, 2, 1, 0, 3, 3, 0};
+  OK(rc == 0 && close_to(y, wy, 10, 0), "moe_grouped_matmul: rows by expert, rows before the first expert's 0");
 }
 
 static void test_rounding_and_dims(void) {

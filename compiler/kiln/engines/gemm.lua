@@ -184,11 +184,15 @@ function E.dequantizes(m, qs, g, target)
 end
 
 -- Everything propose learns about a group, reused by build.
+-- The ports of a matmul or moe_grouped_matmul node: A, B, C.
+local PORTS = { matmul = { "A", "B", "C" }, moe_grouped_matmul = { "token", "weight", "Y" } }
+
 local function analyze(group, g, target)
   local a = group.anchor
-  if not a or a.op ~= "matmul" then
+  if not a or not PORTS[a.op] then
     return fail("group is a %s op (%s), not a matmul", group.family, (group.anchor or group.nodes[1]).op)
   end
+  local pa, pb, pc = table.unpack(PORTS[a.op])
   for _, p in ipairs({ "M_override", "N_override", "K_override" }) do
     if a.inputs[p] then return fail("%s is not supported (per-batch sizes)", p) end
   end
@@ -200,9 +204,15 @@ local function analyze(group, g, target)
   local function operand_tensor(port)
     return g.by_uid[dq[port] and dq[port].inputs.input or a.inputs[port]]
   end
-  local A, B, C = operand_tensor("A"), operand_tensor("B"), g.by_uid[a.outputs.C]
+  local A, B, C = operand_tensor(pa), operand_tensor(pb), g.by_uid[a.outputs[pc]]
   local info = { anchor = a, A = A, B = B, C = C, scales = {} }
   for port, q in pairs(dq) do info.scales[port] = block_scales(q, port, g) end
+  -- a grouped GEMM (moe_grouped_matmul): row groups of A and C, B [experts, K, N]
+  if a.op == "moe_grouped_matmul" then
+    local off = g.by_uid[a.inputs.first_token_offset]
+    info.grouped = { offsets = off, groups = B.dims[1] + 1 }
+    if type(B.dims[1]) ~= "number" then return fail("the expert count (%s) must be specialized", tostring(B.dims[1])) end
+  end
   local fp8 = dtypes.info[A.dtype].fp8
   if fp8 then
     if not (A.dtype == "fp8_e4m3" or A.dtype == "fp8_e5m2") or not (B.dtype == "fp8_e4m3" or B.dtype == "fp8_e5m2") then
@@ -232,6 +242,7 @@ local function analyze(group, g, target)
   end
   -- the tensors the mainloop reads (operands, block scales); the other inputs are the epilogue's
   info.operand = { [A.uid] = true, [B.uid] = true }
+  if info.grouped then info.operand[info.grouped.offsets.uid] = true end
   if info.B2 then info.operand[info.B2.uid] = true end
   for _, sc in pairs(info.scales) do info.operand[sc.t.uid] = true end
   -- epilogue tensors
@@ -306,7 +317,7 @@ end
 local function grid_rule(info, bn, cm, sk)
   local M, batch = info.Md, info.batch
   local rule
-  if sk or type(M) == "string" or type(batch) == "string" then
+  if sk or info.grouped or type(M) == "string" or type(batch) == "string" then
     rule = sms.rule({ E.SLOTS // cm }, 1, sms.cap(1, cm))
   else
     rule = sms.rule({ (M + 128 * cm - 1) // (128 * cm) * ((info.N + bn - 1) // bn) * batch }, 1, sms.cap(1, cm))
@@ -360,15 +371,23 @@ end
 -- The dynamic shared memory of an sm90 tile: its stages (A and B lines, two barriers each),
 -- 1024 bytes of alignment slack, the staging buffers of a staged output and the epilogue
 -- warps' two barriers.
-local function sm90_smem(bn, stages, staged, ewg)
-  return stages * ((128 + bn) * 128 + 16) + 1024 + (staged and E.EPI_BYTES or 0) + (ewg and 16 or 0)
+-- (extra: bytes past the barriers, a grouped GEMM's table: group_bytes)
+local function sm90_smem(bn, stages, staged, ewg, extra)
+  return stages * ((128 + bn) * 128 + 16) + 1024 + (staged and E.EPI_BYTES or 0) + (ewg and 16 or 0) + (extra or 0)
 end
 
 -- The stages of an sm90 tile: its own, or as many as still fit beside the staging buffers.
-local function sm90_stages(t, staged, ewg)
+local function sm90_stages(t, staged, ewg, extra)
   local s = t.stages
-  while s > 1 and sm90_smem(t.bn, s, staged, ewg) > E.SMEM_MAX_SM90 do s = s - 1 end
+  while s > 1 and sm90_smem(t.bn, s, staged, ewg, extra) > E.SMEM_MAX_SM90 do s = s - 1 end
   return s
+end
+
+-- Shared memory of a grouped GEMM's group table (templates/common/gemm_groups.cuh: the groups'
+-- first rows and first tiles, GROUPS + 1 ints each; on sm90 past the epilogue warps' two
+-- barriers), 0 for any other GEMM.
+local function group_bytes(info)
+  return info.grouped and 16 + 8 * (info.grouped.groups + 1) or 0
 end
 
 -- Stream-K (without clusters): nil (off), "all" (any partial last wave) or "first" (only a
@@ -409,10 +428,10 @@ local function launch(info, tile, grid_tile, cm, staged, ewg, sk)
   cm = grid_tile and cm or 1
   l.cluster = { 1, tile and cm or 1, 1 }
   if tile then
-    l.smem = sm90_smem(tile.bn, tile.stages, staged, ewg)
+    l.smem = sm90_smem(tile.bn, tile.stages, staged, ewg, group_bytes(info))
     assert(l.smem <= E.SMEM_MAX_SM90, "kiln.engines.gemm: a tile needs more shared memory than sm_90 gives a block")
   else
-    l.smem = E.MMA_STAGES * (128 + E.MMA_BN) * 128
+    l.smem = E.MMA_STAGES * (128 + E.MMA_BN) * 128 + group_bytes(info)
     assert(l.smem <= E.SMEM_MAX, "kiln.engines.gemm: the mma kernel needs more shared memory than sm_80 gives a block")
   end
   l.grid = { grid_rule(info, grid_tile and grid_tile.bn or E.MMA_BN, cm, sk), cm, 1 }
@@ -459,7 +478,10 @@ function E.propose(group, g, target)
   -- ping-pong: one 128 x 128 tile, no stream-K, no clusters; fp8 keeps the cooperative kernel
   -- (its per-k-block promotion needs a second set of BN accumulators: 256 registers of a 128-row
   -- tile), and the generated source says so
-  local pp = not blocker and sched == "pingpong" and not info.fp8
+  -- a grouped GEMM: the cooperative kernel's plain schedule (its tiles end at their group's last
+  -- row: direct stores, no stream-K, no clusters)
+  local grouped = info.grouped ~= nil
+  local pp = not blocker and sched == "pingpong" and not info.fp8 and not grouped
   local note = not blocker and sched == "pingpong" and info.fp8 and
     "// KILN_GEMM_SCHEDULE=pingpong declined: fp8 (its promotion needs 2 x 128 accumulators per thread); the cooperative kernel" or ""
   local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8)) or nil
@@ -473,17 +495,17 @@ function E.propose(group, g, target)
     order = { { tile = E.DUAL_TILE } }
   end
   -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list)
-  local sk_mode = order ~= nil and not pp and streamk_mode(info.fp8) or nil
+  local sk_mode = order ~= nil and not pp and not grouped and streamk_mode(info.fp8) or nil
   local sk = sk_mode ~= nil
-  local cm = pp and 1 or cluster_m()
+  local cm = (pp or grouped) and 1 or cluster_m()
   -- the staged output (the cooperative kernel's; the mma kernel takes its tensor map too)
-  local staged = order ~= nil and not pp and epi_how ~= "direct" and staged_output(info, group, g) or nil
+  local staged = order ~= nil and not pp and not grouped and epi_how ~= "direct" and staged_output(info, group, g) or nil
   -- the epilogue warps: the sm90 kernel's; the mma kernel takes their workspace too (one
   -- parameter list and workspace rule for every SM's kernel)
   local kblocks = (info.K + 128 // info.esz - 1) // (128 // info.esz)
   local ewg = staged ~= nil and not info.fp8 and not dual and
     (epi_how == "warpgroup" or (epi_how == "auto" and E.EWG.auto and kblocks >= E.EWG.min_kb))
-  local suffix = (dual and ":dual" or "") .. (sk and (sk_mode == "first" and ":sk1" or ":sk") or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
+  local suffix = (dual and ":dual" or "") .. (grouped and ":grouped" or "") .. (sk and (sk_mode == "first" and ":sk1" or ":sk") or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
   -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
   -- (a dual tile's B boxes, and its output tile, are half its lines)
   local tma_bn = order and order[1].tile.bn // (dual and 2 or 1)
@@ -492,7 +514,7 @@ function E.propose(group, g, target)
     -- (first), and fixed at E.STREAMK.pieces (":p4", ranked below every tile: a candidate)
     for _, fixed in ipairs(sk and { false, true } or { false }) do
       for i, b in ipairs(order) do
-        local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg) }
+        local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg, group_bytes(info)) }
         local bno = t.bn // (dual and 2 or 1)
         local sfx = fixed and suffix:gsub(":sk1?", "%0p" .. E.STREAMK.pieces, 1) or suffix
         plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, sfx),
@@ -689,6 +711,9 @@ local function setup_lines(K, info)
   l[#l + 1] = string.format("  const kiln_i64 a_smn = %s, a_sk = %s, b_smn = %s, b_sk = %s;  // element strides",
     cdim(oa.sr), cdim(oa.sc), cdim(ob.sc), cdim(ob.sr))
   l[#l + 1] = "  (void)lda; (void)ldb; (void)a_smn; (void)a_sk; (void)b_smn; (void)b_sk;"
+  -- a grouped GEMM's expert offsets (kiln_gemm_groups)
+  l[#l + 1] = string.format("  const int *const g_offsets = %s;  (void)g_offsets;",
+    info.grouped and K:ptr(info.grouped.offsets.uid) or "nullptr")
   -- block scales (kiln_gemm_scale_a/b): the tensor's bytes and its strides along the operand's
   -- (mn, k) axes, in elements; none where the operand is not block-scaled
   for _, port in ipairs({ "A", "B" }) do
@@ -755,7 +780,8 @@ local function tma_operands(K, info, bn, cm)
     for i, d in ipairs(dims) do axes[i], boxes[i] = d.axis, d.box end
     decl[#decl + 1] = string.format("// kiln tmap %s: %s axes %s box %s", name, which, table.concat(axes, ","), table.concat(boxes, ","))
     prefetch[#prefetch + 1] = string.format("      kiln_tma_prefetch(&%s);", name)
-    local batch = o.bs and ", (int)bt" or ""
+    -- (B's batch coordinate is eb: the expert of a grouped GEMM's tile, else the batch)
+    local batch = o.bs and (which == "A" and ", (int)bt" or ", (int)eb") or ""
     local fn = (o.bs and "kiln_tma_load_3d" or "kiln_tma_load_2d") .. (split > 1 and "_mc" or "")
     local mc = split > 1 and string.format(", (kiln_u16)%d", (1 << cm) - 1) or ""
     if hint[which:sub(1, 1)] then
@@ -835,6 +861,7 @@ function E.build(plan, group, g, target, symbol)
   local K = rowgen.kernel(g, symbol)
   local src = K.src
   src:need("common/cp_async.cuh")
+  src:need("common/gemm_groups.cuh")
   -- parameters in a readable order: inputs by uid, then outputs by uid
   for _, uid in ipairs(group.inputs) do
     local t = g.by_uid[uid]
@@ -893,6 +920,7 @@ function E.build(plan, group, g, target, symbol)
       tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch,
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),
+      GROUPED = info.grouped and "true" or "false", GROUPS = info.grouped and info.grouped.groups or 1,
     }
   end
   if knobs.path == "sm90" then
@@ -952,6 +980,7 @@ function E.build(plan, group, g, target, symbol)
       N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
       BSCALE = next(info.scales) and "true" or "false", SCALE_K = next(info.scales) and scale_k(info) or 16,
       SCALE_A_MN = info.scales.A and info.scales.A.mn or 0, SCALE_B_MN = info.scales.B and info.scales.B.mn or 0,
+      GROUPED = info.grouped and "true" or "false", GROUPS = info.grouped and info.grouped.groups or 1,
       DUAL = knobs.dual and "true" or "false",
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
       amax_publish = table.concat(amax_publish, "\n"),

@@ -19,6 +19,38 @@ local function override(ctx, port, t, c_dims)
   end
 end
 
+-- moe_grouped_matmul (cuDNN's MoE grouped matmul, mode none): the tokens sorted by expert,
+-- expert e's rows [first_token_offset[e], first_token_offset[e + 1]) (the last's end: T)
+-- times weight[e]; offsets are taken as a running maximum clamped to [0, T], and rows before
+-- the first expert's get 0 (OPS.md §6).
+local grouped = {
+  name = "moe_grouped_matmul", family = "matmul", mode = "MOE_GROUPED_MATMUL",
+  inputs = { "token", "weight", "first_token_offset" },
+  outputs = { "Y" },
+  aliases = {},
+  attrs = { mode = { type = "string", default = "none" }, top_k = { type = "integer", default = 0 } },
+  infer = function(ctx, ins, attrs)
+    if attrs.mode ~= "none" then
+      ctx:fail("E_ATTR", "mode '%s': the gather and scatter forms are not supported (mode none: tokens sorted by expert)",
+        tostring(attrs.mode))
+    end
+    local x, w, off = ins.token, ins.weight, ins.first_token_offset
+    util.dtype_in(ctx, "token", x, IO)
+    util.dtype_in(ctx, "weight", w, IO)
+    if x.dtype ~= nil and w.dtype ~= nil and x.dtype ~= w.dtype and not (util.is_fp8(x.dtype) and util.is_fp8(w.dtype)) then
+      ctx:fail("E_DTYPE", "token is %s but weight is %s: they must have the same dtype (or both fp8)", x.dtype, w.dtype)
+    end
+    util.rank_is(ctx, "token", x, 2, "[T, K] tokens sorted by expert")
+    util.rank_is(ctx, "weight", w, 3, "[E, K, N] one matrix an expert")
+    util.dtype_in(ctx, "first_token_offset", off, { "int32" })
+    util.dims_are(ctx, "first_token_offset", off, { w.dims[1] }, "[E]: one offset an expert")
+    if not ctx:same_dim(x.dims[2], w.dims[2]) then
+      ctx:fail("E_SHAPE", "K mismatch: token is %s but weight is %s", util.fmt(x.dims), util.fmt(w.dims))
+    end
+    return { Y = { dims = { x.dims[1], w.dims[3] } } }
+  end,
+}
+
 return {
   {
     name = "matmul", family = "matmul", mode = "MATMUL",
@@ -63,4 +95,5 @@ return {
       return { C = { dims = c } }
     end,
   },
+  grouped,
 }

@@ -68,6 +68,18 @@ local function fp8_mx()
            end }
 end
 
+-- grouped GEMMs (moe_grouped_matmul): 9 experts' rows of T tokens (random sorted offsets, some
+-- experts empty) against their weights, K-major [E, N, K] storage, and row-major with an
+-- epilogue (the bias broadcast over all rows, GELU); else times 0.5; fp8 too
+local function grouped(E, N_, K_, wt, dt, epi)
+  local inputs = { x = { "T", "K", dtype = dt }, off = { E, dtype = "int32" },
+                   w = { E, "K", "N", dtype = dt, strides = wt and { N_ * K_, 1, "K" } or nil } }
+  if epi then inputs.bias = { "N" } end
+  local body = epi and function(g, x, off, w, bias) return { y = g:cast(g:gelu(g:moe_grouped_matmul(x, w, off) + bias), "bf16") } end
+    or function(g, x, off, w) return { y = g:cast(g:moe_grouped_matmul(x, w, off) * 0.5, "bf16") } end
+  return { dims = { T = k.dynamic, N = N_, K = K_ }, inputs = inputs, body = body }
+end
+
 return {
   g("nn", { inputs = { a = { "M", "K" }, b = { "K", "N" } },
             body = function(g, a, b) return { c = g:matmul(a, b) } end }),
@@ -95,6 +107,9 @@ return {
   g("fp8_block", fp8_block(1024)),
   g("fp8_block_sk", fp8_block(1536, 256)),
   g("fp8_mx", fp8_mx()),
+  g("grouped", grouped(9, 264, 200, true, "bf16")),
+  g("grouped_nn", grouped(5, 264, 200, false, "bf16", true)),
+  g("grouped_fp8", grouped(9, 264, 256, true, "fp8_e4m3")),
   -- dual GEMMs (one kernel, two products of a): a gated MLP with transposed weights, and
   -- row-major weights whose products are both stored beside a combination (12 k-blocks: the
   -- stream-K cases too)
