@@ -19,51 +19,35 @@ M.list = {
   (require "kiln.engines.gdn.engine"),    -- Gated DeltaNet forward (recurrent and chunked)
 }
 
--- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): an
--- engine that builds several reductions in one kernel says so (E.fuses).
-function M.fuse_reductions(list, b, g)
+-- Whether some engine's fusion rule `rule` (a field of the engine: fuses, pairs, ...) accepts
+-- the arguments: the lowering asks before it merges groups into one kernel.
+local function some_engine(rule, ...)
   for _, engine in ipairs(M.list) do
-    if engine.fuses and engine.fuses(list, b, g) then return true end
+    if engine[rule] and engine[rule](...) then return true end
   end
   return false
 end
 
+-- Whether reduction b joins the kernel of the reductions `list` (lower's sibling merge): an
+-- engine that builds several reductions in one kernel says so (E.fuses).
+function M.fuse_reductions(list, b, g) return some_engine("fuses", list, b, g) end
+
 -- Whether matmuls a and b become one kernel (lower's sibling matmuls) on target: an engine
 -- that builds both products in one kernel, on every SM it serves, says so (E.pairs).
-function M.fuse_matmuls(a, b, g, target)
-  for _, engine in ipairs(M.list) do
-    if engine.pairs and engine.pairs(a, b, g, target) then return true end
-  end
-  return false
-end
+function M.fuse_matmuls(a, b, g, target) return some_engine("pairs", a, b, g, target) end
 
 -- Whether matmul m scales its operands from the block_scale_dequantize nodes qs ({A =, B =},
 -- one or both) inside its kernel on target (lower's block-scaled operands): an engine that
 -- builds that on every SM it serves says so (E.dequantizes).
-function M.fuse_dequant(m, qs, g, target)
-  for _, engine in ipairs(M.list) do
-    if engine.dequantizes and engine.dequantizes(m, qs, g, target) then return true end
-  end
-  return false
-end
+function M.fuse_dequant(m, qs, g, target) return some_engine("dequantizes", m, qs, g, target) end
 
 -- Whether the kernel of the reductions `list` takes element ops after them (lower's
 -- reduction epilogue): an engine that holds their rows says so (E.maps).
-function M.reduction_epilogue(list, g)
-  for _, engine in ipairs(M.list) do
-    if engine.maps and engine.maps(list, g) then return true end
-  end
-  return false
-end
+function M.reduction_epilogue(list, g) return some_engine("maps", list, g) end
 
 -- Whether the kernel of forward norm `norm` writes the block quantize q of its epilogue
 -- (lower's quantize epilogue): an engine that builds it there says so (E.quantizes).
-function M.quantize_epilogue(norm, q, g)
-  for _, engine in ipairs(M.list) do
-    if engine.quantizes and engine.quantizes(norm, q, g) then return true end
-  end
-  return false
-end
+function M.quantize_epilogue(norm, q, g) return some_engine("quantizes", norm, q, g) end
 
 -- KILN_PLAN forces candidates, for measuring: a comma-separated list of plan ids, each bare
 -- (any group that has that candidate takes it) or "G=ID" (group G, counted from 0, as
