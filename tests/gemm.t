@@ -22,11 +22,11 @@ emu=(
 # 12 k-blocks: 8 tiles on 3 CTAs (2 stream-K tiles, CTA 1's range ends one and starts the next),
 # 9 tiles on 4 (one tile over 4 ranges, two of them inside it); fp8 splits only a grid's one
 # wave (3 tiles of M = 100 over 8 CTAs; not 9 tiles on 4); one row (M = 1) over 8 and 16 CTAs
-# (a tile of 16 live rows splits into up to 32 pieces; the :p4 candidate into 4); 4 k-blocks
+# (a tile splits into 4 pieces; the candidate grown for 16 live rows into up to 32); 4 k-blocks
 # (nn): too few to split, the plain schedule; the mma kernel takes the workspace and ignores it
 sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
-  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "nn_sk sm_90a 256 16 1 112" "nn_sk sm_90a 256 16 1 48 KILN_PLAN=gemm:v1:sm90:128x256x64:s4:skp4:ts" "dual_nn sm_90a 256 2 300 8" "dual_nn sm_90a 256 3 500 0 KILN_GEMM_EPILOGUE=direct" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
+  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "nn_sk sm_90a 256 16 1 48" "nn_sk sm_90a 256 16 1 112 KILN_PLAN=gemm:v1:sm90:128x256x64:s4:sk:ts" "dual_nn sm_90a 256 2 300 8" "dual_nn sm_90a 256 3 500 0 KILN_GEMM_EPILOGUE=direct" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
   "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
   # block-scaled fp8: 12 k-blocks of one wave split over 8 CTAs (M = 100, and one row)
   "fp8_block_sk sm_90a 128 8 100 48" "fp8_block_sk sm_90a 128 8 1 48"
@@ -126,7 +126,7 @@ KILN_GEMM_SCHEDULE=pingpong KILN_DUMP_DIR=$TMP/ppdump run_kiln build "${specs[@]
 expect_rc 0 "KILN_GEMM_SCHEDULE=pingpong: build every GEMM spec for sm_80 sm_90a sm_100a"
 KILN_GEMM_SCHEDULE=pingpong run_kiln explain "${specs[@]}" --sm 90a
 groups=$(grep -c '^  group [0-9]* (.*matmul' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
-fp8n=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:sk1)?(:ts)?$' "$OUTF")
+fp8n=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:sk1(p4)?)?(:ts)?$' "$OUTF")
 grp=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:.*:grouped$' "$OUTF")
 ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 and $grp grouped groups (of $groups)" \
   test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a "$grp" -gt 0 -a $((ppn + fp8n + grp)) = "$groups"

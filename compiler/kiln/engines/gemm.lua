@@ -510,8 +510,10 @@ function E.propose(group, g, target)
   -- (a dual tile's B boxes, and its output tile, are half its lines)
   local tma_bn = order and order[1].tile.bn // (dual and 2 or 1)
   if order and target.sm == 90 and target.arch_specific then
-    -- each tile with stream-K twice: its pieces per tile grown for a tile of few live rows
-    -- (first), and fixed at E.STREAMK.pieces (":p4", ranked below every tile: a candidate)
+    -- each tile with stream-K twice: its pieces per tile fixed at E.STREAMK.pieces (":p4",
+    -- first: 1.06x the other at M <= 128 over the shape sweep's 45 small-M GEMMs on an H100,
+    -- 1.09x at M = 1 and 16, slower only at K of 14336 and more) and grown for a tile of few
+    -- live rows (ranked below every tile: a candidate); they differ only where M < 128
     for _, fixed in ipairs(sk and { false, true } or { false }) do
       for i, b in ipairs(order) do
         local t = { bn = b.tile.bn, stages = sm90_stages(b.tile, staged, ewg, group_bytes(info)) }
@@ -521,7 +523,7 @@ function E.propose(group, g, target)
                               knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
                                         streamk = sk, sk_mode = sk_mode, sk_fixed = fixed, sk_bn = t.bn, cm = cm, tma_bn = bno,
                                         note = note, staged = staged, ewg = ewg, dual = dual },
-                                rank = (fixed and 50 or 100) - i, info = info, launch = launch(info, t, { bn = bno }, cm, staged, ewg, sk) }
+                                rank = (fixed and 100 or 50) - i, info = info, launch = launch(info, t, { bn = bno }, cm, staged, ewg, sk) }
       end
     end
   end
