@@ -47,7 +47,7 @@ gdn_chunk_check() {
   done
   pstep "gdn chunk bv128 T=1000" env KILN_PLAN=gdn:v1:chunk:c64:bv128 "$KILN" run tests/specs/gdn/chunk.lua --check --set T=1000 --set N1=5
   pstep "gdn chunk forward.lua T=1000" env KILN_PLAN=gdn:v1:chunk:c64:bv64 "$KILN" run $GDN_FWD --check --set T=1000 --set P=9
-  pstep "gdn layer, chunk T=2049" "$KILN" run specs/gdn_layer.lua --check --set T=2049
+  pstep "gdn layer, chunk T=2049" env KILN_PLAN=gdn:v1:chunk:c64:bv64 "$KILN" run specs/gdn_layer.lua --check --set T=2049
   pstep "gdn chunk memcheck" env KILN_PLAN=gdn:v1:chunk:c64:bv64 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$KILN" run tests/specs/gdn/chunk.lua --check --set T=200 --set N1=5
 }
