@@ -173,6 +173,12 @@ def grouped_cases(pack):
                    peer_name="torch._grouped_mm", ref=ref, shape="%dx%dx%d E%d" % (T, N, K, E))
 
 
+# The case generators and the names of the cases each yields: --only runs the one that has it
+# (a generator plans all of its cases, so its specs must be in the pack).
+GENERATORS = ((cases, ("gemm_bf16", "gemm_bias_gelu", "gemm_swiglu", "gemm_residual", "gemm_gated_mlp", "gemm_fp8")),
+              (block_cases, ("gemm_fp8_block",)), (grouped_cases, ("gemm_moe",)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pack", required=True)
@@ -185,7 +191,8 @@ def main():
     dev = torch.cuda.get_device_name()
     print("device %s" % dev)
     rows = []
-    for c in itertools.chain(cases(pack), block_cases(pack), grouped_cases(pack)):
+    gens = [gen for gen, names in GENERATORS if not args.only or args.only in names]
+    for c in itertools.chain.from_iterable(gen(pack) for gen in gens):
         if args.only and c["name"] != args.only:
             continue
         plan, kw = c["plan"], c["kiln"]
