@@ -1,5 +1,5 @@
 // kiln: fp8 e4m3 / e5m2 <-> fp32, round to nearest even, saturating to the largest finite
-// value (NaN stays NaN). sm_89+ uses the hardware converts; older SMs compute it (the
+// value (NaN stays NaN), one value or a pair; e8m0 (block scales) -> fp32. sm_89+ uses the hardware converts; older SMs compute it (the
 // encoder out of line: inlined per element it dominates a fused kernel's compile time).
 __device__ __forceinline__ float kiln_fp8_decode(kiln_u8 v, int mbits, int bias, int has_inf) {
   int e = (v & 0x7f) >> mbits, m = v & ((1 << mbits) - 1);
@@ -56,5 +56,28 @@ __device__ __forceinline__ kiln_u8 kiln_f32_to_e5m2(float f) {
   return (kiln_u8)(r & 0xff);
 #else
   return kiln_fp8_encode(f, 2, 15, 57344.0f, 0x7f);
+#endif
+}
+// An e8m0 byte's value: 2^(b - 127), 0xff NaN.
+__device__ __forceinline__ float kiln_e8m0_to_f32(kiln_u8 b) {
+  return b == 0xff ? __int_as_float(0x7fc00000) : b == 0 ? __int_as_float(0x00400000) : __int_as_float((int)b << 23);
+}
+// Two values to fp8 in one convert where the SM has it (a the lower byte).
+__device__ __forceinline__ kiln_u16 kiln_f32x2_to_e4m3x2(float a, float b) {
+#if __CUDA_ARCH__ >= 890
+  kiln_u16 r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+  return r;
+#else
+  return (kiln_u16)(kiln_f32_to_e4m3(a) | (kiln_f32_to_e4m3(b) << 8));
+#endif
+}
+__device__ __forceinline__ kiln_u16 kiln_f32x2_to_e5m2x2(float a, float b) {
+#if __CUDA_ARCH__ >= 890
+  kiln_u16 r;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+  return r;
+#else
+  return (kiln_u16)(kiln_f32_to_e5m2(a) | (kiln_f32_to_e5m2(b) << 8));
 #endif
 }

@@ -29,26 +29,3 @@ __device__ __forceinline__ float kiln_bq_e4m3(kiln_u32 amax_bits, float vmax, ki
   *byte = b;
   return s;
 }
-// An e8m0 byte's value: 2^(b - 127), 0xff NaN.
-__device__ __forceinline__ float kiln_e8m0_to_f32(kiln_u8 b) {
-  return b == 0xff ? __int_as_float(0x7fc00000) : b == 0 ? __int_as_float(0x00400000) : __int_as_float((int)b << 23);
-}
-// Two values to fp8 in one convert where the SM has it (a the lower byte): e4m3 and e5m2.
-__device__ __forceinline__ kiln_u16 kiln_bq_pack_e4m3(float a, float b) {
-#if __CUDA_ARCH__ >= 890
-  kiln_u16 r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
-  return r;
-#else
-  return (kiln_u16)(kiln_f32_to_e4m3(a) | (kiln_f32_to_e4m3(b) << 8));
-#endif
-}
-__device__ __forceinline__ kiln_u16 kiln_bq_pack_e5m2(float a, float b) {
-#if __CUDA_ARCH__ >= 890
-  kiln_u16 r;
-  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
-  return r;
-#else
-  return (kiln_u16)(kiln_f32_to_e5m2(a) | (kiln_f32_to_e5m2(b) << 8));
-#endif
-}

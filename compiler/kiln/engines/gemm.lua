@@ -736,16 +736,15 @@ end
 
 -- The block scale of element (mn, k) of each operand: kiln_gemm_scale_a/b(scales, mn, k,
 -- stride mn, stride k), 1 where the operand has none.
-local SCALE_LOAD = { fp32 = "reinterpret_cast<const float *>(sc)[%s]", fp8_e8m0 = "kiln_e8m0_to_f32(sc[%s])",
-                     fp8_e4m3 = "kiln_e4m3_to_f32(sc[%s])" }
 local function scale_fns(src, info)
   local out = {}
   for _, port in ipairs({ "A", "B" }) do
     local sc = info.scales[port]
     local body = "(void)sc, (void)mn, (void)k, (void)s_mn, (void)s_k;\n  return 1.0f;"
     if sc then
-      src:need(sc.t.dtype == "fp8_e8m0" and "common/quant.cuh" or "common/fp8.cuh")
-      body = "return " .. fmt(SCALE_LOAD[sc.t.dtype], string.format("(mn / %d) * s_mn + (k / %d) * s_k", sc.mn, sc.k)) .. ";"
+      local st = pw.scale_storage(src, sc.t.dtype)
+      body = "return " .. fmt(st.load, string.format("reinterpret_cast<const %s *>(sc)[(mn / %d) * s_mn + (k / %d) * s_k]",
+        st.ctype, sc.mn, sc.k)) .. ";"
     end
     out[#out + 1] = string.format("__device__ __forceinline__ float kiln_gemm_scale_%s(const kiln_u8 *sc, kiln_i64 mn, kiln_i64 k, "
       .. "kiln_i64 s_mn, kiln_i64 s_k) {\n  %s\n}", port:lower(), body)

@@ -80,6 +80,14 @@ function M.storage(src, dt)
   return st
 end
 
+-- How a block scale of dtype dt is read: fp32 and e4m3 as any tensor, e8m0 (which no pointwise
+-- expression reads or writes) through common/fp8.cuh's decoder.
+function M.scale_storage(src, dt)
+  if dt ~= "fp8_e8m0" then return M.storage(src, dt) end
+  src:need("common/fp8.cuh")
+  return { ctype = "kiln_u8", load = "kiln_e8m0_to_f32(%s)" }
+end
+
 -- A C expression for a dim or stride entry (integer, dynamic dim name, or "T*64").
 function M.cdim(d)
   if type(d) == "number" then return string.format("%dLL", d) end

@@ -19,8 +19,8 @@ local M = {}
 
 -- Y's largest finite value and, for e8m0 scales, its exponent (both are 1.75 * 2^e).
 local VMAX = { fp8_e4m3 = { 448, 8 }, fp8_e5m2 = { 57344, 15 } }
--- Y's pair converts (common/quant.cuh).
-local PACK = { fp8_e4m3 = "kiln_bq_pack_e4m3", fp8_e5m2 = "kiln_bq_pack_e5m2" }
+-- Y's pair converts (common/fp8.cuh).
+local PACK = { fp8_e4m3 = "kiln_f32x2_to_e4m3x2", fp8_e5m2 = "kiln_f32x2_to_e5m2x2" }
 -- The scale dtypes the kernels write.
 local SCALES = { fp32 = true, fp8_e8m0 = true, fp8_e4m3 = true }
 
@@ -195,9 +195,7 @@ end
 function M.descale_line(K, info, a, g)
   local s = g.by_uid[a.inputs.descale]
   local B = M.block(a)
-  K.src:need("common/fp8.cuh")
-  K.src:need("common/quant.cuh")
-  local load = s.dtype == "fp8_e8m0" and "kiln_e8m0_to_f32(%s)" or pw.storage(K.src, s.dtype).load
+  local load = pw.scale_storage(K.src, s.dtype).load
   return string.format("      const float qd_ = %s;", pw.fmt(load, string.format("%s[row * %dLL + c / %d]", K:ptr(s.uid),
     info.L.H // B, B)))
 end
