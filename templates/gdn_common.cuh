@@ -129,6 +129,18 @@ __device__ __forceinline__ void kiln_gdn_inverse(float *sA, float *sX, int tid) 
   }
 }
 
+// d0, d1 += a times the two n8 blocks of an ldmatrix_x4 B fragment b (bf16 or fp16 operands)
+template <bool BF16>
+__device__ __forceinline__ void kiln_gdn_mma_x2(float (&d0)[4], float (&d1)[4], const kiln_u32 (&a)[4], const kiln_u32 (&b)[4]) {
+  if (BF16) {
+    kiln_mma_bf16(d0, a, b[0], b[1]);
+    kiln_mma_bf16(d1, a, b[2], b[3]);
+  } else {
+    kiln_mma_f16(d0, a, b[0], b[1]);
+    kiln_mma_f16(d1, a, b[2], b[3]);
+  }
+}
+
 // The chunked kernels' state update of a warp's rows over one chunk: S <- 2^gc S + Wᵀ K, the
 // A operands (.trans) from W at wb (rows VP bytes apart), the B operands (.trans) from K at kk
 // (rows QP bytes apart); s holds KD / 8 n8 blocks of fp32 state.
@@ -147,13 +159,7 @@ __device__ __forceinline__ void kiln_gdn_state_update(float (&s)[KD / 8][4], flo
     for (int pp = 0; pp < KD / 16; pp++) {
       kiln_u32 b[4];
       kiln_ldmatrix_x4_trans(b, kk + ks * 16 * QP + pp * 32);
-      if (BF16) {
-        kiln_mma_bf16(s[2 * pp], a, b[0], b[1]);
-        kiln_mma_bf16(s[2 * pp + 1], a, b[2], b[3]);
-      } else {
-        kiln_mma_f16(s[2 * pp], a, b[0], b[1]);
-        kiln_mma_f16(s[2 * pp + 1], a, b[2], b[3]);
-      }
+      kiln_gdn_mma_x2<BF16>(s[2 * pp], s[2 * pp + 1], a, b);
     }
   }
 }
@@ -188,13 +194,7 @@ __device__ __forceinline__ void kiln_gdn_causal_mma(float (&acc)[8][4], int mi, 
       if (pp <= mi) {
         kiln_u32 fb[4];
         kiln_ldmatrix_x4(fb, b + pp * 16 * QP + ks * 32);
-        if (BF16) {
-          kiln_mma_bf16(acc[2 * pp], fa, fb[0], fb[1]);
-          kiln_mma_bf16(acc[2 * pp + 1], fa, fb[2], fb[3]);
-        } else {
-          kiln_mma_f16(acc[2 * pp], fa, fb[0], fb[1]);
-          kiln_mma_f16(acc[2 * pp + 1], fa, fb[2], fb[3]);
-        }
+        kiln_gdn_mma_x2<BF16>(acc[2 * pp], acc[2 * pp + 1], fa, fb);
       }
   }
 }
