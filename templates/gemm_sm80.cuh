@@ -108,25 +108,19 @@ ${epilogue}
       for (int n = 0; n < 4; n++)
 #pragma unroll
         for (int v = 0; v < 4; v++) acc[i][n][v] = 0.0f;
-    // BSCALE: the scales of the thread's rows (scale_a[i][h]: rows + 8 h) and columns (scale_b[n][j]:
-    // columns + j) for the range of k from k on; one for both where one block holds both
-    // (SA_ROWS, SB_COLS: how many differ)
-    constexpr int SA_ROWS = ${SCALE_A_MN} % 16 == 0 ? 1 : 2, SB_COLS = ${SCALE_B_MN} % 2 == 0 ? 1 : 2;
-    float scale_a[4][SA_ROWS], scale_b[4][SB_COLS];
+    // BSCALE: the scales of the thread's rows (scale_a[i][h]: rows + 8 h) and columns
+    // (scale_b[n][j]: columns + j) for the range of k from k on
+    float scale_a[4][2], scale_b[4][2];
     auto load_scales = [&](int k) {
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
+      for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int h = 0; h < SA_ROWS; h++) {
+        for (int h = 0; h < 2; h++) {
           const kiln_i64 row = m0 + wm * 64 + i * 16 + (lane >> 2) + h * 8;
+          const kiln_i64 col = n0 + wn * 32 + i * 8 + (lane & 3) * 2 + h;
           scale_a[i][h] = kiln_gemm_scale_a(a_sc, row < M ? row : M - 1, k, a_sc_mn, a_sc_k);
+          scale_b[i][h] = kiln_gemm_scale_b(b_sc, col < N ? col : N - 1, k, b_sc_mn, b_sc_k);
         }
-#pragma unroll
-        for (int j = 0; j < SB_COLS; j++) {
-          const kiln_i64 col = n0 + wn * 32 + i * 8 + (lane & 3) * 2 + j;
-          scale_b[i][j] = kiln_gemm_scale_b(b_sc, col < N ? col : N - 1, k, b_sc_mn, b_sc_k);
-        }
-      }
     };
     __syncthreads();  // the previous tile's last stages are no longer read
 #pragma unroll
@@ -183,7 +177,7 @@ ${epilogue}
               float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
               kiln_mma_${MMA_T}(part, af[0], bf[n][0], bf[n][1]);
 #pragma unroll
-              for (int v = 0; v < 4; v++) acc[i][n][v] = fmaf(part[v], scale_a[i][(v >> 1) % SA_ROWS] * scale_b[n][(v & 1) % SB_COLS], acc[i][n][v]);
+              for (int v = 0; v < 4; v++) acc[i][n][v] = fmaf(part[v], scale_a[i][v >> 1] * scale_b[n][v & 1], acc[i][n][v]);
             }
           }
         } else {

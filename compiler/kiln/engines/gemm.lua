@@ -980,7 +980,6 @@ function E.build(plan, group, g, target, symbol)
       what = what, symbol = symbol, params = params, STAGES = knobs.stages, ESZ = info.esz, tmaps = tmaps or "",
       N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
       BSCALE = next(info.scales) and "true" or "false", SCALE_K = next(info.scales) and scale_k(info) or 16,
-      SCALE_A_MN = info.scales.A and info.scales.A.mn or 0, SCALE_B_MN = info.scales.B and info.scales.B.mn or 0,
       GROUPED = info.grouped and "true" or "false", GROUPS = info.grouped and info.grouped.groups or 1,
       DUAL = knobs.dual and "true" or "false",
       setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
