@@ -81,10 +81,17 @@ n80=$(grep -c 'plan gemm:v1:mma:128x192x64:s3:async:dual:' "$OUTF")
 ok "gated MLP: one dual GEMM kernel for each of 3 instances ($nk GEMM kernels in the sm_80 + sm_90a pack; $n90 sm90 plans on sm_90a, $n80 mma plans on sm_80)" \
   test "$nk" = 3 -a "$n90" = 3 -a "$n80" = 3
 
-# (the block-scaled mma kernels, the sm_80 / sm_100a fallback, add each k16 step's products into
-# fp32 with their scales at the 168-register cap: a few words may spill, bounded and reported)
-bslogs=$(grep -l 'portable path.*, block-scaled' "$TMP"/dump/*.cu 2>/dev/null | sed 's/\.cu$/.log/')
-logs=$(ls "$TMP"/dump/*.log 2>/dev/null | grep -v _init_ | grep -v -x -F "${bslogs:-/none}")
+# The ptxas reports of a dump folder's GEMM kernels: the block-scaled mma kernels' (the sm_80 /
+# sm_100a fallback adds each k16 step's products into fp32 with their scales at the 168-register
+# cap: a few words may spill, bounded and reported below) and all the others'
+block_scaled_logs() { grep -l 'portable path.*, block-scaled' "$1"/*.cu 2>/dev/null | sed 's/\.cu$/.log/'; }
+other_logs() {
+  local bs
+  bs=$(block_scaled_logs "$1")
+  ls "$1"/*.log 2>/dev/null | grep -v _init_ | grep -v -x -F "${bs:-/none}"
+}
+bslogs=$(block_scaled_logs "$TMP"/dump)
+logs=$(other_logs "$TMP"/dump)
 spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $logs)
 ok "ptxas reports no spills in any GEMM kernel ($(echo "$logs" | wc -w) kernels)" test -n "$logs" -a -z "$spilling"
 for f in $spilling; do echo "#   spills: $f"; done
@@ -114,7 +121,7 @@ ok "KILN_GEMM_EPILOGUE=warpgroup: $ewg groups take the epilogue warps, the $fp8 
   test "$ewg" -gt 0 -a "$((ewg + fp8 + grp))" = "$groups"
 KILN_GEMM_EPILOGUE=warpgroup KILN_DUMP_DIR=$TMP/ewgdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/ewg.kpack"
 expect_rc 0 "KILN_GEMM_EPILOGUE=warpgroup: every GEMM spec builds for sm_80 sm_90a sm_100a in one pack"
-ewg_spill=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $(ls "$TMP"/ewgdump/*.log | grep -v _init_))
+ewg_spill=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $(other_logs "$TMP"/ewgdump))
 ok "KILN_GEMM_EPILOGUE=warpgroup: ptxas reports no spills" test -z "$ewg_spill"
 for f in $ewg_spill; do echo "#   spills: $f"; done
 KILN_GEMM_EPILOGUE=tmastore run_kiln explain specs/gemm.lua --sm 90a
@@ -130,9 +137,7 @@ fp8n=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-
 grp=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:.*:grouped$' "$OUTF")
 ok "pingpong: sm_90a takes the ping-pong plan for $ppn groups, the cooperative kernel for $fp8n fp8 and $grp grouped groups (of $groups)" \
   test "$ppn" -gt 0 -a "$fp8n" -gt 0 -a "$grp" -gt 0 -a $((ppn + fp8n + grp)) = "$groups"
-# (but the block-scaled mma kernels, bounded above)
-ppbs=$(grep -l 'portable path.*, block-scaled' "$TMP"/ppdump/*.cu 2>/dev/null | sed 's/\.cu$/.log/')
-pplogs=$(ls "$TMP"/ppdump/*.log 2>/dev/null | grep -v _init_ | grep -v -x -F "${ppbs:-/none}")
+pplogs=$(other_logs "$TMP"/ppdump)
 spilling=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $pplogs)
 ok "pingpong: ptxas reports no spills ($(echo "$pplogs" | wc -w) kernels)" test -n "$pplogs" -a -z "$spilling"
 for f in $spilling; do echo "#   spills: $f"; done
