@@ -36,7 +36,7 @@ function E.propose(group, g, target)
   local short = E.short(P)
   local plans = {}
   -- the split plan (the serial pass holds only the state's two products) ahead of the fused
-  -- one: 1.6-3.5x faster on an H100 at T = 32768 (bench/RESULTS.md, gdn rows)
+  -- one: 1.6-3.5x faster on an H100 at T = 32768 (tests/gpu/steps/gdn.sh's gdn_bench times both)
   for i, p in ipairs(chunk_split.propose(P, target) or {}) do
     p.rank = 110 - i
     plans[#plans + 1] = p
