@@ -207,7 +207,8 @@ static void report_nvrtc(json_t *r, int *bad) {
 }
 
 static void report_cudnn(json_t *r, int *bad) {
-  void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+  /* never unmapped: cuDNN carries its own C++ runtime, whose static state outlives dlclose */
+  void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!lib) {
     set_str(r, "cudnn", "not found", bad);
     return;

@@ -148,7 +148,8 @@ int kiln_nvrtc_open(kiln_nvrtc **out, kiln_err *e) {
   for (int i = 0; i < cl.n; i++) {
     const char *cand = cl.path[i];
     if (strchr(cand, '/') && access(cand, F_OK) != 0) continue;
-    nv->lib = dlopen(cand, RTLD_NOW | RTLD_LOCAL);
+    /* never unmapped: NVRTC carries its own C++ runtime, whose static state outlives dlclose */
+    nv->lib = dlopen(cand, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!nv->lib) {
       /* A bare soname that the loader cannot find is just "not there"; a file that
        * exists but fails to load is worth reporting. */

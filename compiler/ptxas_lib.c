@@ -83,7 +83,8 @@ static void load_once(void) {
              KILN_LIBDIR);
     return;
   }
-  pc.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  /* never unmapped: the PTX compiler carries its own C++ runtime, whose static state outlives dlclose */
+  pc.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!pc.lib) {
     const char *msg = dlerror();
     snprintf(pc.why, sizeof pc.why, "loading %.600s: %.600s", path, msg ? msg : "dlopen failed");

@@ -261,6 +261,7 @@ static kiln_status encode_tmap(kiln_plan *plan, const kiln__kernel *kn, const ki
   const kiln__tensor *t = &plan->tensors[pa->arg];
   const kiln__tmap *m = pa->tmap;
   const uint64_t esz = kiln_dtype_size(t->dtype);
+  /* strides[i]: dim i's stride in bytes; the encoder takes dims 1..rank-1 (strides + 1) */
   cuuint64_t dims[KILN_PACK_MAX_TMAP_RANK], strides[KILN_PACK_MAX_TMAP_RANK];
   cuuint32_t box[KILN_PACK_MAX_TMAP_RANK], ones[KILN_PACK_MAX_TMAP_RANK];
   for (int i = 0; i < m->rank; i++) {
@@ -276,7 +277,7 @@ static kiln_status encode_tmap(kiln_plan *plan, const kiln__kernel *kn, const ki
                         "the others 16-byte multiples)",
                         kn->symbol, t->name, a, (long long)d, (long long)stride, i);
     dims[i] = (cuuint64_t)d;
-    if (i > 0) strides[i - 1] = (cuuint64_t)stride * esz;
+    strides[i] = (cuuint64_t)stride * esz;
     box[i] = m->box[i];
     ones[i] = 1;
   }
@@ -285,7 +286,7 @@ static kiln_status encode_tmap(kiln_plan *plan, const kiln__kernel *kn, const ki
                       "kernel '%s': tensor '%s' at 0x%llx is not 16-byte aligned (tensor map)",
                       kn->symbol, t->name, (unsigned long long)ptr);
   CUresult r = kiln__cu.TensorMapEncodeTiled(
-      map, tmap_dtype(t->dtype), (cuuint32_t)m->rank, (void *)(uintptr_t)ptr, dims, strides, box,
+      map, tmap_dtype(t->dtype), (cuuint32_t)m->rank, (void *)(uintptr_t)ptr, dims, strides + 1, box,
       ones, CU_TENSOR_MAP_INTERLEAVE_NONE, (CUtensorMapSwizzle)m->swizzle,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)

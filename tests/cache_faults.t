@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cache under faults: 48 staggered builds into one cache; hundreds of builds killed
+# The cache under faults: 64 staggered builds into one cache; hundreds of builds killed
 # with SIGKILL at random points (no torn entry is read, nothing published is lost); the
 # running size and its collection; a full disk and a read-only cache (the build goes on
 # without storing, with one warning); stale temp, lock and size files of dead processes.
@@ -16,9 +16,9 @@ size_file() { od -An -t u8 -j 8 -N 8 "$1/v1/size" 2>/dev/null | tr -d ' '; }
 stat_bytes() { KILN_CACHE_DIR=$1 "$KILN" cache stat | sed -n 's/^bytes: //p'; }
 sums() { (cd "$1" && find . -name '*.kc' -print0 | xargs -0 -r md5sum | LC_ALL=C sort); }
 
-# 1. 48 processes, staggered, two or three overlapping specs each, one cache.
+# 1. 64 processes, staggered, two or three overlapping specs each, one cache.
 pids=()
-for i in $(seq 1 48); do
+for i in $(seq 1 64); do
   set -- $SPECS
   case $((i % 3)) in 0) s="$1 $2" ;; 1) s="$2 $3" ;; *) s="$3 $1 $2" ;; esac
   (sleep "0.0$((RANDOM % 90))"; exec "$KILN" build $s $SM -j 1 -o "$TMP/c$i.kpack") >"$TMP/c$i.out" 2>&1 &
@@ -26,7 +26,7 @@ for i in $(seq 1 48); do
 done
 failed=0
 for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
-ok "48 staggered builds of overlapping specs into one cache all succeed ($failed failed)" test $failed = 0
+ok "64 staggered builds of overlapping specs into one cache all succeed ($failed failed)" test $failed = 0
 run_kiln cache verify; expect_rc 0 "the shared cache verifies"; expect_out " 0 bad" "no bad entry"
 expect_out "^[1-9][0-9]* entries checked" "... counting the entries it checked"
 ok "the running size matches the entries ($(size_file "$KILN_CACHE_DIR") = $(stat_bytes "$KILN_CACHE_DIR"))" \

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The libFuzzer harnesses of tests/fuzz/ (issue 45): builds them (`ninja fuzz`, clang with
+# The libFuzzer harnesses of tests/fuzz/: builds them (`ninja fuzz`, clang with
 # ASan + UBSan), replays each one's corpus (tests/fuzz/corpus/NAME, which holds every crash
 # ever found, fixed: a regression run) and fuzzes each for a short smoke run; no input may
-# crash, leak or hang. FUZZ_SECONDS (default 10) is the length of each smoke run (0: none);
+# crash, leak or hang. FUZZ_SECONDS (default 60) is the length of each smoke run (0: none);
 # the four run side by side. Skips without a clang that has libFuzzer.
 . "$(dirname "$0")/lib.sh"
 HARNESSES="ref pack cache spec"
-SECS=${FUZZ_SECONDS:-10}
+SECS=${FUZZ_SECONDS:-60}
 
 command -v clang >/dev/null || skip_all "no clang (the harnesses need clang's libFuzzer)"
 command -v ninja >/dev/null || skip_all "no ninja"

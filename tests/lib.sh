@@ -6,6 +6,17 @@ KILN=${KILN:-$PWD/build/kiln}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 export KILN_CACHE_DIR=$TMP/cache   # hermetic: never the caller's cache (a test of a shared one sets its own)
+# A sanitized build (./configure --sanitize=...): the flags to link against build/libkilnrt.a,
+# UBSan stops at its first report with a stack, and `with_san_runtime python3 ...` lets an
+# uninstrumented interpreter load the sanitized libkilnrt.so (its own exit-time heap is not kiln's).
+KILN_SAN_FLAGS=$(sed -n 's/^san = //p' config.ninja 2>/dev/null)
+if [ -n "$KILN_SAN_FLAGS" ]; then export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1; fi
+with_san_runtime() {
+  local pre=""
+  case $KILN_SAN_FLAGS in *address*) pre=$(gcc -print-file-name=libasan.so) ;; esac
+  case $KILN_SAN_FLAGS in *undefined*) pre="$pre${pre:+:}$(gcc -print-file-name=libubsan.so)" ;; esac
+  if [ -z "$pre" ]; then "$@"; else LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0 "$@"; fi
+}
 _n=0
 _failed=0
 plan() { echo "1..$1"; }

@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "python3 not installed"
 plan 5
-if python3 - <<'PY' > "$OUTF" 2>&1; then pass "python binding: build, introspect, errors"; else fail "python binding"; sed 's/^/# /' "$OUTF"; fi
+if with_san_runtime python3 - <<'PY' > "$OUTF" 2>&1; then pass "python binding: build, introspect, errors"; else fail "python binding"; sed 's/^/# /' "$OUTF"; fi
 import sys
 sys.path.insert(0, "python")
 import kiln
@@ -33,13 +33,13 @@ PY
 if printf '#include "kiln.h"\n#include <stdio.h>\nint main(void) { printf("%%zu %%zu %%zu %%zu\\n", sizeof(kiln_pack_info), sizeof(kiln_plan_info), sizeof(kiln_tensor_info), sizeof(kiln_kernel_info)); return 0; }\n' |
    cc -std=c11 -I runtime -x c - -o "$TMP/sizes" 2>"$ERRF"; then
   c=$("$TMP/sizes")
-  py=$(python3 -c 'import sys, ctypes; sys.path.insert(0, "python"); import kiln; print(*(ctypes.sizeof(getattr(kiln, n)) for n in ("_PackInfo", "_PlanInfo", "_TensorInfo", "_KernelInfo")))' 2>&1)
+  py=$(with_san_runtime python3 -c 'import sys, ctypes; sys.path.insert(0, "python"); import kiln; print(*(ctypes.sizeof(getattr(kiln, n)) for n in ("_PackInfo", "_PlanInfo", "_TensorInfo", "_KernelInfo")))' 2>&1)
   [ "$c" = "$py" ] && pass "the ctypes info structs have kiln.h's sizes ($c)" || fail "ctypes struct sizes $py, kiln.h's $c"
 else
   fail "compile the struct size probe"; sed 's/^/# /' "$ERRF"
 fi
 # kiln.torch_dtype: a kiln dtype name to torch's (a stand-in torch module: none is needed here)
-if python3 - > "$OUTF" 2>&1 <<'PY'; then pass "kiln.torch_dtype maps kiln's dtype names, and refuses one torch lacks"; else fail "kiln.torch_dtype"; sed 's/^/# /' "$OUTF"; fi
+if with_san_runtime python3 - > "$OUTF" 2>&1 <<'PY'; then pass "kiln.torch_dtype maps kiln's dtype names, and refuses one torch lacks"; else fail "kiln.torch_dtype"; sed 's/^/# /' "$OUTF"; fi
 import sys, types
 torch = types.ModuleType("torch")
 for n in ("float32", "float16", "bfloat16", "int32", "int64", "bool", "float8_e4m3fn", "float8_e5m2"):
@@ -58,7 +58,7 @@ except kiln.KilnError as e:
 PY
 # a plan whose virtual tensor crosses kernels: it is a scratch tensor the workspace holds,
 # listed with its role, never bound, counted by workspace_size
-if python3 - > "$OUTF" 2>&1 <<'PY'; then pass "python binding: a scratch tensor is listed, not bound, and counted in the workspace"; else fail "python binding: scratch tensors"; sed 's/^/# /' "$OUTF"; fi
+if with_san_runtime python3 - > "$OUTF" 2>&1 <<'PY'; then pass "python binding: a scratch tensor is listed, not bound, and counted in the workspace"; else fail "python binding: scratch tensors"; sed 's/^/# /' "$OUTF"; fi
 import sys
 sys.path.insert(0, "python")
 import kiln
@@ -81,7 +81,7 @@ elif ! "$venv/bin/pip" install -q ./python > "$OUTF" 2>&1 || ! rm -rf python/bui
   if grep -q -i -E "connection|could not find a version|network|temporary failure" "$OUTF"; then
     pass "# SKIP pip install ./python: PyPI unreachable for setuptools ($(tail -1 "$OUTF"))"
   else fail "pip install ./python"; sed 's/^/# /' "$OUTF"; fi
-elif (cd "$TMP" && env -u KILN -u KILN_RT_LIB KILN_CACHE_DIR="$TMP/pipcache" "$venv/bin/python" - "$OLDPWD" > "$OUTF" 2>&1 <<'PY'
+elif (cd "$TMP" && unset KILN KILN_RT_LIB && KILN_CACHE_DIR="$TMP/pipcache" with_san_runtime "$venv/bin/python" - "$OLDPWD" > "$OUTF" 2>&1 <<'PY'
 import os, sys
 import kiln
 root = sys.argv[1]

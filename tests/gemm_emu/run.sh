@@ -46,7 +46,8 @@ fi
 ws=$("$KILN" pack inspect "$work/p.kpack" | sed -n 's/^  workspace: \([0-9]*\) (bytes.*/\1/p' | head -1)
 wsarg=(); [ -z "$ws" ] || wsarg=("ws=$(( (ws + 255) / 256 * 256 ))")
 objs=("$root"/build/obj/ref.o "$root"/build/obj/ref_*.o "$root"/build/obj/numeric.o "$root"/build/obj/err.o)
-g++ -std=c++20 -O1 -g -fsanitize=address -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu" \
+san=$(sed -n 's/^san = //p' "$root/config.ninja" 2>/dev/null)   # objects built with more sanitizers link with them
+g++ -std=c++20 -O1 -g -fsanitize=address $san -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu" \
   "$root/tests/gemm_emu/harness.cc" "${srcs[@]}" "${objs[@]}" -o "$work/emu" -ljansson -lm
 echo "# $graph $arch ($plan, BN $bn, $stages stages, $smem B smem${init:+, init kernel}${ws:+, workspace $ws B}) grid ${grid}x$cm ${dims[*]}"
 ASAN_OPTIONS=detect_leaks=0 "$work/emu" "$work/graph.json" "${grid}x$cm" "$smem" "${wsarg[@]}" "${dims[@]}"

@@ -1,11 +1,13 @@
-/* GPU test of libkilnrt's launch path. Compiles nothing: argv[1] is a pack of a pointwise
- * add spec built by `kiln build` (tests/gpu/run passes it), argv[2] optionally a graph name
- * (default: the first plan). For the plan: a launch that writes y = a + b (checked on the
- * host when the plan has two inputs and one output of fp32/fp16/bf16), typed errors for
- * wrong shape / dtype / misaligned pointers with no CUDA fault and no write, the workspace
- * (allocated when the plan needs one; unbound / misaligned are typed errors), the positional
- * launch, empty tensors, a CUDA-graph capture, launches from several threads, a thread
- * without a current context, and the host overhead against a bare cuLaunchKernel.
+/* GPU test of libkilnrt's launch path. Compiles nothing. Usage: test_launch PACK [GRAPH]
+ * [--foreign=PACK2]: PACK a pack of a pointwise add spec built by `kiln build` (tests/gpu/run
+ * passes it), GRAPH a graph name (default: the first plan), PACK2 a pack of the same spec with
+ * no image for this device. For the plan: a launch that writes y = a + b (checked on the host
+ * when the plan has two inputs and one output of fp32/fp16/bf16); typed errors for a wrong
+ * shape, dtype or rank, misaligned or NULL pointers, other strides and an unbound input, with
+ * no CUDA fault and no write; the workspace (allocated when the plan needs one; unbound,
+ * misaligned or too small are typed errors); the positional launch; empty tensors; a CUDA-graph
+ * capture; launches from several threads; a thread without a current context; PACK2's plan
+ * refused with KILN_ERR_NO_CUBIN; the host overhead against a bare cuLaunchKernel.
  * Prints `1..0 # SKIP no CUDA device` without a driver or device. */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -267,16 +269,22 @@ static void poison_output(void) {
 static CUdeviceptr ws_dev; /* the plan's workspace, when it needs one */
 static size_t ws_bytes;
 
-static void bind_all(kiln_bind *b, CUdeviceptr out_override, CUdeviceptr ws) {
+/* Binds every tensor and scalar but tensor `skip` (-1: none). */
+static void bind_except(kiln_bind *b, CUdeviceptr out_override, CUdeviceptr ws, int skip) {
   kiln_bind_reset(b);
   if (ws) kiln_bind_workspace(b, ws, ws_bytes);
   for (int i = 0; i < ntensors; i++) {
     tensor *t = &T[i];
     if (t->info.role == KILN_ROLE_SCALAR) kiln_bind_scalar(b, t->info.name, 1.0);
     if (t->info.role != KILN_ROLE_INPUT && t->info.role != KILN_ROLE_OUTPUT) continue;
+    if (i == skip) continue;
     CUdeviceptr p = t->info.role == KILN_ROLE_OUTPUT && out_override ? out_override : t->dev;
     kiln_bind_tensor(b, t->info.name, p, t->info.ndim, t->dims, t->strides, t->info.dtype);
   }
+}
+
+static void bind_all(kiln_bind *b, CUdeviceptr out_override, CUdeviceptr ws) {
+  bind_except(b, out_override, ws, -1);
 }
 
 /* Offset of output multi-index idx in an input with numpy broadcasting. */
@@ -505,10 +513,77 @@ static void sm_counts(CUdevice dev) {
   destroy(green);
 }
 
+/* Bindings of an input a caller gets wrong: each launch is refused with its typed error. */
+static void bad_input_bindings(kiln_bind *b, CUstream s) {
+  const int i = in0 >= 0 && in0 < 1000 ? in0 : out0;
+  const tensor *t = &T[i];
+  const char *name = t->info.name;
+  kiln_status st;
+  bind_except(b, 0, ws_dev, i);
+  st = kiln_launch(plan, b, s);
+  OK(st == KILN_ERR_UNBOUND, "tensor '%s' unbound -> KILN_ERR_UNBOUND (%s)", name,
+     kiln_rt_errmsg(rt));
+  kiln_bind_tensor(b, name, 0, t->info.ndim, t->dims, t->strides, t->info.dtype);
+  st = kiln_launch(plan, b, s);
+  OK(st == KILN_ERR_INVALID_ARG, "NULL pointer -> KILN_ERR_INVALID_ARG (%s)", kiln_rt_errmsg(rt));
+  int64_t dims[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+  memcpy(dims, t->dims, sizeof dims);
+  memcpy(strides, t->strides, sizeof strides);
+  if (t->info.ndim < KILN_MAX_DIMS) {
+    dims[t->info.ndim] = 1, strides[t->info.ndim] = 1;
+    kiln_bind_tensor(b, name, t->dev, t->info.ndim + 1, dims, strides, t->info.dtype);
+    st = kiln_launch(plan, b, s);
+    OK(st == KILN_ERR_SHAPE, "rank %d for rank %d -> KILN_ERR_SHAPE (%s)", t->info.ndim + 1,
+       t->info.ndim, kiln_rt_errmsg(rt));
+  }
+  const int inner = t->info.ndim - 1;
+  if (inner >= 0 && t->dims[inner] > 1) {
+    memcpy(strides, t->strides, sizeof strides);
+    strides[inner] = 2 * t->strides[inner];
+    kiln_bind_tensor(b, name, t->dev, t->info.ndim, t->dims, strides, t->info.dtype);
+    st = kiln_launch(plan, b, s);
+    OK(st == KILN_ERR_STRIDE, "innermost stride doubled -> KILN_ERR_STRIDE (%s)",
+       kiln_rt_errmsg(rt));
+  }
+  bind_all(b, 0, ws_dev);
+}
+
+/* A pack with no image for this device: opens, and loading or launching its plan is refused
+ * with KILN_ERR_NO_CUBIN naming the archs it has. */
+static void foreign_pack(const char *path, CUstream s) {
+  kiln_pack *p;
+  kiln_plan *fp;
+  kiln_status st = kiln_pack_open(rt, path, &p);
+  OK(st == KILN_OK, "pack for another SM opens (%s)", WHY(st));
+  if (st != KILN_OK) return;
+  OK(kiln_pack_plan_at(p, 0, &fp) == KILN_OK, "its plan found");
+  st = kiln_plan_load(fp);
+  OK(st == KILN_ERR_NO_CUBIN && strstr(kiln_rt_errmsg(rt), "sm_"),
+     "loading it -> KILN_ERR_NO_CUBIN (%s)", kiln_rt_errmsg(rt));
+  kiln_bind *b;
+  kiln_bind_create(fp, &b);
+  for (int i = 0; i < ntensors; i++)
+    if (T[i].info.role == KILN_ROLE_INPUT || T[i].info.role == KILN_ROLE_OUTPUT)
+      kiln_bind_tensor(b, T[i].info.name, T[i].dev, T[i].info.ndim, T[i].dims, T[i].strides,
+                       T[i].info.dtype);
+  if (ws_dev) kiln_bind_workspace(b, ws_dev, ws_bytes);
+  st = kiln_launch(fp, b, s);
+  OK(st == KILN_ERR_NO_CUBIN, "launching it -> KILN_ERR_NO_CUBIN (%s)", kiln_rt_errmsg(rt));
+  kiln_bind_destroy(b);
+  OK(kiln_pack_close(p) == KILN_OK && cu.CtxSynchronize() == CUDA_SUCCESS,
+     "no CUDA fault, pack closed");
+}
+
 int main(int argc, char **argv) {
   const char *why = load_driver();
   if (why) return TAP_SKIP_ALL(why);
   if (argc < 2) return TAP_SKIP_ALL("no pack given (tests/gpu/run passes one)");
+  const char *graph = NULL, *foreign = NULL; /* [GRAPH] [--foreign=PACK] */
+  for (int i = 2; i < argc; i++)
+    if (strncmp(argv[i], "--foreign=", 10) == 0)
+      foreign = argv[i] + 10;
+    else
+      graph = argv[i];
   CUdevice dev;
   int major, minor;
   CU(cu.DeviceGet(&dev, 0));
@@ -526,8 +601,8 @@ int main(int argc, char **argv) {
   st = kiln_pack_open(rt, argv[1], &pack);
   OK(st == KILN_OK, "pack %s opens (%s)", argv[1], WHY(st));
   if (st != KILN_OK) return TAP_PLAN(tap_n), 1;
-  if (argc > 2)
-    st = kiln_plan_get(pack, argv[2], NULL, &plan);
+  if (graph)
+    st = kiln_plan_get(pack, graph, NULL, &plan);
   else
     st = kiln_pack_plan_at(pack, 0, &plan);
   OK(st == KILN_OK, "plan found (%s)", WHY(st));
@@ -612,6 +687,7 @@ int main(int argc, char **argv) {
       st = kiln_launch(plan, b, s);
       OK(st == KILN_ERR_ALIGN, "misaligned pointer -> KILN_ERR_ALIGN (%s)", kiln_rt_errmsg(rt));
     }
+    bad_input_bindings(b, s);
     r = cu.CtxSynchronize();
     OK(r == CUDA_SUCCESS && output_untouched(o->dev),
        "rejected launches caused no CUDA fault and wrote nothing (%s)", cuname(r));
@@ -702,6 +778,7 @@ int main(int argc, char **argv) {
     setup_tensors(1027);
   }
 
+  if (foreign) foreign_pack(foreign, s);
   overhead(b, s, major, minor);
   sm_counts(dev);
 

@@ -16,6 +16,10 @@
 #include "pack_write.h"
 #include "tap.h"
 
+#ifndef KILN_SAN_FLAGS
+#define KILN_SAN_FLAGS "" /* build.ninja passes config.ninja's sanitizer flags (none unless configured) */
+#endif
+
 /* bias_gelu with two specialized dims, a virtual, a constant and a runtime scalar. */
 static const char *manifest_bias_gelu =
     "{\"schema\": \"kiln.plan\", \"version\": 1, \"graph\": \"bias_gelu\","
@@ -925,9 +929,9 @@ static void test_workspace(kiln_rt *rt, const char *tmp) {
     return;
   }
   snprintf(cmd, sizeof cmd,
-           "gcc -std=c11 -Wall -Wextra -Werror -Iruntime -o %s/main %s/main.c %s/wspack.c "
+           "gcc -std=c11 -Wall -Wextra -Werror %s -Iruntime -o %s/main %s/main.c %s/wspack.c "
            "build/libkilnrt.a -ldl -lpthread && %s/main > %s/main.out",
-           dir, dir, dir, dir, dir);
+           KILN_SAN_FLAGS, dir, dir, dir, dir, dir);
   int built = system(cmd) == 0;
   snprintf(cmd, sizeof cmd, "%s/main.out", dir);
   char *res = built ? slurp(cmd) : NULL;
