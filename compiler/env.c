@@ -207,8 +207,7 @@ static void report_nvrtc(json_t *r, int *bad) {
 }
 
 static void report_cudnn(json_t *r, int *bad) {
-  /* never unmapped: cuDNN carries its own C++ runtime, whose static state outlives dlclose */
-  void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  void *lib = kiln_dl_open_vendor("libcudnn.so.9");
   if (!lib) {
     set_str(r, "cudnn", "not found", bad);
     return;

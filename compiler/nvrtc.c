@@ -106,6 +106,10 @@ static void looked_in(const candidate_list *cl, char *buf, size_t n) {
   }
 }
 
+void *kiln_dl_open_vendor(const char *path) {
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+}
+
 int kiln_dl_bind(void *lib, const kiln_dl_sym *syms, size_t n, const char **missing) {
   for (size_t i = 0; i < n; i++) {
     void *fn = dlsym(lib, syms[i].name);
@@ -148,8 +152,7 @@ int kiln_nvrtc_open(kiln_nvrtc **out, kiln_err *e) {
   for (int i = 0; i < cl.n; i++) {
     const char *cand = cl.path[i];
     if (strchr(cand, '/') && access(cand, F_OK) != 0) continue;
-    /* never unmapped: NVRTC carries its own C++ runtime, whose static state outlives dlclose */
-    nv->lib = dlopen(cand, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    nv->lib = kiln_dl_open_vendor(cand);
     if (!nv->lib) {
       /* A bare soname that the loader cannot find is just "not there"; a file that
        * exists but fails to load is worth reporting. */

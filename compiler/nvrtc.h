@@ -45,6 +45,10 @@ typedef struct {
   int optional;
 } kiln_dl_sym;
 
+/* dlopen of one of NVIDIA's libraries (NVRTC, nvJitLink, the PTX compiler, cuDNN), never
+ * unmapped: each carries its own C++ runtime, whose static state outlives dlclose. */
+void *kiln_dl_open_vendor(const char *path);
+
 /* Sets every slot of syms from lib: 0, or -1 with *missing the first required name lib lacks. */
 int kiln_dl_bind(void *lib, const kiln_dl_sym *syms, size_t n, const char **missing);
 

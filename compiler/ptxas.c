@@ -75,8 +75,7 @@ int kiln_ptxas_open(kiln_ptxas **out, const char *nvrtc_dir, kiln_err *e) {
   char why[1024] = "";
   for (int i = 0; i < n; i++) {
     if (strchr(cands[i], '/') && access(cands[i], F_OK) != 0) continue;
-    /* never unmapped: nvJitLink carries its own C++ runtime, whose static state outlives dlclose */
-    p->lib = dlopen(cands[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    p->lib = kiln_dl_open_vendor(cands[i]);
     if (!p->lib) {
       const char *msg = dlerror();
       if (strchr(cands[i], '/') && !why[0]) snprintf(why, sizeof why, "; %.1000s", msg ? msg : cands[i]);

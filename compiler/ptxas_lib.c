@@ -83,8 +83,7 @@ static void load_once(void) {
              KILN_LIBDIR);
     return;
   }
-  /* never unmapped: the PTX compiler carries its own C++ runtime, whose static state outlives dlclose */
-  pc.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  pc.lib = kiln_dl_open_vendor(path);
   if (!pc.lib) {
     const char *msg = dlerror();
     snprintf(pc.why, sizeof pc.why, "loading %.600s: %.600s", path, msg ? msg : "dlopen failed");
