@@ -14,7 +14,7 @@ printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (v
 clang -fsanitize=fuzzer,address,undefined "$TMP/probe.c" -o "$TMP/probe" 2>/dev/null ||
   skip_all "clang cannot build a libFuzzer target with ASan and UBSan"
 
-plan $((1 + 2 * 4))
+plan $((2 + 2 * 4))
 
 # built here, so that `ninja test` (which builds `all`, not `fuzz`) runs current harnesses
 if ninja fuzz >"$TMP/build.log" 2>&1; then
@@ -70,4 +70,25 @@ for h in $HARNESSES; do
     pass "# SKIP fuzz_$h smoke run (FUZZ_SECONDS=0)"
   fi
 done
+
+# The escape detector: with the sandbox weakened on purpose (the spec's `string` is the
+# compiler's own library, through a KILN_LUA_PATH override), a spec that rewrites
+# string.upper must make fuzz_spec abort, naming the table it changed.
+mkdir -p "$TMP/weak/kiln"
+sed 's/string = copy_lib(string, { dump = true }),/string = string,/' compiler/kiln/spec.lua >"$TMP/weak/kiln/spec.lua"
+cat >"$TMP/escape.lua" <<'LUA'
+string.upper = string.lower
+local k = require "kiln"
+return k.graph "escape" { inputs = { x = { 4 } }, body = function(g, x) return { y = g:relu(x) } end }
+LUA
+if ! grep -q 'string = string,' "$TMP/weak/kiln/spec.lua"; then
+  fail "fuzz_spec aborts on a spec that changes shared state (cannot weaken kiln/spec.lua's sandbox)"
+elif KILN_LUA_PATH="$TMP/weak" build/fuzz/fuzz_spec "$TMP/escape.lua" >"$TMP/escape.log" 2>&1; then
+  fail "fuzz_spec aborts on a spec that changes shared state"
+else
+  # the string library, seen directly or as _G.string, whichever the walk meets first
+  grep -qE 'changed package\.loaded\["(string|_G)"\]' "$TMP/escape.log" &&
+    pass "fuzz_spec aborts on a spec that changes shared state ($(grep -o 'package.loaded\[[^]]*\]' "$TMP/escape.log" | head -1))" ||
+    { fail "fuzz_spec aborts on a spec that changes shared state"; tail -5 "$TMP/escape.log" | sed 's/^/#   /'; }
+fi
 done_testing
