@@ -85,19 +85,23 @@ static int is_array(lua_State *L, int idx) {
   return count == len;
 }
 
-static json_t *to_json(lua_State *L, int idx, int depth) {
-  idx = lua_absindex(L, idx);
-  if (depth > MAX_DEPTH) { kiln_host_raise(L, "E_JSON", "value nested deeper than %d (cycle?)", MAX_DEPTH); }
+/* Adds v to its parent: appended to an array (key NULL) or set in an object. */
+static void put(lua_State *L, json_t *parent, const char *key, json_t *v) {
+  if (!v) kiln_host_raise(L, "E_JSON", "out of memory encoding JSON");
+  if ((key ? json_object_set_new(parent, key, v) : json_array_append_new(parent, v)) != 0)
+    kiln_host_raise(L, "E_JSON", "out of memory encoding JSON");
+}
+
+static json_t *scalar_json(lua_State *L, int idx) {
   switch (lua_type(L, idx)) {
     case LUA_TNIL: return json_null();
     case LUA_TBOOLEAN: return json_boolean(lua_toboolean(L, idx));
-    case LUA_TNUMBER:
+    case LUA_TNUMBER: {
       if (lua_isinteger(L, idx)) return json_integer((json_int_t)lua_tointeger(L, idx));
-      {
-        double d = lua_tonumber(L, idx);
-        if (!isfinite(d)) kiln_host_raise(L, "E_JSON", "cannot encode %g in JSON", d);
-        return json_real(d);
-      }
+      double d = lua_tonumber(L, idx);
+      if (!isfinite(d)) kiln_host_raise(L, "E_JSON", "cannot encode %g in JSON", d);
+      return json_real(d);
+    }
     case LUA_TSTRING: {
       size_t n;
       const char *s = lua_tolstring(L, idx, &n);
@@ -108,44 +112,64 @@ static json_t *to_json(lua_State *L, int idx, int depth) {
     case LUA_TLIGHTUSERDATA:
       if (lua_touserdata(L, idx) == &null_sentinel) return json_null();
       break;
-    case LUA_TTABLE: {
-      luaL_checkstack(L, 4, "json nesting");
-      if (is_array(L, idx)) {
-        json_t *a = json_array();
-        lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
-        for (lua_Integer i = 1; i <= n; i++) {
-          lua_rawgeti(L, idx, i);
-          json_array_append_new(a, to_json(L, -1, depth + 1));
-          lua_pop(L, 1);
-        }
-        return a;
-      }
-      json_t *o = json_object();
-      lua_pushnil(L);
-      while (lua_next(L, idx)) {
-        if (lua_type(L, -2) != LUA_TSTRING) {
-          json_decref(o);
-          kiln_host_raise(L, "E_JSON", "object keys must be strings (got a %s key)", luaL_typename(L, -2));
-        }
-        json_object_set_new(o, lua_tostring(L, -2), to_json(L, -1, depth + 1));
-        lua_pop(L, 1);
-      }
-      return o;
-    }
     default: break;
   }
   kiln_host_raise(L, "E_JSON", "cannot encode a %s in JSON", luaL_typename(L, idx));
   return NULL;
 }
 
+/* Encodes the value at idx into parent. Containers join their parent before they are
+ * filled, so whatever raises (a bad value, the stack, memory) leaves one tree, which the
+ * caller frees. */
+static void to_json(lua_State *L, int idx, int depth, json_t *parent, const char *key) {
+  idx = lua_absindex(L, idx);
+  if (depth > MAX_DEPTH) kiln_host_raise(L, "E_JSON", "value nested deeper than %d (cycle?)", MAX_DEPTH);
+  if (lua_type(L, idx) != LUA_TTABLE) { put(L, parent, key, scalar_json(L, idx)); return; }
+  luaL_checkstack(L, 4, "json nesting");
+  if (is_array(L, idx)) {
+    json_t *a = json_array();
+    put(L, parent, key, a);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, idx, i);
+      to_json(L, -1, depth + 1, a, NULL);
+      lua_pop(L, 1);
+    }
+    return;
+  }
+  json_t *o = json_object();
+  put(L, parent, key, o);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      kiln_host_raise(L, "E_JSON", "object keys must be strings (got a %s key)", luaL_typename(L, -2));
+    to_json(L, -1, depth + 1, o, lua_tostring(L, -2));
+    lua_pop(L, 1);
+  }
+}
+
+static int encode_protected(lua_State *L) {
+  to_json(L, 1, 0, lua_touserdata(L, 2), NULL);
+  return 0;
+}
+
 static int l_json_encode(lua_State *L) {
   lua_Integer indent = luaL_optinteger(L, 2, 0);
-  json_t *j = to_json(L, 1, 0);
+  /* the tree hangs from a holder, built in a protected call: a raise cannot leak it */
+  json_t *holder = json_array();
+  if (!holder) return kiln_host_raise(L, "E_JSON", "out of memory encoding JSON");
+  lua_pushcfunction(L, encode_protected);
+  lua_pushvalue(L, 1);
+  lua_pushlightuserdata(L, holder);
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+    json_decref(holder);
+    return lua_error(L);
+  }
   size_t flags = JSON_SORT_KEYS | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17);
   if (indent > 0) flags |= JSON_INDENT((int)indent);
   else flags |= JSON_COMPACT;
-  char *s = json_dumps(j, flags);
-  json_decref(j);
+  char *s = json_dumps(json_array_get(holder, 0), flags);
+  json_decref(holder);
   if (!s) return kiln_host_raise(L, "E_JSON", "JSON encoding failed");
   lua_pushstring(L, s);
   free(s);

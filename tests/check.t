@@ -12,7 +12,7 @@ bad=(
 )
 json=("bad_version E_JSON_VERSION" "duplicate_uid E_UID" "dangling E_DANGLING" "malformed E_JSON"
       "bad_shape E_SHAPE" "unknown_op E_UNKNOWN_OP")
-plan $(( ${#specs[@]} * 3 + ${#bad[@]} * 3 + ${#json[@]} * 2 + 5 ))
+plan $(( ${#specs[@]} * 3 + ${#bad[@]} * 3 + ${#json[@]} * 2 + 7 ))
 for s in "${specs[@]}"; do
   run_kiln check "$s"; expect_rc 0 "check $s"
   run_kiln check "$s" --json; cp "$OUTF" "$TMP/a.json"
@@ -51,4 +51,8 @@ run_kiln explain tests/specs/fusion/siblings.lua
 expect_out "group 0 \(mul add cmp_gt mul identity pow neg\)" "independent pointwise chains over one space fuse into one kernel"
 ok "... and only one" test "$(grep -c '^  group' "$OUTF")" = 1
 run_kiln explain tests/specs/bad/matmul_k.lua; expect_rc 1 "explain of an invalid spec fails"
+# a value graph JSON cannot hold: a typed error (the sanitizer build also sees nothing leak)
+run_kiln check --json tests/specs/bad/inf_constant.lua
+expect_rc 1 "check --json of an infinite constant exits 1"
+expect_err "E_JSON: cannot encode inf in JSON" "... with E_JSON naming the value"
 done_testing
