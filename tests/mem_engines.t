@@ -28,7 +28,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "specs/rmsnorm_fp8_block.lua rmsnorm block_scale_quantize"
        "tests/specs/mem/quantize.lua add rmsnorm block_scale_quantize" "tests/specs/mem/quantize.lua layernorm block_scale_quantize"
        "tests/specs/mem/quantize.lua rmsnorm swish mul block_scale_quantize")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 13 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 17 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -97,6 +97,16 @@ ok "rows that do not fit, or an epilogue reading memory: x read again" \
   bash -c "grep -q 'plan axissoftmax:v1:log_softmax_backward:b256v8s32:reread$' '$OUTF' && grep -q '(mul add softmax mul identity): plan axissoftmax:v1:softmax:b256v4s2:reread$' '$OUTF'"
 ok "the row engine declines a softmax over axis 1" grep -q 'row        declined: softmax over axis 1, not the last axis' "$OUTF"
 ok "axis 0 of [37, T, 40]: vectors of 8 from the columns' compile-time factor" grep -q 'plan axissoftmax:v1:softmax:b256v8s1:staged$' "$OUTF"
+ok "axissoftmax ranks every split below its choice, staged where it fits and re-read" \
+  grep -q 'axissoftmax accepted: axissoftmax:v1:softmax:b256v8s32:staged, axissoftmax:v1:softmax:b256v8s32:reread, axissoftmax:v1:softmax:b256v8s1:reread, .*, axissoftmax:v1:softmax:b256v8s16:reread$' "$OUTF"
+KILN_PLAN=axissoftmax:v1:softmax:b256v8s32:reread run_kiln explain tests/specs/mem/softmax_axes.lua --graph softmax_mid_bf16 --sm 90a
+expect_out "plan axissoftmax:v1:softmax:b256v8s32:reread$" "KILN_PLAN forces the re-read candidate of a staged softmax over an axis"
+run_kiln explain tests/specs/mem/reduce.lua --graph col_avg --sm 90a
+expect_out "colreduce  accepted: colreduce:v1:avg:lead:p128n4v8r4, colreduce:v1:avg:lead:p128n4v8r4:rows1, .*:rows8:ctas1$" \
+  "colreduce ranks every rows-a-slot and CTAs-an-SM knob below its default"
+KILN_PLAN=colreduce:v1:avg:lead:p128n4v8r4:rows4:ctas1 run_kiln source tests/specs/mem/reduce.lua --graph col_avg --sm 90a
+ok "KILN_PLAN forces a column reduction of 4 rows a slot, one CTA an SM (grid: 16 rows a CTA, one CTA an SM)" \
+  grep -q '^// ---- col_avg .*plan colreduce:v1:avg:lead:p128n4v8r4:rows4:ctas1,' "$OUTF"
 cat > "$TMP/sink_axis.lua" <<EOF
 local k = require "kiln"
 return k.graph "sink_axis" { dims = { T = k.dynamic, S = { 16 }, H = { 64 } }, dtype = "bf16",

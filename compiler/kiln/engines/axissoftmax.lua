@@ -13,7 +13,6 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local lower = require "kiln.lower"
-local settings = require "kiln.settings"
 local dtypes = require "kiln.dtypes"
 local axissoftmax_ptx = require "kiln.engines.axissoftmax_ptx"
 
@@ -23,6 +22,7 @@ E.BLOCK = 256          -- threads a CTA
 E.MAX_SPLIT = 32       -- the most ways a CTA splits the rows (at least 8 lanes of columns)
 E.STAGE_BYTES = 73728  -- shared memory for a CTA's staged values: 3 CTAs an SM
 E.STEP = 4             -- rows a thread loads a step (loads in flight)
+E.SPLITS = { 1, 2, 4, 8, 16, 32 }  -- the splits a plan may force (knob RS), for measuring
 
 local LOG2E = "1.4426950408889634f"
 local NEG_INF = "__int_as_float(0xff800000)"
@@ -120,37 +120,50 @@ local function analyze(group, g)
     info.stage[i] = { fp32 = not raw, size = raw and dtypes.size(t.dtype) or 4 }
     per_col = per_col + info.stage[i].size
   end
-  -- for measuring, at build time: KILN_AXIS_STAGE=off reads x again; KILN_AXIS_SPLIT=N splits
-  -- the rows N ways
-  local stage_set, bad = settings.choice("KILN_AXIS_STAGE", { "off" })
-  if not stage_set then return nil, bad end
-  local split_set, bad2 = settings.choice("KILN_AXIS_SPLIT", { "1", "2", "4", "8", "16", "32" })
-  if not split_set then return nil, bad2 end
-  split_set = tonumber(split_set)
-  if stage_set == "off" then stageable = false end
-  if stageable then
-    local RS = split_set or 1
-    while RS <= E.MAX_SPLIT do
-      local bytes = R_c * (E.BLOCK // RS) * info.V * per_col
-      if bytes <= E.STAGE_BYTES then info.RS, info.staged, info.R_c, info.smem = RS, true, R_c, bytes; break end
-      if split_set then break end
-      RS = RS * 2
-    end
-  end
-  if not info.staged then
-    info.RS = split_set or rowgen.row_splits(R_c, E.STEP, E.MAX_SPLIT)
-  end
-  if info.smem then info.smem = rowgen.dynamic_smem(info.smem, E.BLOCK * info.V * 4) end  -- beside red_
-  info.id = string.format("axissoftmax:v%d:%s:b%dv%ds%d%s", E.version, a.op, E.BLOCK, info.V, info.RS,
-    info.staged and ":staged" or ":reread")
+  info.stageable, info.per_col, info.R_static = stageable, per_col, R_c
   return info
 end
 
+-- The plan of info with the rows split `split` ways (nil: the engine's choice) and staged in
+-- shared memory unless `reread` (or they do not fit): knobs of the plan, for measuring.
+local function variant(info, reread, split)
+  local v = {}
+  for k, x in pairs(info) do v[k] = x end
+  local R_c = v.R_static
+  if v.stageable and not reread then
+    local RS = split or 1
+    while RS <= E.MAX_SPLIT do
+      local bytes = R_c * (E.BLOCK // RS) * v.V * v.per_col
+      if bytes <= E.STAGE_BYTES then v.RS, v.staged, v.R_c, v.smem = RS, true, R_c, bytes; break end
+      if split then break end
+      RS = RS * 2
+    end
+  end
+  if not v.staged then
+    v.RS = split or rowgen.row_splits(R_c, E.STEP, E.MAX_SPLIT)
+  end
+  if v.smem then v.smem = rowgen.dynamic_smem(v.smem, E.BLOCK * v.V * 4) end  -- beside red_
+  v.id = string.format("axissoftmax:v%d:%s:b%dv%ds%d%s", E.version, v.anchor.op, E.BLOCK, v.V, v.RS,
+    v.staged and ":staged" or ":reread")
+  return { id = v.id, knobs = { staged = v.staged, RS = v.RS }, info = v }
+end
+
+-- The engine's choice first, then every other split, staged where it fits and re-read.
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN)" end
   local info, why = analyze(group, g)
   if not info then return nil, why end
-  return { { id = info.id, knobs = { staged = info.staged }, rank = 1, info = info } }
+  local plans, seen = {}, {}
+  local function add(reread, split)
+    local p = variant(info, reread, split)
+    if seen[p.id] then return end
+    seen[p.id], p.rank = true, 1 - #plans / 100
+    plans[#plans + 1] = p
+  end
+  add(false, nil)
+  add(true, nil)
+  for _, split in ipairs(E.SPLITS) do add(false, split); add(true, split) end
+  return plans
 end
 
 function E.build(plan, group, g, target, symbol)

@@ -10,7 +10,6 @@ local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
-local settings = require "kiln.settings"
 local colreduce_ptx = require "kiln.engines.colreduce_ptx"
 
 local E = { id = "colreduce", version = 1 }
@@ -27,19 +26,14 @@ E.TILE_THREADS = 256
 E.TILE_PER_SM = 8
 E.TILE_MIN_ROWS = 16
 
--- Rows each slot takes at least: E.SLOT_ROWS, or KILN_COL_ROWS=1|2|4|8 (read at build time, for
--- measuring). Narrow columns (64: 256 slots a CTA) measured 1.08-1.20x at 2 against 4 over
--- 4096-65536 rows (more CTAs), level past that; at 1, 0.95x at 65536 rows (more partial rows).
+-- Rows each slot takes at least (a knob of the plan: 1, 2, 4 or 8). Narrow columns (64: 256
+-- slots a CTA) measured 1.08-1.20x at 2 against 4 over 4096-65536 rows (more CTAs), level
+-- past that; at 1, 0.95x at 65536 rows (more partial rows).
 E.SLOT_ROWS = 2
-function E.slot_rows()
-  return tonumber(settings.pick("KILN_COL_ROWS", { "1", "2", "4", "8" })) or E.SLOT_ROWS
-end
-
--- CTAs per SM at most: E.CTAS_PER_SM, or KILN_COL_CTAS=1|2 (read at build time, for measuring;
--- one a SM measured 1.1-1.3x for 64 columns but 0.85x for 4096 past 16384 rows).
-function E.ctas_per_sm()
-  return tonumber(settings.pick("KILN_COL_CTAS", { "1", "2" })) or E.CTAS_PER_SM
-end
+E.SLOT_ROWS_CHOICES = { 1, 2, 4, 8 }
+-- CTAs per SM at most (a knob of the plan: 1 or 2): one a SM measured 1.1-1.3x for 64 columns
+-- but 0.85x for 4096 past 16384 rows.
+E.CTAS_CHOICES = { 2, 1 }
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
@@ -128,8 +122,6 @@ local function analyze(group, g)
     L.block = L.P * L.RPC
     info.L = L
     info.smem = C * 4 * NR
-    info.cap = sms.cap(E.ctas_per_sm())
-    info.grid_div = math.max(L.RPC * E.slot_rows(), math.min(L.RPC * 4, E.MIN_ROWS))
   end
   local L = info.L
   local modes = {}
@@ -139,11 +131,39 @@ local function analyze(group, g)
   return info
 end
 
+-- The plan of info with `rows` rows a slot at least and `ctas` CTAs an SM at most (partial
+-- rows in shared memory; column tiles have neither knob). The defaults keep info's id.
+local function with_knobs(info, rows, ctas)
+  local L, v = info.L, {}
+  for k, x in pairs(info) do v[k] = x end
+  v.cap = sms.cap(ctas)
+  v.grid_div = math.max(L.RPC * rows, math.min(L.RPC * 4, E.MIN_ROWS))
+  if rows ~= E.SLOT_ROWS then v.id = string.format("%s:rows%d", v.id, rows) end
+  if ctas ~= E.CTAS_PER_SM then v.id = string.format("%s:ctas%d", v.id, ctas) end
+  return { id = v.id, knobs = { P = L.P, N = L.N, V = L.V, RPC = L.RPC, rows = rows, ctas = ctas }, info = v }
+end
+
+-- The default plan first, then every other slot-row count and CTA cap, ranked below it.
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
   local info, why = analyze(group, g)
   if not info then return nil, why end
-  return { { id = info.id, knobs = { P = info.L.P, N = info.L.N, V = info.L.V, RPC = info.L.RPC }, rank = 1, info = info } }
+  local L = info.L
+  if info.tiles then
+    return { { id = info.id, knobs = { P = L.P, N = L.N, V = L.V, RPC = L.RPC }, rank = 1, info = info } }
+  end
+  local plans = { with_knobs(info, E.SLOT_ROWS, E.CTAS_PER_SM) }
+  plans[1].rank = 1
+  for _, ctas in ipairs(E.CTAS_CHOICES) do
+    for _, rows in ipairs(E.SLOT_ROWS_CHOICES) do
+      if rows ~= E.SLOT_ROWS or ctas ~= E.CTAS_PER_SM then
+        local p = with_knobs(info, rows, ctas)
+        p.rank = 1 - #plans / 100
+        plans[#plans + 1] = p
+      end
+    end
+  end
+  return plans
 end
 
 function E.build(plan, group, g, target, symbol)
