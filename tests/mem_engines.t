@@ -28,7 +28,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "specs/rmsnorm_fp8_block.lua rmsnorm block_scale_quantize"
        "tests/specs/mem/quantize.lua add rmsnorm block_scale_quantize" "tests/specs/mem/quantize.lua layernorm block_scale_quantize"
        "tests/specs/mem/quantize.lua rmsnorm swish mul block_scale_quantize")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 17 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 20 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -105,8 +105,14 @@ run_kiln explain tests/specs/mem/reduce.lua --graph col_avg --sm 90a
 expect_out "colreduce  accepted: colreduce:v1:avg:lead:p128n4v8r4, colreduce:v1:avg:lead:p128n4v8r4:rows1, .*:rows8:ctas1$" \
   "colreduce ranks every rows-a-slot and CTAs-an-SM knob below its default"
 KILN_PLAN=colreduce:v1:avg:lead:p128n4v8r4:rows4:ctas1 run_kiln source tests/specs/mem/reduce.lua --graph col_avg --sm 90a
-ok "KILN_PLAN forces a column reduction of 4 rows a slot, one CTA an SM (grid: 16 rows a CTA, one CTA an SM)" \
+ok "KILN_PLAN forces a column reduction of 4 rows a slot, one CTA an SM, by id" \
   grep -q '^// ---- col_avg .*plan colreduce:v1:avg:lead:p128n4v8r4:rows4:ctas1,' "$OUTF"
+KILN_PLAN=colreduce.ctas=1 run_kiln explain tests/specs/mem/reduce.lua --graph col_avg --sm 90a
+expect_out "plan colreduce:v1:avg:lead:p128n4v8r4:ctas1$" "... and by knob (colreduce.ctas=1: the best-ranked such, its rows the default)"
+KILN_PLAN=axissoftmax.staged=false,axissoftmax.RS=8 run_kiln explain tests/specs/mem/softmax_axes.lua --graph softmax_mid_bf16 --sm 90a
+expect_out "plan axissoftmax:v1:softmax:b256v8s8:reread$" "KILN_PLAN knob filters combine (axissoftmax.staged=false,axissoftmax.RS=8)"
+KILN_PLAN=colreduced.rows=4 run_kiln explain tests/specs/mem/reduce.lua --graph col_avg --sm 90a
+expect_err "E_USAGE: KILN_PLAN: no engine 'colreduced'" "a knob filter naming no engine is a usage error, not a quiet default"
 cat > "$TMP/sink_axis.lua" <<EOF
 local k = require "kiln"
 return k.graph "sink_axis" { dims = { T = k.dynamic, S = { 16 }, H = { 64 } }, dtype = "bf16",

@@ -145,7 +145,7 @@ local function variant(info, reread, split)
   if v.smem then v.smem = rowgen.dynamic_smem(v.smem, E.BLOCK * v.V * 4) end  -- beside red_
   v.id = string.format("axissoftmax:v%d:%s:b%dv%ds%d%s", E.version, v.anchor.op, E.BLOCK, v.V, v.RS,
     v.staged and ":staged" or ":reread")
-  return { id = v.id, knobs = { staged = v.staged, RS = v.RS }, info = v }
+  return { id = v.id, knobs = { staged = v.staged == true, RS = v.RS }, info = v }
 end
 
 -- The engine's choice first, then every other split, staged where it fits and re-read.

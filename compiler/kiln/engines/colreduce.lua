@@ -30,7 +30,7 @@ E.TILE_MIN_ROWS = 16
 -- slots a CTA) measured 1.08-1.20x at 2 against 4 over 4096-65536 rows (more CTAs), level
 -- past that; at 1, 0.95x at 65536 rows (more partial rows).
 E.SLOT_ROWS = 2
-E.SLOT_ROWS_CHOICES = { 1, 2, 4, 8 }
+E.SLOT_ROWS_CHOICES = { 2, 1, 4, 8 }  -- the default first: a forced CTA cap keeps it
 -- CTAs per SM at most (a knob of the plan: 1 or 2): one a SM measured 1.1-1.3x for 64 columns
 -- but 0.85x for 4096 past 16384 rows.
 E.CTAS_CHOICES = { 2, 1 }

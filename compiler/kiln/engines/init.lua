@@ -4,6 +4,7 @@
 --     { kernels = {kernel, ...}, workspace = {rule = launch-rule bytes, bytes_max = N} }
 -- Plans carry stable ids "engine:vVERSION:knobs"; the router ranks them (heuristic first).
 local c = require "kiln.c"
+local errors = require "kiln.errors"
 
 local M = {}
 
@@ -49,18 +50,43 @@ function M.reduction_epilogue(list, g) return some_engine("maps", list, g) end
 -- (lower's quantize epilogue): an engine that builds it there says so (E.quantizes).
 function M.quantize_epilogue(norm, q, g) return some_engine("quantizes", norm, q, g) end
 
--- KILN_PLAN forces candidates, for measuring: a comma-separated list of plan ids, each bare
--- (any group that has that candidate takes it) or "G=ID" (group G, counted from 0, as
--- `kiln explain` numbers them). A group with none of the listed candidates keeps its ranking.
+-- KILN_PLAN forces candidates, for measuring: a comma-separated list of items, each a plan id
+-- or ENGINE.KNOB=VALUE (the best-ranked candidate of that engine whose knobs have every such
+-- value given for it), bare (any group offered one takes it) or "G=item" (group G only,
+-- counted from 0, as `kiln explain` numbers them). A group offered none keeps its ranking.
 local function forced(group)
   local v = c.getenv("KILN_PLAN") or ""
-  local want = {}
+  local want = { ids = {}, knobs = {} }
   for item in v:gmatch("[^,]+") do
-    local gi, id = item:match("^(%d+)=(.+)$")
-    if not gi then want[item] = true
-    elseif tonumber(gi) == group.index - 1 then want[id] = true end
+    local gi, rest = item:match("^(%d+)=(.+)$")
+    if not gi or tonumber(gi) == group.index - 1 then
+      rest = rest or item
+      local engine, knob, value = rest:match("^([%w_]+)%.([%w_]+)=(.+)$")
+      if engine then
+        want.knobs[engine] = want.knobs[engine] or {}
+        want.knobs[engine][knob] = value
+      else
+        want.ids[rest] = true
+      end
+    end
+  end
+  for engine in pairs(want.knobs) do
+    local known = false
+    for _, e in ipairs(M.list) do known = known or e.id == engine end
+    if not known then errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: no engine '%s'", engine) end
   end
   return want
+end
+
+-- Whether plan p (of engine id `engine`) is one KILN_PLAN asks for.
+local function wanted(want, engine, p)
+  if want.ids[p.id] then return true end
+  local knobs = want.knobs[engine]
+  if not knobs then return false end
+  for k, value in pairs(knobs) do
+    if tostring((p.knobs or {})[k]) ~= value then return false end
+  end
+  return true
 end
 
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
@@ -74,7 +100,7 @@ function M.route(group, g, target)
       local ids = {}
       for i, p in ipairs(plans) do
         p.engine = engine; ids[i] = p.id
-        if want[p.id] and not chosen then chosen = p end
+        if not chosen and wanted(want, engine.id, p) then chosen = p end
       end
       report[#report + 1] = { engine = engine.id, accepted = true, plans = ids }
       best = best or plans[1]
