@@ -22,7 +22,8 @@ _failed=0
 plan() { echo "1..$1"; }
 skip_all() { echo "1..0 # SKIP $*"; exit 0; }
 pass() { _n=$((_n + 1)); echo "ok $_n - $*"; }
-fail() { _n=$((_n + 1)); _failed=$((_failed + 1)); echo "not ok $_n - $*"; }
+# a failure is also told on stderr, with its diagnostics: prove shows stderr in CI logs
+fail() { _n=$((_n + 1)); _failed=$((_failed + 1)); echo "not ok $_n - $*"; echo "# $(basename "$0"): not ok $_n - $*" >&2; }
 # ok CMD... : passes when the command succeeds; the last argument is not special.
 ok() { local msg=$1; shift; if "$@"; then pass "$msg"; else fail "$msg"; fi; }
 # run_kiln ARGS...: runs kiln, leaving stdout in $OUTF, stderr in $ERRF, status in $RC.
@@ -30,13 +31,13 @@ OUTF=$TMP/out ERRF=$TMP/err RC=0
 run_kiln() { RC=0; timeout 120 "$KILN" "$@" >"$OUTF" 2>"$ERRF" || RC=$?; }
 # expect_rc N MSG: the last run_kiln exited with N.
 expect_rc() {
-  if [ "$RC" = "$1" ]; then pass "$2"; else fail "$2 (exit $RC, want $1)"; sed 's/^/#   /' "$ERRF" | head -20; fi
+  if [ "$RC" = "$1" ]; then pass "$2"; else fail "$2 (exit $RC, want $1)"; sed 's/^/#   /' "$ERRF" | head -20 | tee /dev/stderr; fi
 }
 # expect_err PATTERN MSG: the last run's stderr matches the extended regex.
 expect_err() {
-  if grep -Eq -- "$1" "$ERRF"; then pass "$2"; else fail "$2 (stderr lacks /$1/)"; sed 's/^/#   /' "$ERRF" | head -20; fi
+  if grep -Eq -- "$1" "$ERRF"; then pass "$2"; else fail "$2 (stderr lacks /$1/)"; sed 's/^/#   /' "$ERRF" | head -20 | tee /dev/stderr; fi
 }
 expect_out() {
-  if grep -Eq -- "$1" "$OUTF"; then pass "$2"; else fail "$2 (stdout lacks /$1/)"; sed 's/^/#   /' "$OUTF" | head -20; fi
+  if grep -Eq -- "$1" "$OUTF"; then pass "$2"; else fail "$2 (stdout lacks /$1/)"; sed 's/^/#   /' "$OUTF" | head -20 | tee /dev/stderr; fi
 }
 done_testing() { [ "$_failed" = 0 ]; exit $?; }
