@@ -127,8 +127,7 @@ end
 -- The plan of info with the rows split `split` ways (nil: the engine's choice) and staged in
 -- shared memory unless `reread` (or they do not fit): knobs of the plan, for measuring.
 local function variant(info, reread, split)
-  local v = {}
-  for k, x in pairs(info) do v[k] = x end
+  local v = rowgen.plan_info(info, {})
   local R_c = v.R_static
   if v.stageable and not reread then
     local RS = split or 1

@@ -33,7 +33,7 @@ E.SLOT_ROWS = 2
 E.SLOT_ROWS_CHOICES = { 2, 1, 4, 8 }  -- the default first: a forced CTA cap keeps it
 -- CTAs per SM at most (a knob of the plan: 1 or 2): one a SM measured 1.1-1.3x for 64 columns
 -- but 0.85x for 4096 past 16384 rows.
-E.CTAS_CHOICES = { 2, 1 }
+E.CTAS_CHOICES = { 2, 1 }  -- the default first
 
 local COMBINE, subst = rowgen.COMBINE, rowgen.subst
 
@@ -134,16 +134,14 @@ end
 -- The plan of info with `rows` rows a slot at least and `ctas` CTAs an SM at most (partial
 -- rows in shared memory; column tiles have neither knob). The defaults keep info's id.
 local function with_knobs(info, rows, ctas)
-  local L, v = info.L, {}
-  for k, x in pairs(info) do v[k] = x end
-  v.cap = sms.cap(ctas)
-  v.grid_div = math.max(L.RPC * rows, math.min(L.RPC * 4, E.MIN_ROWS))
+  local L = info.L
+  local v = rowgen.plan_info(info, { cap = sms.cap(ctas), grid_div = math.max(L.RPC * rows, math.min(L.RPC * 4, E.MIN_ROWS)) })
   if rows ~= E.SLOT_ROWS then v.id = string.format("%s:rows%d", v.id, rows) end
   if ctas ~= E.CTAS_PER_SM then v.id = string.format("%s:ctas%d", v.id, ctas) end
   return { id = v.id, knobs = { P = L.P, N = L.N, V = L.V, RPC = L.RPC, rows = rows, ctas = ctas }, info = v }
 end
 
--- The default plan first, then every other slot-row count and CTA cap, ranked below it.
+-- Every slot-row count and CTA cap, the defaults first (each choice list leads with its default).
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
   local info, why = analyze(group, g)
@@ -152,15 +150,12 @@ function E.propose(group, g, target)
   if info.tiles then
     return { { id = info.id, knobs = { P = L.P, N = L.N, V = L.V, RPC = L.RPC }, rank = 1, info = info } }
   end
-  local plans = { with_knobs(info, E.SLOT_ROWS, E.CTAS_PER_SM) }
-  plans[1].rank = 1
+  local plans = {}
   for _, ctas in ipairs(E.CTAS_CHOICES) do
     for _, rows in ipairs(E.SLOT_ROWS_CHOICES) do
-      if rows ~= E.SLOT_ROWS or ctas ~= E.CTAS_PER_SM then
-        local p = with_knobs(info, rows, ctas)
-        p.rank = 1 - #plans / 100
-        plans[#plans + 1] = p
-      end
+      local p = with_knobs(info, rows, ctas)
+      p.rank = 1 - #plans / 100
+      plans[#plans + 1] = p
     end
   end
   return plans

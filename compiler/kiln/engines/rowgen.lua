@@ -422,6 +422,15 @@ function M.subst(pattern, vars)
   return (pattern:gsub("%%(%a)", function(k) return vars[k] end))
 end
 
+-- A candidate plan's analysis: a copy of info with `fields` replaced (info is shared by the
+-- engine's candidates, so each gets its own).
+function M.plan_info(info, fields)
+  local v = {}
+  for k, x in pairs(info) do v[k] = x end
+  for k, x in pairs(fields) do v[k] = x end
+  return v
+end
+
 -- A launch-rule factor list with a constant factor multiplied in.
 function M.with_const(factors, k)
   local out, const = {}, k
