@@ -1,6 +1,6 @@
 // kiln gemm engine, sm_90a pingpong path: ${what}.
 // Persistent and warp-specialized, 384 threads, the ping-pong schedule (opt-in:
-// KILN_GEMM_SCHEDULE=pingpong). One thread of warpgroup 0 (${REG_PRODUCER} registers) copies the
+// KILN_PLAN=gemm.schedule=pingpong). One thread of warpgroup 0 (${REG_PRODUCER} registers) copies the
 // k-blocks of A (128 lines) and B (${BN} lines) with TMA into one ring of ${STAGES} stages, tile after
 // tile. Warpgroups 1 and 2 (${REG_CONSUMER} registers) each own whole 128 x ${BN} tiles (two m64
 // wgmma rows per k-step, BN fp32 accumulators per thread) and take the CTA's tiles in turn: its

@@ -6,8 +6,8 @@
 # every layout, a batch, the epilogue kinds, fp8, block-scaled fp8 and grouped (MoE) GEMMs, on both paths (sm90 also with clusters of 2
 # sharing B tiles by TMA multicast: the 4th field of an emulator case); and stream-K: the last
 # partial wave split along K over the CTAs (`sk` cases: graph, SM, tile, grid, M, the flags the
-# run must set (- for no workspace), environment), the init kernel clearing a poisoned workspace;
-# and the opt-in ping-pong kernel (KILN_GEMM_SCHEDULE=pingpong): built for every spec, no spills,
+# run must set (- for no workspace), more KILN_PLAN items), the init kernel clearing a poisoned workspace;
+# and the opt-in ping-pong kernel (KILN_PLAN=gemm.schedule=pingpong): built for every spec, no spills,
 # and emulated (`pp` cases: graph, SM, grid, M, the kernel the plan must use).
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
@@ -26,16 +26,16 @@ emu=(
 # (nn): too few to split, the plain schedule; the mma kernel takes the workspace and ignores it
 sk=(
   "nn_sk sm_90a 256 3 500 16" "nn_sk sm_90a 128 4 300 24" "epilogue_sk sm_90a 192 3 500 16"
-  "fp8_sk sm_90a 128 4 300 24 KILN_GEMM_STREAMK=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "nn_sk sm_90a 256 16 1 48" "nn_sk sm_90a 256 16 1 112 KILN_PLAN=gemm:v1:sm90:128x256x64:s4:sk:ts" "dual_nn sm_90a 256 2 300 8" "dual_nn sm_90a 256 3 500 0 KILN_GEMM_EPILOGUE=direct" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - KILN_GEMM_STREAMK=0"
-  "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=direct"
+  "fp8_sk sm_90a 128 4 300 24 gemm.streamk=1" "fp8_sk sm_90a 128 8 100 56" "fp8_sk sm_90a 128 4 300 0" "nn_sk sm_90a 256 8 1 48" "nn_sk sm_90a 256 16 1 48" "nn_sk sm_90a 256 16 1 112 gemm:v1:sm90:128x256x64:s4:sk:ts" "dual_nn sm_90a 256 2 300 8" "dual_nn sm_90a 256 3 500 0 gemm.epilogue=direct" "nn sm_90a 256 3 500 0" "nn_sk sm_80 - 3 200 0" "nn_sk sm_90a 256 3 200 - gemm.streamk=0"
+  "epilogue_sk sm_90a 256 3 500 16 gemm.epilogue=direct"
   # block-scaled fp8: 12 k-blocks of one wave split over 8 CTAs (M = 100, and one row)
   "fp8_block_sk sm_90a 128 8 100 48" "fp8_block_sk sm_90a 128 8 1 48"
-  # the tile order and operand-copy settings for measuring (KILN_GEMM_GROUP, KILN_GEMM_L2HINT)
-  "nn_sk sm_90a 256 3 500 16 KILN_GEMM_GROUP=4" "batched sm_90a 192 2 300 0 KILN_GEMM_L2HINT=both"
+  # the tile order and operand-copy settings (gemm.group, gemm.l2hint)
+  "nn_sk sm_90a 256 3 500 16 gemm.group=4" "batched sm_90a 192 2 300 0 gemm.l2hint=both"
   # the opt-in epilogue warps: with stream-K owners, an amax with its largest values in the tails,
   # a 4-byte output, and the mma kernel that takes their workspace and ignores it
-  "epilogue_sk sm_90a 256 3 500 16 KILN_GEMM_EPILOGUE=warpgroup" "amax_tail sm_90a 192 2 300 0 KILN_GEMM_EPILOGUE=warpgroup"
-  "f32out sm_90a 128 2 300 0 KILN_GEMM_EPILOGUE=warpgroup" "nn_sk sm_80 - 3 200 0 KILN_GEMM_EPILOGUE=warpgroup"
+  "epilogue_sk sm_90a 256 3 500 16 gemm.epilogue=warpgroup" "amax_tail sm_90a 192 2 300 0 gemm.epilogue=warpgroup"
+  "f32out sm_90a 128 2 300 0 gemm.epilogue=warpgroup" "nn_sk sm_80 - 3 200 0 gemm.epilogue=warpgroup"
 )
 # ping-pong, 128 x 128 tiles (N = 264: 3 n tiles): several tiles per CTA on both warpgroups, a
 # warpgroup with an empty last slot (an odd count per CTA), M tails, 12 k-blocks (the *_sk graphs:
@@ -46,7 +46,7 @@ pp=(
   "epilogue sm_90a 3 500 sm_90a-pingpong" "batched sm_90a 4 300 sm_90a-pingpong" "nn_sk sm_90a 5 500 sm_90a-pingpong"
   "epilogue_sk sm_90a 2 300 sm_90a-pingpong" "fp8 sm_90a 2 300 sm_90a" "nn sm_80 2 300 portable"
 )
-plan $(( ${#specs[@]} * 3 + 5 + 5 + 9 + 3 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
+plan $(( ${#specs[@]} * 3 + 5 + 6 + 9 + 3 + ${#emu[@]} + ${#sk[@]} + ${#pp[@]} ))
 
 # cuobjdump (and the nvdisasm it runs) from PATH, CUDA, or the nvidia-cuda-cuobjdump/-nvdisasm wheels
 sass_tools() {
@@ -106,32 +106,34 @@ for f in $slow; do echo "#   stack or C7514: $f"; done
 
 # the cooperative kernel stages its output through shared memory (tensor stores, plan ids
 # ending :ts) for every group but the grouped GEMMs' (their tiles end at a group's last row:
-# direct stores, plan ids ending :grouped); KILN_GEMM_EPILOGUE=direct stores from the
-# registers; a misspelt value is refused
+# direct stores, plan ids ending :grouped); the epilogue setting direct stores from the
+# registers; a misspelt setting or value is refused
 run_kiln explain "${specs[@]}" --sm 90a
 groups=$(grep -c '^  group' "$OUTF"); ts=$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF"); grp=$(grep -c 'plan gemm:v1:sm90:.*:grouped$' "$OUTF")
 ok "sm_90a: every one of the $groups GEMM groups stages its output (:ts plans: $ts) but the $grp grouped ones" \
   test "$groups" -gt 0 -a "$grp" -gt 0 -a "$((ts + grp))" = "$groups"
-KILN_GEMM_EPILOGUE=direct run_kiln explain "${specs[@]}" --sm 90a
-ok "KILN_GEMM_EPILOGUE=direct: no :ts plan" test "$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF")" = 0
+KILN_PLAN=gemm.epilogue=direct run_kiln explain "${specs[@]}" --sm 90a
+ok "gemm.epilogue=direct: no :ts plan" test "$(grep -c 'plan gemm:v1:sm90:.*:ts$' "$OUTF")" = 0
 # the epilogue warps (opt-in): every bf16/fp16 group, not fp8; one pack for every SM; no spills
-KILN_GEMM_EPILOGUE=warpgroup run_kiln explain "${specs[@]}" --sm 90a
+KILN_PLAN=gemm.epilogue=warpgroup run_kiln explain "${specs[@]}" --sm 90a
 ewg=$(grep -c 'plan gemm:v1:sm90:.*:ts:ewg$' "$OUTF"); fp8=$(grep -c '^  group.*plan gemm:v1:sm90:.*:ts$' "$OUTF")
-ok "KILN_GEMM_EPILOGUE=warpgroup: $ewg groups take the epilogue warps, the $fp8 fp8 and dual ones and the $grp grouped ones do not" \
+ok "gemm.epilogue=warpgroup: $ewg groups take the epilogue warps, the $fp8 fp8 and dual ones and the $grp grouped ones do not" \
   test "$ewg" -gt 0 -a "$((ewg + fp8 + grp))" = "$groups"
-KILN_GEMM_EPILOGUE=warpgroup KILN_DUMP_DIR=$TMP/ewgdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/ewg.kpack"
-expect_rc 0 "KILN_GEMM_EPILOGUE=warpgroup: every GEMM spec builds for sm_80 sm_90a sm_100a in one pack"
+KILN_PLAN=gemm.epilogue=warpgroup KILN_DUMP_DIR=$TMP/ewgdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/ewg.kpack"
+expect_rc 0 "gemm.epilogue=warpgroup: every GEMM spec builds for sm_80 sm_90a sm_100a in one pack"
 ewg_spill=$(grep -L "0 bytes spill stores, 0 bytes spill loads" $(other_logs "$TMP"/ewgdump))
-ok "KILN_GEMM_EPILOGUE=warpgroup: ptxas reports no spills" test -z "$ewg_spill"
+ok "gemm.epilogue=warpgroup: ptxas reports no spills" test -z "$ewg_spill"
 for f in $ewg_spill; do echo "#   spills: $f"; done
-KILN_GEMM_EPILOGUE=tmastore run_kiln explain specs/gemm.lua --sm 90a
-ok "KILN_GEMM_EPILOGUE=tmastore is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_EPILOGUE=tmastore:' "$OUTF"
+KILN_PLAN=gemm.epilogue=tmastore run_kiln explain specs/gemm.lua --sm 90a
+expect_err 'E_USAGE: KILN_PLAN: gemm.epilogue=tmastore: want auto, warpgroup, tma or direct' "gemm.epilogue=tmastore is refused, naming the values"
+KILN_PLAN=gemm.epilog=direct run_kiln explain specs/gemm.lua --sm 90a
+expect_err "E_USAGE: KILN_PLAN: gemm.epilog=direct: no candidate of gemm has the knob 'epilog'" "a misspelt knob is refused, naming it"
 
 # the ping-pong kernel: every GEMM spec for every SM, a :pp plan for every 16-bit group on sm_90a
 # (fp8 keeps the cooperative kernel), no spills
-KILN_GEMM_SCHEDULE=pingpong KILN_DUMP_DIR=$TMP/ppdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/pp.kpack"
-expect_rc 0 "KILN_GEMM_SCHEDULE=pingpong: build every GEMM spec for sm_80 sm_90a sm_100a"
-KILN_GEMM_SCHEDULE=pingpong run_kiln explain "${specs[@]}" --sm 90a
+KILN_PLAN=gemm.schedule=pingpong KILN_DUMP_DIR=$TMP/ppdump run_kiln build "${specs[@]}" --sm 80 --sm 90a --sm 100a -o "$TMP/pp.kpack"
+expect_rc 0 "gemm.schedule=pingpong: build every GEMM spec for sm_80 sm_90a sm_100a"
+KILN_PLAN=gemm.schedule=pingpong run_kiln explain "${specs[@]}" --sm 90a
 groups=$(grep -c '^  group [0-9]* (.*matmul' "$OUTF"); ppn=$(grep -c 'plan gemm:v1:sm90:128x128x64:s7:pp$' "$OUTF")
 fp8n=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:128x[0-9]*x128:s[0-9]*(:sk1(p4)?)?(:ts)?$' "$OUTF")
 grp=$(grep -c -E 'group .*\(.*matmul.*\): plan gemm:v1:sm90:.*:grouped$' "$OUTF")
@@ -143,16 +145,11 @@ ok "pingpong: ptxas reports no spills ($(echo "$pplogs" | wc -w) kernels)" test 
 for f in $spilling; do echo "#   spills: $f"; done
 grep -h "Used [0-9]* registers" $(grep -l "sm_90a pingpong path" "$TMP"/ppdump/*sm_90a.cu | sed 's/\.cu$/.log/') | sort | uniq -c |
   sed 's/^/# sm_90a pingpong: /'
-KILN_GEMM_SCHEDULE=ping run_kiln explain specs/gemm.lua --sm 90a
-ok "KILN_GEMM_SCHEDULE=ping is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_SCHEDULE=ping:' "$OUTF"
-KILN_GEMM_STREAMK=yes run_kiln explain specs/gemm.lua --sm 90a
-ok "KILN_GEMM_STREAMK=yes is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_STREAMK=yes:' "$OUTF"
-KILN_GEMM_SK_FILL=101 run_kiln explain specs/gemm.lua --sm 90a
-ok "KILN_GEMM_SK_FILL=101 is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_SK_FILL=101:' "$OUTF"
-KILN_GEMM_GROUP=12 run_kiln explain specs/gemm.lua --sm 90a
-ok "KILN_GEMM_GROUP=12 is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_GROUP=12:' "$OUTF"
-KILN_GEMM_L2HINT=evict run_kiln explain specs/gemm.lua --sm 90a
-ok "KILN_GEMM_L2HINT=evict is refused (the engine declines, naming the setting)" grep -q 'declined: KILN_GEMM_L2HINT=evict:' "$OUTF"
+for bad in "schedule=ping:cooperative or pingpong" "streamk=yes:auto, 0 or 1" "fill=101:a whole number, 0 to 100" \
+           "group=12:16, 4, 8 or 32" "l2hint=evict:none, alast, bfirst or both"; do
+  KILN_PLAN=gemm.${bad%%:*} run_kiln explain specs/gemm.lua --sm 90a
+  expect_err "E_USAGE: KILN_PLAN: gemm.${bad%%:*}: want ${bad#*:}\$" "gemm.${bad%%:*} is refused, naming the values"
+done
 
 if sass_tools && command -v python3 >/dev/null; then
   mkdir -p "$TMP/cubins"
@@ -206,21 +203,23 @@ if command -v g++ >/dev/null && command -v python3 >/dev/null && [ -f /usr/inclu
   for c in "${emu[@]}"; do
     read -r graph arch tile cluster <<<"$c"
     rows=M; [[ $graph == grouped* ]] && rows=T  # (a grouped GEMM's rows are its tokens)
-    out=$(KILN_GEMM_TILE=${tile/-/} KILN_GEMM_CLUSTER=${cluster:-} tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" 2 $rows=300 2>&1); rc=$?
+    out=$(KILN_PLAN=gemm.tile=${tile/-/auto},gemm.cluster=${cluster:-1} tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" 2 $rows=300 2>&1); rc=$?
     ok "emulated $graph on $arch matches the reference: $(head -1 <<<"$out" | sed 's/^# //')" test "$rc" = 0
     [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
   done
   for c in "${sk[@]}"; do
-    read -r graph arch tile grid m flags env <<<"$c"
-    out=$(env KILN_GEMM_TILE=${tile/-/} $env tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" "$grid" M=$m 2>&1); rc=$?
+    read -r graph arch tile grid m flags items <<<"$c"
+    # (a plan id alone: the tile filter would match the best-ranked candidate first)
+    if [[ $items == gemm:* ]]; then forced=$items; else forced=gemm.tile=${tile/-/auto}${items:+,$items}; fi
+    out=$(KILN_PLAN=$forced tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" "$grid" M=$m 2>&1); rc=$?
     got=$(sed -n 's/^  stream-K: \([0-9]*\) flags set$/\1/p' <<<"$out"); got=${got:--}
-    ok "stream-K: emulated $graph on $arch, tile $tile, $grid CTAs, M=$m${env:+, $env}: $got flags set (want $flags), matches the reference" \
+    ok "stream-K: emulated $graph on $arch, tile $tile, $grid CTAs, M=$m${items:+, $items}: $got flags set (want $flags), matches the reference" \
       test "$rc" = 0 -a "$got" = "$flags"
     [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -8
   done
   for c in "${pp[@]}"; do
     read -r graph arch grid m path <<<"$c"
-    out=$(KILN_GEMM_SCHEDULE=pingpong tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" "$grid" M=$m 2>&1); rc=$?
+    out=$(KILN_PLAN=gemm.schedule=pingpong tests/gemm_emu/run.sh tests/specs/gemm/emu.lua "$graph" "$arch" "$grid" M=$m 2>&1); rc=$?
     used=$(grep -q "(kiln gemm engine, ${path/-/ } path," <<<"$out" && echo yes || echo no)
     ok "pingpong: emulated $graph on $arch, $grid CTAs, M=$m: the ${path/-/ } kernel ($used), matches the reference" \
       test "$rc" = 0 -a "$used" = yes

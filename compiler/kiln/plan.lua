@@ -6,6 +6,7 @@ local lower = require "kiln.lower"
 local decompose = require "kiln.decompose"
 local shape = require "kiln.shape"
 local c = require "kiln.c"
+local settings = require "kiln.settings"
 
 local M = {}
 
@@ -82,7 +83,8 @@ function M.manifest(spec_graph, target)
     if not grp.plan then no_engine(g, grp, target) end
     local symbol = string.format("kiln_%s_k%d", g.name, grp.index - 1)
     -- an engine builds one kernel, or { kernels = {...}, workspace = {rule =, bytes_max =} }
-    local built = grp.plan.engine.build(grp.plan, grp, g, target, symbol)
+    -- (under the settings the plan was proposed under)
+    local built = settings.during(grp.plan.settings, grp.plan.engine.build, grp.plan, grp, g, target, symbol)
     local list = built.kernels or { built }
     if built.workspace then workspaces[#workspaces + 1] = built.workspace end
     for _, k in ipairs(list) do

@@ -436,7 +436,7 @@ inline void kiln_tma_load_3d(kiln_u32 dst, const kiln_tmap *m, int c0, int c1, i
   const int c[3] = {c0, c1, c2};
   emu_tma_load(dst, m, c, 3, bar);
 }
-// L2 eviction hints (KILN_GEMM_L2HINT): a policy value the copies carry; no cache here
+// L2 eviction hints (the gemm.l2hint setting): a policy value the copies carry; no cache here
 inline kiln_u64 kiln_l2_evict_last() { return 1; }
 inline kiln_u64 kiln_l2_evict_first() { return 2; }
 inline void kiln_tma_load_2d_hint(kiln_u32 dst, const kiln_tmap *m, int c0, int c1, kiln_u32 bar, kiln_u64) {

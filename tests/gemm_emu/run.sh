@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Emulates one GEMM kernel on the CPU and checks it against the reference executor:
 #   tests/gemm_emu/run.sh SPEC GRAPH ARCH GRID DIM=V... [-- ENV=V...]
-# builds the graph's kernel for ARCH (KILN_GEMM_TILE picks an sm_90a tile), turns its source
+# builds the graph's kernel for ARCH (KILN_PLAN=gemm.tile=BN picks an sm_90a tile), turns its source
 # (and the plan's init kernel's, when it has one) into C++ (transform.py), compiles it with the
 # harness under AddressSanitizer and runs it on GRID persistent CTAs, with the plan's workspace.
 # Needs g++ (C++20), python3, jansson and the objects `ninja` built.

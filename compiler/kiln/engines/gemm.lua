@@ -8,7 +8,7 @@
 --   sm90  (sm_90a) warp-specialized and persistent: one producer thread fills a ring of
 --         stages with the tensor copy engine (TMA, tensor maps the runtime encodes per launch);
 --         two consumer warpgroups run wgmma (HGMMA; QGMMA for fp8) on a 128 x BN tile, then
---         the epilogue straight from the accumulators. KILN_GEMM_SCHEDULE=pingpong (opt-in)
+--         the epilogue straight from the accumulators. The schedule setting pingpong (opt-in)
 --         builds the ping-pong variant instead: each consumer warpgroup owns whole 128 x 128
 --         tiles and they take turns on the tensor cores, one's epilogue under the other's
 --         mainloop (templates/gemm_sm90_pingpong.cuh).
@@ -22,9 +22,8 @@ local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local sms = require "kiln.engines.sms"
-local c = require "kiln.c"
-local settings = require "kiln.settings"
 local lower = require "kiln.lower"
+local settings = require "kiln.settings"
 
 local E = { id = "gemm", version = 1 }
 
@@ -42,15 +41,15 @@ E.SMEM_MAX_SM90, E.SMEM_MAX = 232448, 166912
 -- The cooperative sm90 kernel stages one 2- or 4-byte output through shared memory and stores
 -- it with the tensor copy engine: per consumer warpgroup two buffers of 64 rows x 128 bytes
 -- (a tile's columns go out in chunks of 128 bytes). A tile keeps the stages that still fit.
--- KILN_GEMM_EPILOGUE=direct stores from the registers instead (for measuring).
+-- The epilogue setting `direct` stores from the registers instead.
 E.EPI_BYTES = 2 * 2 * 64 * 128
 -- Epilogue warps (a staged output of a bf16/fp16 GEMM): warps 1-3 of the producer warpgroup run
 -- the epilogue on the sums the consumers leave in a per-CTA workspace buffer (128 x BN fp32),
 -- under the consumers' next mainloop. Correct (GPU check, racecheck, emulator) but 3-4% slower
 -- than the consumers' own epilogue on an H200 (bias+GELU 8192^3 1.710 against 1.659 ms, plain
 -- 1.683 against 1.635, SwiGLU and residual at 8192x4096x4096 likewise),
--- so `auto` (E.EWG.auto) leaves it off; KILN_GEMM_EPILOGUE=warpgroup turns it on (taken then for
--- any K), for measuring. With auto on it would be taken from min_kb k-blocks (below that three
+-- so `auto` (E.EWG.auto) leaves it off; the epilogue setting `warpgroup` turns it on (taken then
+-- for any K). With auto on it would be taken from min_kb k-blocks (below that three
 -- warps cannot keep up with a tile's mainloop). Registers: 2 * 176 + 152 = 504. A fourth
 -- warpgroup cannot be had: 512 threads leave 128 registers at launch, fewer than one wgmma
 -- m64n256 needs, and ptxas compiles the whole kernel within that.
@@ -60,29 +59,24 @@ E.EWG = { auto = false, min_kb = 32, reg_consumer = 176, reg_producer = 152 }
 for _, r in ipairs({ { E.REG_CONSUMER, E.REG_PRODUCER }, { E.EWG.reg_consumer, E.EWG.reg_producer } }) do
   assert(2 * r[1] + r[2] <= 3 * 168 and r[1] % 8 == 0 and r[2] % 8 == 0, "kiln.engines.gemm: setmaxnreg budget")
 end
--- The ping-pong sm90 kernel (KILN_GEMM_SCHEDULE=pingpong): one tile, 128 x 128 (a consumer
+-- The ping-pong sm90 kernel (the schedule setting `pingpong`): one tile, 128 x 128 (a consumer
 -- warpgroup holds the whole tile: 128 fp32 accumulators per thread), 7 stages of 32 KB.
 E.SM90_PP_TILE = { bn = 128, stages = 7 }
 -- sm90 clusters: CM CTAs along M share each B tile (each copies 1/CM of it, multicast), which
 -- cuts the operand traffic from L2 by a third at 128 x 256. Correct, but slower on an H200
--- (0.85x vs 0.97x cuBLAS at 8192^3), so off by default;
--- KILN_GEMM_CLUSTER=2 turns it on (for measuring).
-E.CLUSTER_M = 1
+-- (0.85x vs 0.97x cuBLAS at 8192^3), so off by default (the cluster setting, E.settings).
 -- The sm90 kernels take tiles in groups of GROUP_M m tiles per column of n tiles, so one
 -- wave's tiles share few operand panels in L2 (a wave of 132 128 x 256 tiles reads the fewest
 -- bytes of A and B at about 16 x 8). Measured on the H200 against 8 (bench/ab.py, same
 -- tensors): bf16 8192^3 1.3% faster, bias+GELU 1.5%, 16384x4096x4096 2.5%, 4096^3 and the
--- 8192x4096x4096 epilogues level; 32 level with 8, 4 3% slower. KILN_GEMM_GROUP=4|8|16|32
--- (for measuring).
-E.GROUP_M = 16
--- L2 eviction hints on the operand copies (KILN_GEMM_L2HINT): none by default.
-E.L2HINT = "none"
+-- 8192x4096x4096 epilogues level; 32 level with 8, 4 3% slower (the group setting).
+-- L2 eviction hints on the operand copies: none by default (the l2hint setting).
 -- Stream-K for the last partial wave of the sm90 kernel (docs/GEMM.md): its tiles are split
 -- along K over the CTAs, partial sums meet in the workspace. Taken at run time when the last
 -- wave is at most FILL_PCT % full (else the saving does not pay for the fixup), a tile splits
 -- into at most about PIECES ranges (an owner adds at most about PIECES partial tiles) and each
 -- CTA saves at least MIN_SAVED k-blocks (about one partial tile's round trip through L2).
--- KILN_GEMM_STREAMK=0 turns it off (for measuring); clusters of 2 turn it off.
+-- The streamk setting 0 turns it off; clusters of 2 turn it off.
 -- fp8 takes it only when all its tiles are one partial wave (small M: a few n tiles would
 -- leave most SMs idle): a last wave split after full ones measured 0.91x at 8192^3 (H200).
 E.STREAMK = { fill_pct = 85, pieces = 4, min_saved = 4, fp8 = "first" }
@@ -96,6 +90,24 @@ E.FP8_BN_MAX = 192
 E.MMA_BN, E.MMA_STAGES = 192, 3
 -- ptxas reports registers, shared memory and spills into the NVRTC log (kept by KILN_DUMP_DIR).
 E.OPTIONS = { "--std=c++17", "--ptxas-options=-v" }
+
+-- The settings every candidate plan is built under (kiln.settings), each list led by its
+-- default; KILN_PLAN's gemm.NAME=VALUE items choose others.
+-- tile: the sm90 tile ranked first (auto: the one that wastes the least of N); cluster: CTAs
+-- along M sharing B; schedule: the sm90 kernel's (pingpong: bf16/fp16 only); epilogue (auto:
+-- E.EWG's rule; tma: the staged store; direct: from registers); streamk (auto: on, for fp8 a
+-- grid's one partial wave only; 0 off; 1 any partial last wave, fp8 too); fill: stream-K's
+-- last-wave limit in percent; group: m tiles per group of the tile order; l2hint: eviction
+-- hints on the operand copies (alast: A evict_last, bfirst: B evict_first).
+E.settings = {
+  tile = { "auto", "256", "192", "128" }, cluster = { "1", "2" }, schedule = { "cooperative", "pingpong" },
+  epilogue = { "auto", "warpgroup", "tma", "direct" }, streamk = { "auto", "0", "1" },
+  fill = { tostring(E.STREAMK.fill_pct) }, group = { "16", "4", "8", "32" },
+  l2hint = { "none", "alast", "bfirst", "both" },
+}
+for p = 0, 100 do
+  if p ~= E.STREAMK.fill_pct then E.settings.fill[#E.settings.fill + 1] = tostring(p) end
+end
 
 local fmt, cdim = pw.fmt, pw.cdim
 
@@ -274,9 +286,9 @@ local function analyze(group, g, target)
   return info
 end
 
--- The sm90 tiles for N, best first: the one that wastes the least of N (ties: the wider one).
--- KILN_GEMM_TILE=BN (e.g. 192) puts that tile first, for measuring.
-local function sm90_order(N, fp8)
+-- The sm90 tiles for N, best first: the one that wastes the least of N (ties: the wider one);
+-- the tile setting (BN, e.g. "192") puts that tile first.
+local function sm90_order(N, fp8, tile)
   local best = {}
   for _, t in ipairs(E.SM90_TILES) do
     if not (fp8 and t.bn > E.FP8_BN_MAX) then
@@ -284,7 +296,7 @@ local function sm90_order(N, fp8)
     best[#best + 1] = { tile = t, eff = N / (nt * t.bn) }
     end
   end
-  local want = tonumber(c.getenv("KILN_GEMM_TILE") or "")
+  local want = tonumber(tile)
   table.sort(best, function(x, y)
     if want and (x.tile.bn == want) ~= (y.tile.bn == want) then return x.tile.bn == want end
     if math.abs(x.eff - y.eff) > 0.05 then return x.eff > y.eff end
@@ -330,33 +342,7 @@ end
 -- every SM launch like the sm90 plan the group would get on sm_90a (or, when it takes none,
 -- like the mma kernel alone): 384 threads, the same persistent grid (from `grid_tile`) and
 -- parameters; the shared memory is the kernel's own (`tile` nil: the mma kernel).
-local function cluster_m()
-  local want = tonumber(c.getenv("KILN_GEMM_CLUSTER") or "")
-  return (want == 1 or want == 2) and want or E.CLUSTER_M
-end
-
--- KILN_GEMM_SCHEDULE (cooperative, the default, or pingpong), KILN_GEMM_EPILOGUE (warpgroup,
--- tma or direct; unset: "auto", E.EWG's rule), KILN_GEMM_STREAMK (0 or 1) and
--- KILN_GEMM_SK_FILL (a percentage), all for measuring: a bad value is declined by name
--- (kiln.settings). Returns the schedule and the epilogue, or nil and the reason.
-local function gemm_settings()
-  local sched, bad = settings.choice("KILN_GEMM_SCHEDULE", { "cooperative", "pingpong" })
-  if not sched then return nil, bad end
-  local epi, bad_epi = settings.choice("KILN_GEMM_EPILOGUE", { "warpgroup", "tma", "direct" })
-  if not epi then return nil, bad_epi end
-  local sk, bad_sk = settings.choice("KILN_GEMM_STREAMK", { "0", "1" })
-  if not sk then return nil, bad_sk end
-  local grp, bad_grp = settings.choice("KILN_GEMM_GROUP", { "4", "8", "16", "32" })
-  if not grp then return nil, bad_grp end
-  local hint, bad_hint = settings.choice("KILN_GEMM_L2HINT", { "none", "alast", "bfirst", "both" })
-  if not hint then return nil, bad_hint end
-  local fill = c.getenv("KILN_GEMM_SK_FILL")
-  local f = tonumber(fill or "")
-  if fill ~= nil and fill ~= "" and not (f and f >= 0 and f <= 100 and f == math.floor(f)) then
-    return nil, string.format("KILN_GEMM_SK_FILL=%s: want a whole percentage, 0 to 100", fill)
-  end
-  return sched == "pingpong" and "pingpong" or "cooperative", epi == "" and "auto" or epi
-end
+local function cluster_m(set) return tonumber(set.cluster) end
 
 -- The output the cooperative sm90 kernel stages through shared memory: the first element
 -- output of 2 or 4 bytes whose rows are 16-byte multiples (a tensor map's line stride).
@@ -391,28 +377,16 @@ local function group_bytes(info)
 end
 
 -- Stream-K (without clusters): nil (off), "all" (any partial last wave) or "first" (only a
--- grid's one partial wave: fp8 by default, E.STREAMK.fp8). KILN_GEMM_STREAMK (for measuring):
--- 0 off, 1 "all" for fp8 too.
-local function streamk_mode(fp8)
-  local v = c.getenv("KILN_GEMM_STREAMK")
-  if v == "0" or cluster_m() ~= 1 then return nil end
-  return (fp8 and v ~= "1") and E.STREAMK.fp8 or "all"
+-- grid's one partial wave: fp8 by default, E.STREAMK.fp8), as the streamk setting says.
+local function streamk_mode(fp8, set)
+  if set.streamk == "0" or cluster_m(set) ~= 1 then return nil end
+  return (fp8 and set.streamk ~= "1") and E.STREAMK.fp8 or "all"
 end
--- KILN_GEMM_L2HINT (for measuring; checked by gemm_settings): L2 eviction hints on the sm90
--- kernel's operand copies (without clusters): alast (A evict_last: a group's m panels are read
--- again by its later waves), bfirst (B evict_first), both. Returns { A = "last"|nil, B = "first"|nil }.
-local function l2_hints()
-  local v = c.getenv("KILN_GEMM_L2HINT") or E.L2HINT
+-- The l2hint setting as hints on the sm90 kernel's operand copies (without clusters): alast (A
+-- evict_last: a group's m panels are read again by its later waves), bfirst (B evict_first),
+-- both. Returns { A = "last"|nil, B = "first"|nil }.
+local function l2_hints(v)
   return { A = (v == "alast" or v == "both") and "last" or nil, B = (v == "bfirst" or v == "both") and "first" or nil }
-end
--- KILN_GEMM_GROUP (for measuring; checked by gemm_settings): m tiles per group
-local function group_m()
-  return math.tointeger(tonumber(c.getenv("KILN_GEMM_GROUP") or "")) or E.GROUP_M
-end
--- KILN_GEMM_SK_FILL=P (for measuring; checked by gemm_settings) overrides the last wave's
--- fullness limit, in percent
-local function sk_fill_pct()
-  return math.tointeger(tonumber(c.getenv("KILN_GEMM_SK_FILL") or "")) or E.STREAMK.fill_pct
 end
 
 -- The stream-K workspace: the flags, then one fp32 128 x BN partial tile per CTA.
@@ -449,8 +423,9 @@ E.DUAL_TILE = { bn = 256, stages = 4 }
 -- operands in layouts copied in 16-byte chunks, rank 2, the cooperative schedule without
 -- clusters.
 function E.pairs(a, b, g, target)
+  local set = settings.current()
   if target.sm < 80 or a.op ~= "matmul" or b.op ~= "matmul" or a.inputs.A ~= b.inputs.A then return false end
-  if cluster_m() ~= 1 or (c.getenv("KILN_GEMM_SCHEDULE") or "") == "pingpong" then return false end
+  if cluster_m(set) ~= 1 or set.schedule == "pingpong" then return false end
   for _, m in ipairs({ a, b }) do
     for _, p in ipairs({ "M_override", "N_override", "K_override" }) do if m.inputs[p] then return false end end
   end
@@ -467,10 +442,19 @@ function E.pairs(a, b, g, target)
     and oa ~= nil and ob ~= nil and chunks_aligned(oa, esz) and chunks_aligned(ob, esz)
 end
 
+-- The id suffix of the settings that a plan id shows nowhere else, where not their defaults.
+local function settings_suffix(set)
+  local out = {}
+  for _, k in ipairs({ "cluster", "group", "fill", "l2hint" }) do
+    if set[k] ~= E.settings[k][1] then out[#out + 1] = ":" .. k .. set[k] end
+  end
+  return table.concat(out)
+end
+
 function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
-  local sched, epi_how = gemm_settings()
-  if not sched then return nil, epi_how end
+  local set = settings.current()
+  local sched, epi_how = set.schedule, set.epilogue
   local info, why = analyze(group, g, target)
   if not info then return nil, why end
   local plans = {}
@@ -483,21 +467,21 @@ function E.propose(group, g, target)
   local grouped = info.grouped ~= nil
   local pp = not blocker and sched == "pingpong" and not info.fp8 and not grouped
   local note = not blocker and sched == "pingpong" and info.fp8 and
-    "// KILN_GEMM_SCHEDULE=pingpong declined: fp8 (its promotion needs 2 x 128 accumulators per thread); the cooperative kernel" or ""
-  local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8)) or nil
+    "// gemm.schedule=pingpong declined: fp8 (its promotion needs 2 x 128 accumulators per thread); the cooperative kernel" or ""
+  local order = not blocker and (pp and { { tile = E.SM90_PP_TILE } } or sm90_order(info.N, info.fp8, set.tile)) or nil
   local dual = info.B2 ~= nil
   if dual then
     -- (E.pairs merges only what both paths build: no clusters, no ping-pong)
-    if blocker or pp or cluster_m() ~= 1 then
+    if blocker or pp or cluster_m(set) ~= 1 then
       return fail("a dual GEMM needs the cooperative schedule without clusters and 16-byte aligned operands (%s)",
-        blocker or "KILN_GEMM_SCHEDULE / KILN_GEMM_CLUSTER")
+        blocker or "the schedule or cluster setting")
     end
     order = { { tile = E.DUAL_TILE } }
   end
   -- stream-K: the workspace and the flags' init kernel are in every SM's plan (one kernel list)
-  local sk_mode = order ~= nil and not pp and not grouped and streamk_mode(info.fp8) or nil
+  local sk_mode = order ~= nil and not pp and not grouped and streamk_mode(info.fp8, set) or nil
   local sk = sk_mode ~= nil
-  local cm = (pp or grouped) and 1 or cluster_m()
+  local cm = (pp or grouped) and 1 or cluster_m(set)
   -- the staged output (the cooperative kernel's; the mma kernel takes its tensor map too)
   local staged = order ~= nil and not pp and not grouped and epi_how ~= "direct" and staged_output(info, group, g) or nil
   -- the epilogue warps: the sm90 kernel's; the mma kernel takes their workspace too (one
@@ -505,7 +489,7 @@ function E.propose(group, g, target)
   local kblocks = (info.K + 128 // info.esz - 1) // (128 // info.esz)
   local ewg = staged ~= nil and not info.fp8 and not dual and
     (epi_how == "warpgroup" or (epi_how == "auto" and E.EWG.auto and kblocks >= E.EWG.min_kb))
-  local suffix = (dual and ":dual" or "") .. (grouped and ":grouped" or "") .. (sk and (sk_mode == "first" and ":sk1" or ":sk") or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "")
+  local suffix = (dual and ":dual" or "") .. (grouped and ":grouped" or "") .. (sk and (sk_mode == "first" and ":sk1" or ":sk") or "") .. (pp and ":pp" or "") .. (staged and ":ts" or "") .. (ewg and ":ewg" or "") .. settings_suffix(set)
   -- the tile whose B box the tensor maps describe (every SM's kernel takes the same maps)
   -- (a dual tile's B boxes, and its output tile, are half its lines)
   local tma_bn = order and order[1].tile.bn // (dual and 2 or 1)
@@ -520,8 +504,8 @@ function E.propose(group, g, target)
         local bno = t.bn // (dual and 2 or 1)
         local sfx = fixed and suffix:gsub(":sk1?", "%0p" .. E.STREAMK.pieces, 1) or suffix
         plans[#plans + 1] = { id = string.format("gemm:v%d:sm90:128x%dx%d:s%d%s", E.version, t.bn, 128 // info.esz, t.stages, sfx),
-                              knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8, tma = true,
-                                        streamk = sk, sk_mode = sk_mode, sk_fixed = fixed, sk_bn = t.bn, cm = cm, tma_bn = bno,
+                              knobs = { path = pp and "sm90pp" or "sm90", bn = t.bn, stages = t.stages, promote = info.fp8,
+                                        tma = true, sk = sk, sk_mode = sk_mode, sk_fixed = fixed, sk_bn = t.bn, cm = cm, tma_bn = bno,
                                         note = note, staged = staged, ewg = ewg, dual = dual },
                                 rank = (fixed and 100 or 50) - i, info = info, launch = launch(info, t, { bn = bno }, cm, staged, ewg, sk) }
       end
@@ -530,7 +514,7 @@ function E.propose(group, g, target)
   local loader = (info.aligned and not info.fp8) and "async" or "elem"
   -- (the stream-K workspace and the grid as the sm90 plan's: one launch for every SM)
   plans[#plans + 1] = { id = string.format("gemm:v%d:mma:128x%dx64:s%d:%s%s", E.version, E.MMA_BN, E.MMA_STAGES, loader, suffix),
-                        knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, streamk = sk,
+                        knobs = { path = "mma", loader = loader, stages = E.MMA_STAGES, tma = order ~= nil, sk = sk,
                                   sk_bn = order and order[1].tile.bn, cm = cm, tma_bn = tma_bn, note = "", staged = staged,
                                   ewg = ewg, dual = dual },
                         rank = 10, info = info, launch = launch(info, nil, tma_bn and { bn = tma_bn }, cm, nil, nil, sk) }
@@ -757,9 +741,9 @@ end
 -- the other matrix axis, then the batch axis when the operand has one) and the copy lines of
 -- one k-block (k0) into the stage at sa (A) and sb (B). K-major: one box of LINES lines;
 -- MN-major: LINES/64 boxes of 64 k-rows, 8 KB apart (the layout the wgmma descriptors read).
-local function tma_operands(K, info, bn, cm)
+local function tma_operands(K, info, bn, cm, l2hint)
   local decl, load, prefetch = {}, {}, {}
-  local hint = cm == 1 and l2_hints() or {}
+  local hint = cm == 1 and l2_hints(l2hint) or {}
   -- (a dual GEMM's B2 goes to the stage's B lines bn on: bn is the B box, half the tile)
   for _, which in ipairs(info.B2 and { "A", "B", "B2" } or { "A", "B" }) do
     local o = ({ A = info.oa, B = info.ob, B2 = info.ob2 })[which]
@@ -875,7 +859,7 @@ function E.build(plan, group, g, target, symbol)
   local tmaps, tma_load, tma_prefetch
   if knobs.tma then
     src:need("common/tma.cuh")
-    tmaps, tma_load, tma_prefetch = tma_operands(K, info, knobs.tma_bn, knobs.cm)
+    tmaps, tma_load, tma_prefetch = tma_operands(K, info, knobs.tma_bn, knobs.cm, settings.get("l2hint"))
   end
   local store_chunk = "(void)c0, (void)c1;  // nothing is staged"
   if knobs.staged then
@@ -904,7 +888,7 @@ function E.build(plan, group, g, target, symbol)
   end
   -- the stream-K and epilogue-warp workspace (the mma kernel takes it too and ignores it:
   -- one parameter list)
-  local sk = knobs.streamk
+  local sk = knobs.sk
   local ws = (sk or knobs.ewg) and K:workspace(0)
   local C = info.C
   local what = string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
@@ -942,12 +926,12 @@ function E.build(plan, group, g, target, symbol)
     vars.EPI_BYTES = knobs.staged and E.EPI_BYTES or 0
     vars.store_chunk = store_chunk
     vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SLOTS, E.STREAMK.pieces
-    vars.SK_FILL_PCT, vars.SK_MIN_SAVED = sk_fill_pct(), E.STREAMK.min_saved
+    vars.SK_FILL_PCT, vars.SK_MIN_SAVED = tonumber(settings.get("fill")), E.STREAMK.min_saved
     vars.SK_ONE_WAVE = knobs.sk_mode == "first" and "true" or "false"
     vars.SK_ADAPT = knobs.sk_fixed and "false" or "true"
     vars.DUAL = knobs.dual and "true" or "false"
     vars.EWG = knobs.ewg and "true" or "false"
-    vars.GROUP_M = group_m()
+    vars.GROUP_M = tonumber(settings.get("group"))
     local decl = { sk and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
       .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
       or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;" }
@@ -963,7 +947,7 @@ function E.build(plan, group, g, target, symbol)
     local bn, stages = knobs.bn, knobs.stages
     src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
     local vars = sm90_vars(bn, stages)
-    vars.GROUP_M = group_m()
+    vars.GROUP_M = tonumber(settings.get("group"))
     src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), vars, "gemm_sm90_pingpong.cuh"))
     kernel = { source = src:text() }
   else

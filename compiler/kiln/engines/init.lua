@@ -3,8 +3,11 @@
 --   build(plan, group, g, target, symbol) -> kernel (symbol, source, launch rule), or
 --     { kernels = {kernel, ...}, workspace = {rule = launch-rule bytes, bytes_max = N} }
 -- Plans carry stable ids "engine:vVERSION:knobs"; the router ranks them (heuristic first).
+-- An engine whose candidates are all built under settings (E.settings, kiln.settings) proposes
+-- and builds under KILN_PLAN's choices of them or their defaults; each plan keeps its own.
 local c = require "kiln.c"
 local errors = require "kiln.errors"
+local settings = require "kiln.settings"
 
 local M = {}
 
@@ -21,10 +24,12 @@ M.list = {
 }
 
 -- Whether some engine's fusion rule `rule` (a field of the engine: fuses, pairs, ...) accepts
--- the arguments: the lowering asks before it merges groups into one kernel.
+-- the arguments, under the settings KILN_PLAN gives every group: the lowering asks before it
+-- merges groups into one kernel.
 local function some_engine(rule, ...)
+  local want = M.forced(nil)
   for _, engine in ipairs(M.list) do
-    if engine[rule] and engine[rule](...) then return true end
+    if engine[rule] and settings.during(M.settings_of(engine, want), engine[rule], ...) then return true end
   end
   return false
 end
@@ -50,18 +55,19 @@ function M.reduction_epilogue(list, g) return some_engine("maps", list, g) end
 -- (lower's quantize epilogue): an engine that builds it there says so (E.quantizes).
 function M.quantize_epilogue(norm, q, g) return some_engine("quantizes", norm, q, g) end
 
--- KILN_PLAN forces candidates, for measuring: a comma-separated list of items, each a plan id
--- or ENGINE.KNOB=VALUE (the best-ranked candidate of that engine whose knobs have every such
--- value given for it), bare (any group offered one takes it) or "G=item" (group G only,
--- counted from 0, as `kiln explain` numbers them). A group offered none keeps its ranking.
-local function forced(group)
+-- KILN_PLAN forces candidates, for measuring: a comma-separated list of items, each a plan id,
+-- ENGINE.KNOB=VALUE (the best-ranked candidate of that engine whose knobs or settings have
+-- every such value given for it) or *.SETTING=VALUE (every engine with that setting), bare (any group offered one takes it) or "G=item" (group G only,
+-- counted from 0, as `kiln explain` numbers them; group nil: the bare items only). A group
+-- offered none keeps its ranking.
+function M.forced(group)
   local v = c.getenv("KILN_PLAN") or ""
   local want = { ids = {}, knobs = {} }
   for item in v:gmatch("[^,]+") do
     local gi, rest = item:match("^(%d+)=(.+)$")
-    if not gi or tonumber(gi) == group.index - 1 then
+    if not gi or (group and tonumber(gi) == group.index - 1) then
       rest = rest or item
-      local engine, knob, value = rest:match("^([%w_]+)%.([%w_]+)=(.+)$")
+      local engine, knob, value = rest:match("^([%w_*]+)%.([%w_]+)=(.+)$")
       if engine then
         want.knobs[engine] = want.knobs[engine] or {}
         want.knobs[engine][knob] = value
@@ -70,12 +76,54 @@ local function forced(group)
       end
     end
   end
-  for engine in pairs(want.knobs) do
+  for engine, knobs in pairs(want.knobs) do
     local known = false
     for _, e in ipairs(M.list) do known = known or e.id == engine end
-    if not known then errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: no engine '%s'", engine) end
+    if engine == "*" then
+      for name, value in pairs(knobs) do
+        local any = false
+        for _, e in ipairs(M.list) do any = any or (e.settings or {})[name] ~= nil end
+        if not any then errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: *.%s=%s: no engine has the setting '%s'", name, value, name) end
+      end
+    elseif not known then
+      errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: no engine '%s'", engine)
+    end
   end
   return want
+end
+
+-- The settings engine builds under (nil: it has none) as KILN_PLAN's forced knobs `want` give
+-- them (ENGINE.NAME, or *.NAME for every engine with that setting), the others at their
+-- defaults; a value outside a setting's values is E_USAGE.
+function M.settings_of(engine, want)
+  if not engine.settings then return nil end
+  local all, own, set = want.knobs["*"] or {}, want.knobs[engine.id] or {}, {}
+  for name, values in pairs(engine.settings) do
+    local v = own[name] or all[name] or values[1]
+    if not settings.accepts(values, v) then
+      errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: %s.%s=%s: want %s", own[name] and engine.id or "*", name, v,
+        settings.describe(values))
+    end
+    set[name] = v
+  end
+  return set
+end
+
+-- A knob of plan p: its own, or a setting it was built under.
+local function knob(p, k)
+  local v = (p.knobs or {})[k]
+  if v == nil and p.settings then v = p.settings[k] end
+  return v
+end
+
+-- KILN_PLAN's knob filters for engine must each name a knob of some candidate it offered, so
+-- that a misspelt one cannot quietly leave the ranking as it was.
+local function check_knobs(want, engine, plans)
+  for k, value in pairs(want.knobs[engine.id] or {}) do
+    local seen = false
+    for _, p in ipairs(plans) do seen = seen or knob(p, k) ~= nil end
+    if not seen then errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: %s.%s=%s: no candidate of %s has the knob '%s'", engine.id, k, value, engine.id, k) end
+  end
 end
 
 -- Whether plan p (of engine id `engine`) is one KILN_PLAN asks for.
@@ -84,7 +132,7 @@ local function wanted(want, engine, p)
   local knobs = want.knobs[engine]
   if not knobs then return false end
   for k, value in pairs(knobs) do
-    if tostring((p.knobs or {})[k]) ~= value then return false end
+    if tostring(knob(p, k)) ~= value then return false end
   end
   return true
 end
@@ -92,10 +140,13 @@ end
 -- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
 function M.route(group, g, target)
   local report, best = {}, nil
-  local want, chosen = forced(group), nil
+  local want, chosen = M.forced(group), nil
   for _, engine in ipairs(M.list) do
-    local plans, reason = engine.propose(group, g, target)
+    local set = M.settings_of(engine, want)
+    local plans, reason = settings.during(set, engine.propose, group, g, target)
     if plans and #plans > 0 then
+      for _, p in ipairs(plans) do p.settings = set end
+      check_knobs(want, engine, plans)
       table.sort(plans, function(a, b) return (a.rank or 0) > (b.rank or 0) end)
       local ids = {}
       for i, p in ipairs(plans) do
