@@ -8,7 +8,7 @@ and the position of every memory access, barrier and shuffle. Usage:
     python3 bench/sass_loop.py specs/layernorm_bwd.lua [--sm 90a] [--set H=4096] [--kernel k0]
                                [--full]
 
-The build sees this process's environment (e.g. KILN_ROW_BWD=reread). nvdisasm comes with the
+The build sees this process's environment (e.g. KILN_PLAN=row.bwd=reread). nvdisasm comes with the
 CUDA toolkit or the PyPI wheel nvidia-cuda-nvdisasm (`pip install nvidia-cuda-nvdisasm`); set
 NVDISASM to pick one. Why it exists: docs/MEMORY_BOUND.md, "Where ptxas puts the loads".
 """

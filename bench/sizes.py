@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Two builds of kiln side by side over many sizes: the row kernels of pack A against pack B
-(e.g. the default against `KILN_ROW_HINT=none`), timed in turn on the same tensors (CUDA-graph
+(e.g. the default against `KILN_PLAN=*.hint=none`), timed in turn on the same tensors (CUDA-graph
 replays, 5 rounds, medians). Usage:
 
     python3 bench/sizes.py --packs A.kpack B.kpack --shapes 4096x4096,16384x8192,...

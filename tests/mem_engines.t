@@ -66,7 +66,7 @@ ok "instance norm and adaptive layer norm run as row kernels with their body in 
 run_kiln source tests/specs/mem/norm_axes.lua --graph adaln_dynamic_seq --sm 90a --ptx
 ok "a dynamic sequence length: the row's sample is row / T, divided once a row by the kernel's T (no division per element)" \
   bash -c "grep -q 'compiled as a PTX module' '$OUTF' && test \$(grep -c 'div.u32 %kr[0-9]*, %kr[0-9]*, %kr[0-9]*;' '$OUTF') = 2 && ! grep -q 'div.[us]64' '$OUTF'"
-KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/norm_axes.lua --graph adaln_dynamic_seq --sm 90a
+KILN_PLAN=*.code=cuda run_kiln source tests/specs/mem/norm_axes.lua --graph adaln_dynamic_seq --sm 90a
 ok "and in the CUDA form: the per-sample row's start once a row, read by vectors" \
   bash -c "grep -q 'const kiln_i64 s[0-9]*_ = (row / (kiln_i64)((dim_T))) \* 1024LL;' '$OUTF' && ! grep -q '/ (dim_T\*1024)' '$OUTF'"
 run_kiln source tests/specs/mem/norm_axes.lua --sm 90a
@@ -140,8 +140,8 @@ EOF
 run_kiln source "$TMP/dyn_ko.lua" --sm 90a
 ok "columns of a dynamic count after leading axes keep the CUDA form" \
   grep -q '^// ---- dyn_ko .*plan axissoftmax:v1:softmax:b256v8s4:staged, sm_90a$' "$OUTF"
-KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/softmax_axes.lua --sm 90a
-ok "KILN_ROW_CODE=cuda: softmax over other axes in CUDA" bash -c "! grep -q 'PTX module' '$OUTF'"
+KILN_PLAN=*.code=cuda run_kiln source tests/specs/mem/softmax_axes.lua --sm 90a
+ok "*.code=cuda: softmax over other axes in CUDA" bash -c "! grep -q 'PTX module' '$OUTF'"
 
 # reductions over other axes (axisreduce.lua): a middle block by lanes over adjacent outputs, a leading and
 # a trailing block (per channel) a CTA per channel and slice, then the finalize; more blocks declined
@@ -207,20 +207,20 @@ KILN_PTXAS_OPT=2 run_kiln source specs/rmsnorm.lua --set H=4096 --sm 90a --ptx
 ok "KILN_PTXAS_OPT=2: rmsnorm at -O2" test "$(grep -c '^// ---- rmsnorm.* at -O2$' "$OUTF")" = 2
 KILN_PTXAS_OPT=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
 expect_err "E_USAGE.*KILN_PTXAS_OPT=fast: want 0, 1, 2 or 3" "KILN_PTXAS_OPT=fast is E_USAGE, by name"
-# KILN_ROW_N (for measuring) sets the forward kernels' vectors per thread; a bad value is named
-KILN_ROW_N=8 run_kiln explain specs/rmsnorm.lua --set H=8192 --sm 90a
-expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "KILN_ROW_N=8: rmsnorm at H = 8192 takes 8 vectors per thread"
-KILN_ROW_N=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.kpack"
-expect_err "E_NO_ENGINE.*row: KILN_ROW_N=3: want 1, 2, 4, 8 or 16" "KILN_ROW_N=3 is refused by name"
+# the row engine's n setting sets the forward kernels' vectors per thread; a bad value is named
+KILN_PLAN=row.n=8 run_kiln explain specs/rmsnorm.lua --set H=8192 --sm 90a
+expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "row.n=8: rmsnorm at H = 8192 takes 8 vectors per thread"
+KILN_PLAN=row.n=3 run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a -o "$TMP/n3.kpack"
+expect_err "E_USAGE: KILN_PLAN: row.n=3: want auto, 1, 2, 4, 8 or 16" "row.n=3 is refused by name"
 
 # rows wider than the staged and legacy kernels take: on sm_90+ the staged kernel over a
 # cluster (each CTA stages and sums its part of the row; a partial row per cluster), else the
 # split backward (the row kernel keeps the row sums, a column-tiled kernel writes dx and the
-# column sums, then the finalize); KILN_ROW_CLUSTER=2|4|8|16 takes a cluster for any row, 0
+# column sums, then the finalize); the row engine's cluster setting 2|4|8|16 takes a cluster for any row, 0
 # none; column reductions that wide take column tiles
-KILN_ROW_CLUSTER=8 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65c.kpack"
+KILN_PLAN=row.cluster=8 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65c.kpack"
 run_kiln pack inspect "$TMP/bwd65c.kpack"
-expect_out "staged-async:cluster8" "KILN_ROW_CLUSTER=8: layernorm_bwd at H = 65536 takes the staged kernel over 8 CTAs"
+expect_out "staged-async:cluster8" "row.cluster=8: layernorm_bwd at H = 65536 takes the staged kernel over 8 CTAs"
 expect_out "grid \[min\(T\*8, SMS\*8\), 1, 1\]  cluster \[8, 1, 1\]" "a cluster of 8 a row, one per SM at most (a multiple of 8 CTAs)"
 expect_out "workspace: min\(T\*524288, SMS\*524288\) \\(bytes" "workspace: a partial row per cluster"
 run_kiln build specs/rmsnorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/rbwd65.kpack"
@@ -235,14 +235,14 @@ expect_out "layernorm_backward:p256n4v8r1:staged-twocta:cluster8" "layernorm_bwd
 expect_out "workspace: min\(T\*524288, SMS\*1048576\) \\(bytes" "workspace: two partial rows' sums per cluster, two clusters an SM"
 run_kiln explain specs/layernorm_bwd.lua --set H=24576 --sm 90a
 expect_out "layernorm_backward:p256n3v8r1:staged-twocta:cluster4" "layernorm_bwd at H = 24576: over 4 CTAs of 256 threads"
-KILN_ROW_CLUSTER=0 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
+KILN_PLAN=row.cluster=0 run_kiln build specs/layernorm_bwd.lua --set H=65536 --sm 90a -o "$TMP/bwd65k.kpack"
 expect_rc 0 "layernorm_bwd at H = 65536 without clusters builds (the split backward)"
 run_kiln pack inspect "$TMP/bwd65k.kpack"
 expect_out "kiln_layernorm_bwd_k0_dx .*reread\+colsum:dx" "dx and the column sums are a kernel of their own"
 expect_out "grid \[min\(ceil\(T/16\), SMS\*8/32\), 32, 1\]" "32 column tiles of 2048, 8 CTAs per SM at most (33 row chunks on 132 SMs)"
 expect_out "workspace: T\*8 \+ 33554432 \\(bytes" "workspace: the row sums (8 bytes a row) after 64 partial rows (the most on any device)"
-KILN_ROW_BWD=split run_kiln explain specs/rmsnorm_bwd.lua --set H=4096 --sm 90a
-expect_out "rmsnorm_backward:p256n2v8r2:regs\+colsum" "KILN_ROW_BWD=split forces the split backward"
+KILN_PLAN=row.bwd=split run_kiln explain specs/rmsnorm_bwd.lua --set H=4096 --sm 90a
+expect_out "rmsnorm_backward:p256n2v8r2:regs\+colsum" "row.bwd=split forces the split backward"
 run_kiln explain tests/specs/mem/reduce.lua --sm 90a
 expect_out "colreduce:v1:add:lead:p5632n1v8r1:t22" "a column sum over 45000 columns takes 22 column tiles"
 run_kiln build tests/specs/mem/reduce.lua --sm 90a -o "$TMP/reduce.kpack"
@@ -250,7 +250,7 @@ run_kiln pack inspect "$TMP/reduce.kpack"
 expect_out "workspace: min\(T\*262144, SMS\*2097152/32\) \+ 262144 \\(bytes" \
   "32 tiles: 8 CTAs per 32 SMs, and a partial row more (fewer than 4 SMs still run one CTA)"
 # the norms' bodies in PTX (docs/INTERNALS.md): taken where the forms have everything, the
-# CUDA form elsewhere (fp8 outputs need sm_89) and with KILN_ROW_CODE=cuda
+# CUDA form elsewhere (fp8 outputs need sm_89) and with *.code=cuda
 run_kiln source specs/layernorm.lua
 expect_out 'asm volatile\("\{' "layernorm's body is one asm statement"
 run_kiln source tests/specs/mem/forward.lua --sm 90a
@@ -259,8 +259,8 @@ ok "the 10 forward norms of forward.lua take the PTX form on sm_90a (the ragged 
 ok "of the 2 at H = 65536 the rmsnorm splits its row over a cluster of CTAs (one reduction)" \
   test "$(grep -c "row held in the cluster's registers" "$OUTF")" = 1
 ok "and the fp16 layernorm (two reductions) is staged over a cluster of 8" test "$(grep -c 'layernorm_fp16_train.*staged-fwd:cluster8' "$OUTF")" = 1
-KILN_ROW_CLUSTER=0 run_kiln source tests/specs/mem/forward.lua --sm 90a
-ok "KILN_ROW_CLUSTER=0: both re-read the row, the layer norm in PTX, the sigmoid- and exp-gated RMSNorm of x and r in CUDA" \
+KILN_PLAN=row.cluster=0 run_kiln source tests/specs/mem/forward.lua --sm 90a
+ok "row.cluster=0: both re-read the row, the layer norm in PTX, the sigmoid- and exp-gated RMSNorm of x and r in CUDA" \
   bash -c "test \$(grep -c 'row re-read (L2), body in PTX' '$OUTF') = 1 && test \$(grep -c 'row re-read (L2)\.\$' '$OUTF') = 1"
 # wide rows (tests/specs/mem/wide.lua): the cluster's CTAs each hold a part, reductions through
 # distributed shared memory; sm_90+ only, and a pack with an older SM keeps one kernel list
@@ -282,8 +282,8 @@ for H in 32768 131072; do
   ok "bf16 layernorm rows of $H keep the re-read (staged: clusters of 4, or CTAs past 256 threads)" \
     test "$(grep -c 'plan row:v1:layernorm:p1024n[0-9]*v8r1:reread$' "$OUTF")" = 2
 done
-KILN_ROW_STAGE=s2c4b256r2 run_kiln source specs/layernorm.lua --set H=65536 --sm 90a --ptx
-ok "KILN_ROW_STAGE=...r2: two rows a cluster meeting (both rows' sums in one barrier, the second row's stores predicated)" \
+KILN_PLAN=row.stage=s2c4b256r2 run_kiln source specs/layernorm.lua --set H=65536 --sm 90a --ptx
+ok "row.stage=...r2: two rows a cluster meeting (both rows' sums in one barrier, the second row's stores predicated)" \
   bash -c "test \$(grep -c 'st.shared::cluster' '$OUTF') = 8 && test \$(grep -c 'cp.async.cg.shared.global' '$OUTF') = 32 &&
            grep -q '^@%kp[0-9]* st.global' '$OUTF'"
 # softmax's wide row staged the same way (with its log-sum-exp), where measured faster
@@ -306,11 +306,11 @@ run_kiln source tests/specs/mem/odd_vectors.lua --graph odd_softmax_fp32 --set H
 ok "softmax re-read over 6 vectors keeps trips of 3 (pipelined: the first trip and the next, 2 passes)" \
   test "$(grep -c 'ld.global.nc.L2::cache_hint.v4' "$OUTF")" = 12
 for sm in 80 90a; do
-  KILN_ROW_CLUSTER=0 run_kiln explain specs/add_rmsnorm_silu_gate.lua --set H=32768 --sm $sm
+  KILN_PLAN=row.cluster=0 run_kiln explain specs/add_rmsnorm_silu_gate.lua --set H=32768 --sm $sm
   expect_out "CUDA through NVRTC, exp, sigmoid or swish on a re-read row of more than one row tensor" \
     "sm_$sm without clusters: the gated RMSNorm re-read at 32768 keeps the CUDA form (0.85-0.87x in PTX)"
 done
-KILN_ROW_CLUSTER=0 run_kiln source tests/specs/mem/wide.lua --graph wide_layernorm_fp32 --set H=40960 --sm 90a --ptx
+KILN_PLAN=row.cluster=0 run_kiln source tests/specs/mem/wide.lua --graph wide_layernorm_fp32 --set H=40960 --sm 90a --ptx
 ok "fp32 layer norm re-read over 10 vectors takes trips of 5 (not 2)" \
   test "$(grep -c 'ld.global.nc.L2::cache_hint.v4' "$OUTF")" = 10
 # softmax_spec DTYPE: a softmax with its log-sum-exp at H = 32768 and 65536, as $TMP/sm_DTYPE.lua
@@ -332,29 +332,29 @@ return k.graph "ls_fp32" { dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp3
 EOF
 run_kiln explain "$TMP/ls_fp32.lua" --sm 90a
 expect_out "plan row:v1:log_softmax:p512n4v4r1:staged-fwd:cluster8$" "fp32 log_softmax at H = 65536: staged as fp32 softmax (measured 1.21-1.24x the re-read)"
-# a re-read row's vectors a trip: 2 where it reads a residual too, else 4; KILN_ROW_TRIP sets them (for measuring)
+# a re-read row's vectors a trip: 2 where it reads a residual too, else 4; the trip setting sets them
 trips() { grep -A1 -E '^setp.lt.s32 %kp[0-9]*, %kr[0-9]*, [0-9]*;$' "$OUTF" | grep -B1 '^@%kp[0-9]* bra.uni' | grep -o ', [0-9]*;' | sed 's/, //; s/;//' | sort -u | tr '\n' ' '; }
 run_kiln source specs/rmsnorm_residual_fp8_rowwise.lua --set H=65536 --sm 90a --ptx
 ok "rmsnorm_residual_fp8_rowwise at 65536 (x and r re-read): 8 vectors a thread in 4 trips of 2" test "$(trips)" = "4 "
 run_kiln source tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --set H=65536 --sm 90a --ptx
 ok "a softmax with a sink at 65536 (x alone, re-read): in 2 trips of 4" test "$(trips)" = "2 "
-KILN_ROW_TRIP=1 run_kiln source tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --set H=65536 --sm 90a --ptx
-ok "KILN_ROW_TRIP=1: in 8 trips of 1" test "$(trips)" = "8 "
-KILN_ROW_TRIP=3 run_kiln build tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
-expect_err "E_USAGE.*KILN_ROW_TRIP=3: want 1, 2, 4 or 8" "KILN_ROW_TRIP=3 is E_USAGE, by name"
+KILN_PLAN=*.trip=1 run_kiln source tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --set H=65536 --sm 90a --ptx
+ok "*.trip=1: in 8 trips of 1" test "$(trips)" = "8 "
+KILN_PLAN=*.trip=3 run_kiln build tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
+expect_err "E_USAGE: KILN_PLAN: \\*\\.trip=3: want auto, 1, 2, 4 or 8" "*.trip=3 is E_USAGE, by name"
 # layernorm's mean and variance in one reduction (Chan's combine), where every thread holds as
 # many elements; a ragged row (H = 1000) keeps the mean's reduction and the deviations'
 run_kiln source specs/layernorm.lua --graph layernorm --set H=4096 --sm 90a --ptx
 ok "layernorm held at H = 4096 meets its CTA once a row" test "$(grep -c 'bar.sync' "$OUTF")" = 1
-KILN_ROW_REDUCTIONS=2 run_kiln source specs/layernorm.lua --graph layernorm --set H=4096 --sm 90a --ptx
-ok "KILN_ROW_REDUCTIONS=2: twice" test "$(grep -c 'bar.sync' "$OUTF")" = 2
+KILN_PLAN=*.reductions=2 run_kiln source specs/layernorm.lua --graph layernorm --set H=4096 --sm 90a --ptx
+ok "*.reductions=2: twice" test "$(grep -c 'bar.sync' "$OUTF")" = 2
 run_kiln source specs/layernorm.lua --graph layernorm --set H=32768 --sm 90a --ptx
 ok "layernorm re-read at H = 32768 reads x twice, not three times (no pass for the deviations)" \
   test "$(grep -c 'ld.global.nc.L2::cache_hint' "$OUTF")" = 8
 run_kiln source specs/layernorm.lua --graph layernorm --set H=1000 --sm 90a --ptx
 ok "a ragged row (H = 1000) keeps two reductions" test "$(grep -c 'shfl.sync.bfly' "$OUTF")" = 10
-KILN_ROW_REDUCTIONS=3 run_kiln build specs/layernorm.lua --set H=4096 --sm 90a
-expect_err "E_USAGE.*KILN_ROW_REDUCTIONS=3: want 1 or 2" "KILN_ROW_REDUCTIONS=3 is E_USAGE, by name"
+KILN_PLAN=*.reductions=3 run_kiln build specs/layernorm.lua --set H=4096 --sm 90a
+expect_err "E_USAGE: KILN_PLAN: \\*\\.reductions=3: want 1 or 2" "*.reductions=3 is E_USAGE, by name"
 # softmax's max and sum of exps in one reduction of (max, sum) pairs where a row spans 1024
 # threads (held or re-read) or a cluster; rows of fewer threads meet twice (measured faster)
 meets() { printf '%s ' "$(grep -c 'bar.sync' "$OUTF")" "$(grep -c 'barrier.cluster.arrive' "$OUTF")"; }
@@ -363,21 +363,21 @@ a=$(meets); run_kiln source specs/softmax.lua --set H=16384 --sm 90a --ptx
 a=$a$(meets); run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
 ok "softmax and log_softmax meet twice a row at H = 4096 (256 threads), once at 16384 and 65536 (1024)" \
   test "$a$(meets)" = "4 0 2 0 2 0 "
-KILN_ROW_REDUCTIONS=2 run_kiln source specs/softmax.lua --set H=16384 --sm 90a --ptx
-a=$(meets); KILN_ROW_REDUCTIONS=2 run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
-ok "KILN_ROW_REDUCTIONS=2: twice" test "$a$(meets)" = "4 0 4 0 "
+KILN_PLAN=*.reductions=2 run_kiln source specs/softmax.lua --set H=16384 --sm 90a --ptx
+a=$(meets); KILN_PLAN=*.reductions=2 run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
+ok "*.reductions=2: twice" test "$a$(meets)" = "4 0 4 0 "
 run_kiln explain tests/specs/mem/wide.lua --sm 90a
 ok "a softmax with a sink logit keeps the re-read" bash -c "grep -A1 'graph wide_softmax_sink_stats' '$OUTF' | grep -q 'reread$'"
 softmax_spec fp32
 run_kiln explain "$TMP/sm_fp32.lua" --sm 90a
 ok "fp32 softmax: staged over 8 CTAs of 512 threads at H = 65536, the re-read at 32768 (not measured staged)" \
   bash -c "grep -q 'plan row:v1:softmax:p512n4v4r1:staged-fwd:cluster8$' '$OUTF' && grep -q 'plan row:v1:softmax:p1024n8v4r1:reread$' '$OUTF'"
-KILN_ROW_STAGE=s3c4b256 run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
+KILN_PLAN=row.stage=s3c4b256 run_kiln source specs/softmax.lua --set H=65536 --sm 90a --ptx
 ok "the staged softmax: exps by ex2.approx, the max folded NaN-first over the cluster, the lse by one thread" \
   bash -c "grep -q 'ex2.approx.ftz.f32' '$OUTF' && grep -q 'max.NaN.f32' '$OUTF' && grep -q 'st.shared::cluster' '$OUTF' &&
            grep -q '^@%kp[0-9]* st.global.f32' '$OUTF'"
-KILN_ROW_STAGE=s2c4b256r3 run_kiln explain specs/layernorm.lua --set H=65536 --sm 90a
-expect_err "E_USAGE.*KILN_ROW_STAGE=s2c4b256r3: want off or sNcM.bB..rR." "KILN_ROW_STAGE with 3 rows a meeting is refused by name"
+KILN_PLAN=row.stage=s2c4b256r3 run_kiln explain specs/layernorm.lua --set H=65536 --sm 90a
+expect_err "E_USAGE: KILN_PLAN: row.stage=s2c4b256r3: want auto, off or sNcM.bB..rR." "row.stage with 3 rows a meeting is refused by name"
 cat > "$TMP/ln32r.lua" <<'EOF'
 local k = require "kiln"
 return k.graph "ln32r" { dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp32",
@@ -386,17 +386,17 @@ return k.graph "ln32r" { dims = { T = k.dynamic, H = { 65536 } }, dtype = "fp32"
 EOF
 run_kiln explain "$TMP/ln32r.lua" --sm 90a
 expect_out "plan row:v1:layernorm:p1024n16v4r1:reread$" "an fp32 layernorm fusing a residual add keeps the re-read (the staged form takes no fused ops)"
-KILN_ROW_STAGE=off run_kiln explain tests/specs/mem/wide.lua --sm 90a
-ok "KILN_ROW_STAGE=off: the fp32 layernorm re-reads too" test "$(grep -c 'staged-fwd' "$OUTF")" = 0
-KILN_ROW_STAGE=s9c9 run_kiln explain tests/specs/mem/wide.lua --sm 90a
-expect_err "E_USAGE.*KILN_ROW_STAGE=s9c9: want off or sNcM\[bB\]" "KILN_ROW_STAGE=s9c9 is refused by name"
-KILN_ROW_STAGE=s3c2b512 run_kiln explain specs/layernorm.lua --set H=65536 --sm 90a
-expect_out "layernorm:p512n4v8r1:staged-fwd:cluster4$" "KILN_ROW_STAGE=s3c2b512 stages a bf16 row too, over 4 CTAs of 512 threads"
+KILN_PLAN=row.stage=off run_kiln explain tests/specs/mem/wide.lua --sm 90a
+ok "row.stage=off: the fp32 layernorm re-reads too" test "$(grep -c 'staged-fwd' "$OUTF")" = 0
+KILN_PLAN=row.stage=s9c9 run_kiln explain tests/specs/mem/wide.lua --sm 90a
+expect_err "E_USAGE: KILN_PLAN: row.stage=s9c9: want auto, off or sNcM\[bB\]" "row.stage=s9c9 is refused by name"
+KILN_PLAN=row.stage=s3c2b512 run_kiln explain specs/layernorm.lua --set H=65536 --sm 90a
+expect_out "layernorm:p512n4v8r1:staged-fwd:cluster4$" "row.stage=s3c2b512 stages a bf16 row too, over 4 CTAs of 512 threads"
 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
 ok "the staged layernorm meets its cluster once a row (and once at its start): mean and variance in one reduction" \
   test "$(grep -c 'barrier.cluster.arrive' "$OUTF")" = 2
-KILN_ROW_REDUCTIONS=2 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
-ok "KILN_ROW_REDUCTIONS=2: twice a row, the mean's reduction and then the deviations'" \
+KILN_PLAN=*.reductions=2 run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_layernorm_fp32 --sm 90a
+ok "*.reductions=2: twice a row, the mean's reduction and then the deviations'" \
   test "$(grep -c 'barrier.cluster.arrive' "$OUTF")" = 3
 expect_out "cp.async.cg.shared.global" "its CTAs copy their part of the next rows by cp.async"
 run_kiln explain specs/rmsnorm.lua --set H=24576 --sm 90a
@@ -428,8 +428,8 @@ run_kiln source tests/specs/mem/wide.lua --set H=65536 --graph wide_softmax_bwd 
 expect_out "mapa.shared::cluster.u32" "the partial results go to the peers' shared memory"
 ok "one cluster barrier opens the row, one closes its reduction" \
   test "$(grep -c 'barrier.cluster.arrive' "$OUTF")" = 2
-KILN_ROW_CLUSTER=8 run_kiln explain tests/specs/mem/wide.lua --set H=65536 --graph wide_softmax --sm 90a
-expect_out "softmax:p512n2v8r1:regs:occ:cluster8" "KILN_ROW_CLUSTER=8 splits even a softmax over 8 CTAs"
+KILN_PLAN=row.cluster=8 run_kiln explain tests/specs/mem/wide.lua --set H=65536 --graph wide_softmax --sm 90a
+expect_out "softmax:p512n2v8r1:regs:occ:cluster8" "row.cluster=8 splits even a softmax over 8 CTAs"
 run_kiln explain tests/specs/mem/wide.lua --sm 80
 ok "sm_80 re-reads the wide rows" test "$(grep -c ':cluster' "$OUTF")" = 0
 run_kiln build tests/specs/mem/wide.lua --set H=65536 --sm 80 --sm 90a -o "$TMP/wide.kpack"
@@ -437,8 +437,8 @@ ok "a pack for sm_80 and sm_90a builds (one kernel list: no cluster)" test -s "$
 run_kiln build tests/specs/mem/wide.lua --set H=65536 --sm 90a --sm 100a -o "$TMP/wide9.kpack"
 run_kiln pack inspect "$TMP/wide9.kpack"
 expect_out "cluster" "a pack for sm_90a and sm_100a keeps the clusters"
-KILN_ROW_CLUSTER=3 run_kiln explain tests/specs/mem/wide.lua --sm 90a
-expect_err "E_USAGE.*KILN_ROW_CLUSTER=3: want 0, 1, 2, 4, 8 or 16" "KILN_ROW_CLUSTER=3 is refused by name"
+KILN_PLAN=row.cluster=3 run_kiln explain tests/specs/mem/wide.lua --sm 90a
+expect_err "E_USAGE: KILN_PLAN: row.cluster=3: want 1, 0, 2, 4, 8 or 16" "row.cluster=3 is refused by name"
 run_kiln source tests/specs/mem/forward.lua --sm 80
 ok "8 of them on sm_80 (not the fp8 outputs)" test "$(grep -c '^// kiln row engine: .*body in PTX' "$OUTF")" = 8
 run_kiln source tests/specs/mem/backward.lua --sm 90a
@@ -499,8 +499,8 @@ ok "KILN_PW_REPEAT=cuda: the repeating bias keeps the CUDA form (and bias_gelu)"
   test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 8
 KILN_PW_REPEAT=ptx run_kiln build specs/bias_gelu.lua --sm 90a
 expect_err "E_USAGE.*KILN_PW_REPEAT=ptx: want cuda" "KILN_PW_REPEAT=ptx is E_USAGE, by name"
-KILN_ROW_CODE=cuda run_kiln source specs/swiglu.lua --sm 90a
-ok "KILN_ROW_CODE=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
+KILN_PLAN=*.code=cuda run_kiln source specs/swiglu.lua --sm 90a
+ok "*.code=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/variants.lua --sm 90a --ptx
 ok "softmax and log_softmax with fused ops on held rows: PTX modules" \
   bash -c "for k in 'softmax_fused .H=1000.' 'softmax_fused .H=4096.' 'log_softmax_fused_fp32 .H=2048.'; do grep -q \"^// ---- \$k .*compiled as a PTX module\" '$OUTF' || exit 1; done"
@@ -509,12 +509,12 @@ ok "fused ops on a re-read row or on the softmax backward: the CUDA form (slower
 awk '/kiln_softmax_fused_k0, a PTX/{n++} n==2' "$OUTF" | awk '/^}$/{exit} 1' > "$TMP/sm_fused.ptx"
 ok "a held softmax with a prologue: its two vectors of h and of z stored, x and r loaded once" \
   bash -c "test \$(grep -c 'st.global.v4.b32' '$TMP/sm_fused.ptx') = 4 && test \$(grep -c 'ld.global' '$TMP/sm_fused.ptx') = 4"
-KILN_ROW_CODE=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua
-ok "KILN_ROW_CODE=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF'"
-KILN_ROW_CODE=asm run_kiln build specs/layernorm.lua --sm 90a
-expect_err "E_USAGE.*KILN_ROW_CODE=asm: want ptx or cuda" "KILN_ROW_CODE=asm is refused by name"
-KILN_ROW_HINT=evict run_kiln build specs/layernorm.lua --sm 90a
-expect_err "E_USAGE.*KILN_ROW_HINT=evict: want none, last, load, store, both or plain" "KILN_ROW_HINT=evict is refused by name"
+KILN_PLAN=*.code=cuda run_kiln source specs/layernorm.lua specs/layernorm_bwd.lua
+ok "*.code=cuda keeps the CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF'"
+KILN_PLAN=*.code=asm run_kiln build specs/layernorm.lua --sm 90a
+expect_err "E_USAGE: KILN_PLAN: \\*\\.code=asm: want ptx or cuda" "*.code=asm is refused by name"
+KILN_PLAN=*.hint=evict run_kiln build specs/layernorm.lua --sm 90a
+expect_err "E_USAGE: KILN_PLAN: \\*\\.hint=evict: want auto, none, last, load, store, both or plain" "*.hint=evict is refused by name"
 # the row reads' L2 policy: evict_last from 2^28 bytes of a row input (rmsnorm, bf16, H = 8192:
 # 16384 rows), picked at run time; the persistent backward reads under it too
 run_kiln source specs/rmsnorm.lua --set H=8192 --sm 90a
@@ -525,10 +525,10 @@ run_kiln source specs/softmax_bwd.lua specs/layernorm_bwd.lua --set H=16384 --sm
 ok "both softmax backwards and the persistent layernorm_bwd at H = 16384 read under it, from 8192 rows" \
   bash -c "test \$(grep -c 'createpolicy.fractional.L2::evict_last' '$OUTF') = 3 &&
            test \$(grep -c 'setp.ge.s64 %%kp[0-9]*, %[0-9]*, 8192;' '$OUTF') = 3"
-KILN_ROW_HINT=none run_kiln source specs/rmsnorm.lua --sm 90a
-ok "KILN_ROW_HINT=none reads rows without a policy" bash -c "! grep -q 'createpolicy\|cache_hint' '$OUTF'"
-KILN_ROW_HINT=last run_kiln source specs/rmsnorm.lua --set H=8192 --sm 90a
-ok "KILN_ROW_HINT=last reads them evict_last at any size" \
+KILN_PLAN=*.hint=none run_kiln source specs/rmsnorm.lua --sm 90a
+ok "*.hint=none reads rows without a policy" bash -c "! grep -q 'createpolicy\|cache_hint' '$OUTF'"
+KILN_PLAN=*.hint=last run_kiln source specs/rmsnorm.lua --set H=8192 --sm 90a
+ok "*.hint=last reads them evict_last at any size" \
   bash -c "grep -q 'L2::evict_last' '$OUTF' && ! grep -q 'L2::evict_normal' '$OUTF'"
 # a norm reading a tensor another kernel wrote loads it (it was taken for a fused value)
 run_kiln explain tests/specs/mem/forward.lua --sm 90a
@@ -614,8 +614,8 @@ ok "column tiles (partial rows wider than shared memory) keep colreduce's CUDA f
 run_kiln source tests/specs/mem/norm_bwd_axes.lua --sm 90a --ptx
 ok "sibling column reductions (batch norm's backward over [T, C]: 96 columns, 8 rows a warp): colreduce's PTX form" \
   bash -c "grep -q 'plan colreduce:v1:avg+avg+add+add:lead:p8n3v4r64, sm_90a, compiled as a PTX module' '$OUTF'"
-KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
-ok "KILN_ROW_CODE=cuda: colreduce's CUDA form" bash -c "! grep -q 'kernel kiln_col_avg_k0, .*compiled as a PTX module' '$OUTF'"
+KILN_PLAN=*.code=cuda run_kiln source tests/specs/mem/reduce.lua --sm 90a --ptx
+ok "*.code=cuda: colreduce's CUDA form" bash -c "! grep -q 'kernel kiln_col_avg_k0, .*compiled as a PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/reduce_sweep.lua --sm 90a --ptx
 ok "row reductions of every mode (siblings, products, ragged 1000) compile as PTX modules in one pass; rows of 1024 threads (65536) keep the CUDA form" \
   bash -c "test \$(grep -c '^// ---- row_.*plan row:v1:reduction.*:stream, sm_90a, compiled as a PTX module' '$OUTF') = 30 && ! grep '^// ---- row_' '$OUTF' | grep -v 'H=65536' | grep -vq 'PTX module' && test \$(grep '^// ---- row_.*H=65536' '$OUTF' | grep -c 'PTX module') = 0 && grep -q 'setp.neu.f32' '$OUTF'"
@@ -635,17 +635,17 @@ run_kiln source tests/specs/mem/masks.lua --graph mask_chain_bf16 --sm 90a --ptx
 ok "a bool vector of 8 is two words of bytes inserted in order, stored as one v2" \
   bash -c "test \$(grep -c 'bfi.b32 %kr[0-9]*, %kr[0-9]*, %kr[0-9]*, 24, 8;' '$OUTF') = 6 && test \$(grep -c 'st.global.v2.b32' '$OUTF') = 3"
 ok "x^-1 and x^-2 divide once (IEEE), the other powers multiply" test "$(grep -c 'div.rn.f32 %kr[0-9]*, 0f3F800000' "$OUTF")" = 16
-KILN_ROW_TRIP=3 run_kiln explain tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
+KILN_PTXAS_OPT=fast run_kiln explain tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
 ok "kiln explain: the groups still listed where the kernels cannot be generated, and why" \
-  bash -c "grep -q 'group 0 (softmax): plan row:' '$OUTF' && grep -q '^  kernels not generated: E_USAGE: KILN_ROW_TRIP=3: want 1, 2, 4 or 8$' '$OUTF'"
+  bash -c "grep -q 'group 0 (softmax): plan row:' '$OUTF' && grep -q '^  kernels not generated: E_USAGE: KILN_PTXAS_OPT=fast: want 0, 1, 2 or 3$' '$OUTF'"
 # a re-read row's trips software pipelined: each loads the next one's vectors before its own work
 run_kiln source specs/softmax.lua --graph softmax --set H=65536 --sm 90a --ptx
 ok "softmax re-read at 65536: each of a pass's 2 trips of 4 vectors loads the next trip's first (4 predicated loads a pass, 16 words moved on)" \
   bash -c "test \$(grep -c '^@%kp[0-9]* ld.global.nc.L2::cache_hint.v4.b32' '$OUTF') = 8 && test \$(grep -c '^mov.b32 %kr[0-9]*, %kr[0-9]*;' '$OUTF') -ge 32"
-KILN_ROW_PIPE=0 run_kiln source specs/softmax.lua --graph softmax --set H=65536 --sm 90a --ptx
-ok "KILN_ROW_PIPE=0: no trip loads the next one's" bash -c "! grep -q '^@%kp[0-9]* ld.global' '$OUTF'"
-KILN_ROW_PIPE=1 run_kiln source tests/specs/mem/reduce_sweep.lua --graph row_fp32_fp32 --set H=65536 --sm 90a --ptx
-ok "KILN_ROW_PIPE=1 (for measuring): fp32 row reductions of 1024 threads in PTX, their trips pipelined" \
+KILN_PLAN=*.pipe=0 run_kiln source specs/softmax.lua --graph softmax --set H=65536 --sm 90a --ptx
+ok "*.pipe=0: no trip loads the next one's" bash -c "! grep -q '^@%kp[0-9]* ld.global' '$OUTF'"
+KILN_PLAN=*.pipe=1 run_kiln source tests/specs/mem/reduce_sweep.lua --graph row_fp32_fp32 --set H=65536 --sm 90a --ptx
+ok "*.pipe=1: fp32 row reductions of 1024 threads in PTX, their trips pipelined" \
   bash -c "test \$(grep -c 'p1024n16v4r1:stream, sm_90a, compiled as a PTX module' '$OUTF') = 5 && grep -q '^@%kp[0-9]* ld.global.nc' '$OUTF'"
 run_kiln source tests/specs/mem/reduce_sweep.lua --graph row_fp16_fp32 --set H=4096 --sm 90a --ptx
 ok "sibling row reductions meet in one barrier, and a sum and a mean of the same row share one accumulator (four reductions, three shared arrays)" \
@@ -653,8 +653,8 @@ ok "sibling row reductions meet in one barrier, and a sum and a mean of the same
 run_kiln source tests/specs/gpu/layernorm_offset.lua --graph layernorm_bf16 --set H=32768 --sm 90a --ptx
 ok "a re-read row's second pass walks it from its end (what the first pass read last is still in L2)" \
   bash -c "grep -q 'plan row:v1:layernorm:p1024n4v8r1:reread, sm_90a, compiled as a PTX module' '$OUTF' && test \$(grep -c 'add.s64 %kd[0-9]*, %kd[0-9]*, -65536;' '$OUTF') = 4"
-KILN_ROW_BACK=0 run_kiln source tests/specs/gpu/layernorm_offset.lua --graph layernorm_bf16 --set H=32768 --sm 90a --ptx
-ok "KILN_ROW_BACK=0: every pass from the row's start" bash -c "! grep -q 'add.s64 %kd[0-9]*, %kd[0-9]*, -' '$OUTF'"
+KILN_PLAN=*.back=0 run_kiln source tests/specs/gpu/layernorm_offset.lua --graph layernorm_bf16 --set H=32768 --sm 90a --ptx
+ok "*.back=0: every pass from the row's start" bash -c "! grep -q 'add.s64 %kd[0-9]*, %kd[0-9]*, -' '$OUTF'"
 run_kiln build tests/specs/bench/axes.lua --sm 90a -o "$TMP/axes.kpack"
 run_kiln pack inspect "$TMP/axes.kpack"
 ok "column sums of 64 columns take 512 rows a CTA (2 a slot), of 4096 columns 16" \
@@ -668,15 +668,15 @@ ok "row kernels whose row count is a product of dims (instance norm over [N, C] 
 run_kiln source tests/specs/mem/scratch.lua --graph scratch_prologue_rowsum --sm 90a --ptx
 ok "a row reduction reads a column statistic from scratch at its column (not as a row of the scratch tensor)" \
   bash -c "awk '/kiln_scratch_prologue_rowsum_k1, a PTX/,/^}\$/' '$OUTF' > '$TMP/rowsum.ptx' && grep -q 'ld.global.nc.v4' '$TMP/rowsum.ptx' && ! grep -q 'mad.lo.s64 .*, 2048,' '$TMP/rowsum.ptx'"
-KILN_ROW_CODE=cuda run_kiln source tests/specs/mem/reduce.lua --graph row_add --sm 90a
-ok "KILN_ROW_CODE=cuda: the row reduction's CUDA form" bash -c "grep -q 'kiln_row_add_k0, plan row:v1:reduction:p128n4v8r1:stream, sm_90a\$' '$OUTF'"
+KILN_PLAN=*.code=cuda run_kiln source tests/specs/mem/reduce.lua --graph row_add --sm 90a
+ok "*.code=cuda: the row reduction's CUDA form" bash -c "grep -q 'kiln_row_add_k0, plan row:v1:reduction:p128n4v8r1:stream, sm_90a\$' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph adaln_bwd_4096x3072 --sm 90a --ptx
 ok "axisreduce's strided form over row slices and their sum: PTX modules (no 64-bit division per row)" \
   bash -c "grep -q 'kernel kiln_adaln_bwd_4096x3072_k1_final, plan .*:slices:final, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'kernel kiln_adaln_bwd_4096x3072_k1, plan .*:slices, sm_90a, compiled as a PTX module' '$OUTF' && grep -q 'mul.hi.u64' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a --ptx
 ok "per-channel sums (axisreduce's inner form) a PTX module: no division per vector, the per-channel values loaded once" \
   bash -c "grep -q 'kernel kiln_bn_bwd_64x3136_k0, plan axisreduce:.*:inner:.*compiled as a PTX module' '$OUTF' && grep -q '^\.minnctapersm 4' '$OUTF' && ! awk '/kiln_bn_bwd_64x3136_k0, a PTX/,/^}\$/' '$OUTF' | grep -q 'div.u64.*392\|rem.u64'"
-KILN_ROW_CODE=cuda run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a
+KILN_PLAN=*.code=cuda run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a
 ok "CUDA forms: a per-channel value read once a vector by the pointwise kernel and once a CTA by the per-channel sums (no index per element)" \
   bash -c "grep -q 'const float v3 = p3\[((i0 / 3136LL) % 64LL)\];' '$OUTF' && grep -q 'const float f4_ = p4\[' '$OUTF' && ! grep -q '(i0 + j) / 3136' '$OUTF' && ! grep -q 'e / 3136' '$OUTF'"
 run_kiln source tests/specs/bench/norm_bwd.lua --graph bn_bwd_64x3136 --sm 90a --ptx
@@ -712,7 +712,7 @@ return k.graph "siblings_two_inputs" {
   end,
 }
 EOF
-KILN_ROW_CODE=cuda run_kiln source "$TMP/siblings_two.lua" --sm 90a
+KILN_PLAN=*.code=cuda run_kiln source "$TMP/siblings_two.lua" --sm 90a
 ok "sibling row reductions of two inputs each read their own in the CUDA form (an unfilled update had been emitted)" \
   bash -c "grep -q 'a0 += v1;' '$OUTF' && grep -q 'a1 += v2;' '$OUTF' && ! grep -q '%v' '$OUTF'"
 run_kiln build tests/specs/mem/norm_bwd_axes.lua --sm 90a -o "$TMP/nbw.kpack"

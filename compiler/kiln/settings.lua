@@ -23,9 +23,13 @@ function M.during(set, fn, ...)
   return table.unpack(r, 2, r.n)
 end
 
--- The current value of setting `name` (a string), or nil when the engine running has no such
--- setting.
-function M.get(name) return current and current[name] end
+-- The current value of setting `name` (a string); an engine reading one it does not declare is
+-- a bug in kiln.
+function M.get(name)
+  local v = current and current[name]
+  if v == nil then error("kiln.settings: the engine running has no setting '" .. name .. "'", 2) end
+  return v
+end
 
 -- The current settings (nil: none).
 function M.current() return current end

@@ -7,8 +7,8 @@
 python3 -c "import torch" 2>/dev/null || skip_all "no torch"
 SPEC=tests/specs/gpu/layernorm_offset.lua
 "$KILN" build $SPEC --sm 90a -o "$TMP/one.kpack" >/dev/null 2>"$ERRF" &&
-  KILN_ROW_TRIP=1 "$KILN" build $SPEC --sm 90a -o "$TMP/trip1.kpack" >/dev/null 2>>"$ERRF" &&
-  KILN_ROW_REDUCTIONS=2 "$KILN" build $SPEC --sm 90a -o "$TMP/two.kpack" >/dev/null 2>>"$ERRF" ||
+  KILN_PLAN=*.trip=1 "$KILN" build $SPEC --sm 90a -o "$TMP/trip1.kpack" >/dev/null 2>>"$ERRF" &&
+  KILN_PLAN=*.reductions=2 "$KILN" build $SPEC --sm 90a -o "$TMP/two.kpack" >/dev/null 2>>"$ERRF" ||
   { echo "1..1"; echo "not ok 1 - build the packs"; sed 's/^/# /' "$ERRF"; exit 1; }
 exec python3 tests/gpu/layernorm_stats.py "one reduction=$TMP/one.kpack" "trips of 1=$TMP/trip1.kpack" \
   "two reductions=$TMP/two.kpack"

@@ -20,11 +20,14 @@
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
 local sms = require "kiln.engines.sms"
 local partials_ptx = require "kiln.engines.partials_ptx"
 local axisreduce_ptx = require "kiln.engines.axisreduce_ptx"
 
 local E = { id = "axisreduce", version = 1 }
+-- The row code's settings its PTX forms read (kiln.settings, rowgen.SETTINGS, rowptx.SETTINGS).
+E.settings = rowgen.settings(rowgen.SETTINGS, rowptx.SETTINGS)
 
 E.BLOCK = 256        -- threads a CTA
 E.UNROLL = 4         -- accumulators (loads in flight) a thread

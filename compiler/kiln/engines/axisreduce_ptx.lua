@@ -9,7 +9,7 @@
 -- trailing block is compile-time and a whole number of vectors, every input is the reduced
 -- tensor's shape, one value per channel, a scalar or a constant, the prologue's ops have PTX
 -- forms (ptxops) and the update is a sum, mean, norm, product, maximum or minimum; anything
--- else keeps the CUDA form, as does KILN_ROW_CODE=cuda.
+-- else keeps the CUDA form, as does the code setting cuda.
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"

@@ -12,11 +12,14 @@
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
 local lower = require "kiln.lower"
 local dtypes = require "kiln.dtypes"
 local axissoftmax_ptx = require "kiln.engines.axissoftmax_ptx"
 
 local E = { id = "axissoftmax", version = 1 }
+-- The row code's settings its PTX forms read (kiln.settings, rowgen.SETTINGS, rowptx.SETTINGS).
+E.settings = rowgen.settings(rowgen.SETTINGS, rowptx.SETTINGS)
 
 E.BLOCK = 256          -- threads a CTA
 E.MAX_SPLIT = 32       -- the most ways a CTA splits the rows (at least 8 lanes of columns)

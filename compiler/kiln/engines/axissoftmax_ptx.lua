@@ -7,7 +7,7 @@
 -- (axisreduce_ptx.strided_access; with columns after the axis of a dynamic count and no axes
 -- before it, read whole) by
 -- vectors of whole words and the fused ops have PTX forms (ptxops), but for a staged forward over
--- many row splits (slower); anything else keeps the CUDA form, as does KILN_ROW_CODE=cuda.
+-- many row splits (slower); anything else keeps the CUDA form, as does the code setting cuda.
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
@@ -57,7 +57,7 @@ local function whole(t, info) return pw.dims_equal(t.dims, info.E) and shape.is_
 
 -- Whether this form takes the group (axissoftmax's info): true, or nil and why not.
 function M.accepts(group, g, info, target)
-  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  if not rowgen.ptx_wanted() then return nil, "code setting cuda" end
   -- on an H200 against the CUDA form: 1.04-1.48x everywhere but the staged forward over 32
   -- splits (rows of 300 and 512: 0.71-0.99x)
   if info.staged and info.kind == "fwd" and info.RS > M.STAGED_FWD_SPLITS then

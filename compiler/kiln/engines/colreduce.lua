@@ -9,10 +9,13 @@
 local shape = require "kiln.shape"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
 local sms = require "kiln.engines.sms"
 local colreduce_ptx = require "kiln.engines.colreduce_ptx"
 
 local E = { id = "colreduce", version = 1 }
+-- The row code's settings its PTX forms read (kiln.settings, rowgen.SETTINGS, rowptx.SETTINGS).
+E.settings = rowgen.settings(rowgen.SETTINGS, rowptx.SETTINGS)
 
 E.BLOCK = 512
 E.CTAS_PER_SM = 2

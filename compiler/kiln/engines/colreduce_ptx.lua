@@ -7,7 +7,7 @@
 -- vectors (the reduced tensor's shape or one row broadcast over the rows), one value per row
 -- at compile-time strides, a scalar or a constant, the prologue's ops have PTX forms (ptxops)
 -- and the partial row fits shared memory; the column tiles (partial rows wider than shared
--- memory), gathered inputs and KILN_ROW_CODE=cuda keep the CUDA form.
+-- memory), gathered inputs and the code setting cuda keep the CUDA form.
 local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"
 local pw = require "kiln.engines.pwexpr"

@@ -5,9 +5,12 @@ local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
 local pointwise_ptx = require "kiln.engines.pointwise_ptx"
 
 local E = { id = "pointwise", version = 1 }
+-- The row code's settings its PTX forms read (kiln.settings, rowgen.SETTINGS, rowptx.SETTINGS).
+E.settings = rowgen.settings(rowgen.SETTINGS, rowptx.SETTINGS)
 
 local STORAGE = pw.STORAGE
 E.STORAGE = STORAGE

@@ -6,7 +6,7 @@
 -- constants, inputs repeating along the leading dims (a bias; KILN_PW_REPEAT=cuda declines them),
 -- values read once a vector at compile-time places (per-channel: batch norm's scale and mean),
 -- fp32/fp16/bf16 tensors (fp8 outputs from sm_89); anything else keeps the CUDA form, as does
--- KILN_ROW_CODE=cuda (rowgen.ptx_wanted).
+-- the code setting cuda (rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local shape = require "kiln.shape"
 local ptx = require "kiln.ptx"
@@ -93,7 +93,7 @@ end
 -- Whether this form takes the group (pointwise.lua's plan: vec elements a thread over `space`):
 -- true, or nil and why not.
 function M.accepts(group, g, vec, space, target)
-  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  if not rowgen.ptx_wanted() then return nil, "code setting cuda" end
   for _, d in ipairs(space) do
     if type(d) ~= "number" and not tostring(d):match("^[%a_][%w_]*$") then return nil, "dim " .. tostring(d) end
   end

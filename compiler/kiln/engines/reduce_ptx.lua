@@ -27,7 +27,7 @@ M.UPD = {
 -- accumulators `accs` ({ mode = rowgen.REDUCE's }, ...) and the prologue's ops with PTX forms
 -- here. true, or nil and why not.
 function M.accepts(group, g, accs)
-  if not rowgen.ptx_wanted() then return nil, "KILN_ROW_CODE=cuda" end
+  if not rowgen.ptx_wanted() then return nil, "code setting cuda" end
   for _, a in ipairs(accs) do
     if not M.UPD[a.mode.upd] or not partials_ptx.COMB[a.mode.comb] then return nil, "update " .. a.mode.upd end
   end

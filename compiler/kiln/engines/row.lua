@@ -15,6 +15,7 @@ local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
+local rowptx = require "kiln.engines.rowptx"
 local sms = require "kiln.engines.sms"
 local rowbwd = require "kiln.engines.rowbwd"
 local rowbwd_colsum = require "kiln.engines.rowbwd_colsum"
@@ -98,7 +99,7 @@ function E.ptxas_level(info, group)
 end
 -- RMSNorm's wide row over a cluster runs at full occupancy too (8 CTAs of 256 threads an SM,
 -- 32 registers: more row parts in flight while others wait at the cluster barrier), unless it
--- fuses these ops, whose code spills there (layernorm's, under KILN_ROW_CLUSTER, spills too).
+-- fuses these ops, whose code spills there (layernorm's, under a forced cluster setting, spills too).
 -- On an H200 (graph timing, bf16, 1024-16384 rows of 65536, against ptxas's 44-45
 -- registers): rmsnorm 1.14x (3.76-3.80 TB/s), rmsnorm_train 1.10x,
 -- rmsnorm_residual 1.04-1.05x, its fp8 form 1.07x; add_rmsnorm_silu_gate 0.53x and the softmax
@@ -109,7 +110,7 @@ E.CLUSTER_OCCUPANCY_DECLINES = { exp = true, sigmoid = true, swish = true, gelu 
 -- rmsnorm 8 CTAs of 256 threads 1.07x the re-read row, 4 of 1024 threads 1.00x,
 -- 4 of 512 0.96x; softmax backward 4 of 512 and 8 of 256 both 1.33x)
 E.MAX_CLUSTER = 8
--- The most a forced cluster (KILN_ROW_CLUSTER=16) may take: the H200's non-portable size.
+-- The most a forced cluster (the cluster setting 16) may take: the H200's non-portable size.
 E.MAX_FORCED_CLUSTER = 16
 E.CLUSTER_N = 4
 E.CLUSTER_BLOCK = 256
@@ -118,13 +119,15 @@ local REDUCE, COMBINE, subst = rowgen.REDUCE, rowgen.COMBINE, rowgen.subst
 
 local function fail(fmt_, ...) return nil, string.format(fmt_, ...) end
 
--- KILN_ROW_N (for measuring) sets the vectors per thread of the forward kernels: true and
--- the number (nil when unset), or nil and the reason (kiln.settings)
-local function row_n_setting()
-  local v, bad = settings.choice("KILN_ROW_N", { "1", "2", "4", "8", "16" })
-  if not v then return nil, bad end
-  return true, tonumber(v)
-end
+-- The settings (kiln.settings), each list led by its default: the row code's (rowgen, rowptx),
+-- the staged forms' (rowfwd_staged_ptx: stage; rowbwd: bwd), cluster (a row too wide for one
+-- CTA split over a cluster: 0 re-reads it from L2, 2-16 the least cluster size to take), n
+-- (vectors per thread of the forward kernels) and minb (a one-wave kernel's CTAs per SM held to
+-- at least this many, which caps its registers at 65536 / (minb * block)).
+E.settings = rowgen.settings(rowgen.SETTINGS, rowptx.SETTINGS, {
+  stage = rowfwd_staged_ptx.SETTING, bwd = rowbwd.SETTING, cluster = { "1", "0", "2", "4", "8", "16" },
+  n = { "auto", "1", "2", "4", "8", "16" }, minb = { "auto", "2", "4", "6", "8", "10", "12", "16" },
+})
 
 -- The trailing block of axes a norm normalizes, or nil: instancenorm's spatial axes (past the
 -- channel), else those where scale's extent is not 1 (adalayernorm's past its sample axis).
@@ -365,7 +368,7 @@ local function analyze(group, g, cluster)
   for _, q in ipairs(quant) do target = math.max(1, math.min(target, H // rowquant.block(q))) end
   local lean = E.FULL_OCCUPANCY_OPS[info.op] and nfused == 0
   if lean then target = math.min(target, E.FULL_OCCUPANCY_N) end
-  local _, want_n = row_n_setting()
+  local want_n = tonumber(settings.get("n"))
   if want_n and kind ~= "norm_bwd" then target = want_n end
   local L = rowgen.layout(H, V, target)
   if kind == "norm_bwd" and L.block < E.BWD_BLOCK then
@@ -432,8 +435,8 @@ local function analyze(group, g, cluster)
   -- the legacy kernel's reach, 2 CTAs per SM (`twocta`: one waits out the row's cluster barrier
   -- while the other computes): rmsnorm_backward 1.40x the split backward at 4096 x 65536,
   -- layernorm_backward 1.11-1.26x at 65536 (its 64 column sums a thread fit 128 registers);
-  -- rows the legacy kernel takes (0.69-0.81x at H = 16384) keep theirs. KILN_ROW_CLUSTER=2|4|8|16
-  -- takes it for any backward, in KILN_ROW_BWD's variant (docs/MEMORY_BOUND.md, "Wide rows").
+  -- rows the legacy kernel takes (0.69-0.81x at H = 16384) keep theirs. The cluster setting 2|4|8|16
+  -- takes it for any backward, in the bwd setting's variant (docs/MEMORY_BOUND.md, "Wide rows").
   local bwd_mode = forced and rowbwd.mode() or rowbwd.named_mode("twocta")
   local bwd_cluster = forced or (cluster and H > E.LEGACY_MAX_H and rowbwd.mode().default)
   -- Its CTAs as the forward's: E.CLUSTER_N vectors a thread in at most E.CLUSTER_BLOCK threads
@@ -481,11 +484,9 @@ local function analyze(group, g, cluster)
   if info.op == "rmsnorm" and L.CL and info.strategy == "regs" and not rowgen.fuses_any(group, E.CLUSTER_OCCUPANCY_DECLINES) then
     info.full_occupancy = 2048 // L.block
   end
-  -- KILN_ROW_MINB=N (for measuring): a one-wave kernel's CTAs per SM held to at least N, which
-  -- caps its registers at 65536 / (N * block)
-  local minb, bad = settings.choice("KILN_ROW_MINB", { "2", "4", "6", "8", "10", "12", "16" })
-  if not minb then return fail("%s", bad) end
-  if minb ~= "" and not info.per_sm then info.full_occupancy = tonumber(minb) end
+  -- (the minb setting)
+  local minb = settings.get("minb")
+  if minb ~= "auto" and not info.per_sm then info.full_occupancy = tonumber(minb) end
   local unfit = kind ~= "dequant" and rowquant.fits(L, quant)
   if unfit then return nil, unfit end
   info.L = L
@@ -537,13 +538,11 @@ end
 function E.propose(group, g, target)
   g = row_view(group, g)
   if target.sm < 80 then return nil, "needs sm_80 or later (max.NaN, redux.sync)" end
-  local n_ok, n_bad = row_n_setting()
-  if not n_ok then return nil, n_bad end
   local ptx_wanted = rowgen.ptx_wanted()
   local function forms(cluster)
     local info, why = analyze(group, g, cluster)
     if not info then return nil, why end
-    -- the forward norm's body in PTX (rowfwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
+    -- the forward norm's body in PTX (rowfwd_ptx.lua) unless the code setting is cuda or that form declines
     if info.kind == "norm" and ptx_wanted then
       if #info.quant > 0 then info.why_cuda = "a block quantize in the epilogue (rowquant.lua: CUDA form only)"
       else info.fwd_ptx, info.why_cuda = rowfwd_ptx.accepts(info, group, g, target) end

@@ -5,9 +5,8 @@
 -- registers (its columns are the same in every row), and per row does one reduction (one
 -- barrier when P > 32, parity-buffered) and the dx pass. At the end the CTA's slots add in slot
 -- order into one partial row of the workspace, which the `_final` kernel adds in a fixed order.
--- KILN_ROW_BWD (read at build time) picks the variant: docs/MEMORY_BOUND.md lists them.
-local c = require "kiln.c"
-local errors = require "kiln.errors"
+-- The bwd setting picks the variant: docs/MEMORY_BOUND.md lists them.
+local settings = require "kiln.settings"
 local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
@@ -42,10 +41,19 @@ function M.named_mode(name)
   return { S = m.S, C = m.C, reread = m.reread, name = name }
 end
 
--- The variant KILN_ROW_BWD asks for: { legacy = true } or { S =, C =, name = }.
+-- The bwd setting (kiln.settings): auto (M.DEFAULT), a named variant, legacy, split, or sNcM.
+M.SETTING = { "auto", "legacy", "split", "async", "deep", "twocta", "reread",
+              valid = function(v)
+                local s, n = v:match("^s(%d)c(%d)$")
+                s, n = tonumber(s), tonumber(n)
+                return s ~= nil and n ~= nil and s >= 2 and s <= 8 and n >= 1 and n <= 2
+              end,
+              want = "auto, legacy, split, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)" }
+
+-- The variant the bwd setting asks for: { legacy = true } or { S =, C =, name = }.
 function M.mode()
-  local v = c.getenv("KILN_ROW_BWD")
-  local default = v == nil or v == ""
+  local v = settings.get("bwd")
+  local default = v == "auto"
   if default then v = M.DEFAULT end
   if v == "legacy" then return { legacy = true, name = v } end
   if v == "split" then return { legacy = true, split = true, name = v } end
@@ -55,17 +63,15 @@ function M.mode()
     return m
   end
   local s, n = v:match("^s(%d)c(%d)$")
-  s, n = tonumber(s), tonumber(n)
-  if s and n and s >= 2 and s <= 8 and n >= 1 and n <= 2 then return { S = s, C = n, name = v } end
-  errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_BWD=%s: want legacy, split, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)", v)
+  return { S = tonumber(s), C = tonumber(n), name = v }
 end
 
 -- Whether the staged kernel takes this backward (analyze's info, layout L; `mode` a variant
--- as M.mode gives, default KILN_ROW_BWD's): the sizes it needs, or nil and why (then the
+-- as M.mode gives, default the bwd setting's): the sizes it needs, or nil and why (then the
 -- legacy kernel builds it).
 function M.plan(info, group, g, L, SMEM_MAX, MIN_ROWS, mode)
   mode = mode or M.mode()
-  if mode.legacy then return nil, "KILN_ROW_BWD=" .. mode.name end
+  if mode.legacy then return nil, "bwd setting " .. mode.name end
   local a = info.anchor
   if #(group.prologue or {}) + #(group.epilogue or {}) + #(group.amax or {}) > 0 then
     return nil, "fused pointwise ops"
@@ -92,7 +98,7 @@ function M.plan(info, group, g, L, SMEM_MAX, MIN_ROWS, mode)
   local held = L.N * L.V * (2 + #info.colsum) + (L.N * L.V * dtypes.size(dy.dtype) + 3) // 4
   local st = { S = S, stage = stage, rowb = rowb, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm),
               grid_div = L.RPC * MIN_ROWS, name = mode.name, hold = not mode.reread and held <= M.MAX_HELD_WORDS }
-  -- the body in PTX (rowbwd_ptx.lua) unless KILN_ROW_CODE=cuda or that form declines
+  -- the body in PTX (rowbwd_ptx.lua) unless the code setting is cuda or that form declines
   if rowgen.ptx_wanted() then st.ptx, st.why_cuda = rowbwd_ptx.accepts(info, g, L, st) end
   return st
 end

@@ -2,7 +2,7 @@
 -- PTX (kiln.ptx), the same algorithm instruction for instruction: the persistent row loop, the
 -- cp.async ring, the column sums in registers, the parity-buffered row reduction and the
 -- slot combine. NVRTC then spends ptxas's time only: layernorm_backward compiles in about
--- half the time of the CUDA form (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda keeps the CUDA
+-- half the time of the CUDA form (docs/MEMORY_BOUND.md). The code setting cuda keeps the CUDA
 -- form (for measuring; rowgen.ptx_wanted).
 local dtypes = require "kiln.dtypes"
 local ptx = require "kiln.ptx"

@@ -4,7 +4,7 @@
 -- that have a PTX form here (add, sub, mul, div, neg, abs, max, min, add_square, identity,
 -- exp, sigmoid, swish: residual adds, scales, casts, gates; fp8 outputs on sm_89+), amax
 -- outputs, and per-row reductions of epilogue values with per-row ops on their results.
--- NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). KILN_ROW_CODE=cuda keeps the
+-- NVRTC then spends ptxas's time only (docs/MEMORY_BOUND.md). The code setting cuda keeps the
 -- CUDA form (for measuring; rowgen.ptx_wanted).
 local pw = require "kiln.engines.pwexpr"
 local ptx = require "kiln.ptx"

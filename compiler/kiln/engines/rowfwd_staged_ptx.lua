@@ -8,11 +8,10 @@
 -- the same bits in every CTA), then y from the staged row; scale and bias are held as loaded.
 -- Of softmax and log_softmax: each thread's max and sum of exps in one pass (the sum rescaled
 -- to each vector's new max, as rowsm_ptx.lua's re-read row), the cluster's (max, sum) in one
--- reduction of pairs, then y (and the log-sum-exp). KILN_ROW_REDUCTIONS=2: the first
+-- reduction of pairs, then y (and the log-sum-exp). The reductions setting 2: the first
 -- statistic's reduction, then the second's from it (a cluster barrier each).
+local settings = require "kiln.settings"
 local dtypes = require "kiln.dtypes"
-local c = require "kiln.c"
-local errors = require "kiln.errors"
 local ptx = require "kiln.ptx"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
@@ -39,9 +38,9 @@ local NEG_INF = rowsm_ptx.NEG_INF
 -- the re-read in bf16 and fp16, 1.21-1.24x in fp32 (softmax's fp32 shape), fp16 at 32768
 -- 0.85-0.88x; 2 or 4 stages, 2 CTAs an SM, 2 rows a meeting 0.82-1.00x, and layernorm and
 -- softmax at 32768 0.74-0.92x.
--- KILN_ROW_STAGE=sNcM[bB][rR] (read at build time, for measuring) stages every dtype's wide
--- layernorm and softmax row, in N stages, M CTAs an SM, CTAs of at most B threads (the smallest
--- such cluster), R rows a meeting; `off` re-reads every row.
+-- The stage setting (kiln.settings) sNcM[bB][rR] stages every dtype's wide layernorm and
+-- softmax row, in N stages, M CTAs an SM, CTAs of at most B threads (the smallest such
+-- cluster), R rows a meeting; `off` re-reads every row; auto: M.DEFAULT.
 local SIXTEEN = { S = 3, C = 4, R = 1, block = 256, min_cl = 8 }
 local FP32_SOFTMAX = { S = 3, C = 2, R = 1, widths = { [65536] = true } }
 -- (16-bit softmax and log_softmax at 65536: the re-read row pipelined, rowptx.pipelined, measures
@@ -52,20 +51,27 @@ M.DEFAULT = {
   log_softmax = { fp32 = FP32_SOFTMAX },
 }
 
--- The variant for an `op` row of `dtype` (KILN_ROW_STAGE's, else the default):
--- { S =, C =, R =, block =, min_cl =, widths =, set = }, { off = true }, or nil (the row re-read).
-function M.mode(op, dtype)
-  local v = c.getenv("KILN_ROW_STAGE") or ""
-  if v == "" then return (M.DEFAULT[op] or {})[dtype] end
-  if v == "off" then return { off = true } end
+-- A stage setting's parts: stages, CTAs an SM, the block cap (or nil), rows a meeting; or nil.
+local function stage_parts(v)
   local s, n, rest = v:match("^s([2-4])c([124])(.*)$")
   local b, r = (rest or ""):match("^b(%d+)"), (rest or ""):match("r([124])$")
   local shape = "^" .. (b and "b%d+" or "") .. (r and "r%d" or "") .. "$"
   b = tonumber(b)
-  if not s or not rest:match(shape) or (b and not (b >= 64 and b <= 1024 and ptx.pow2(b))) then
-    errors.raise_at(nil, nil, "E_USAGE", "KILN_ROW_STAGE=%s: want off or sNcM[bB][rR] (stages 2-4, CTAs per SM 1, 2 or 4, at most B threads a CTA: 64-1024, rows a meeting 1, 2 or 4)", v)
-  end
-  return { S = tonumber(s), C = tonumber(n), R = tonumber(r) or 1, block = b, set = true }
+  if not s or not rest:match(shape) or (b and not (b >= 64 and b <= 1024 and ptx.pow2(b))) then return nil end
+  return tonumber(s), tonumber(n), b, tonumber(r) or 1
+end
+
+M.SETTING = { "auto", "off", valid = function(v) return stage_parts(v) ~= nil end,
+              want = "auto, off or sNcM[bB][rR] (stages 2-4, CTAs per SM 1, 2 or 4, at most B threads a CTA: 64-1024, rows a meeting 1, 2 or 4)" }
+
+-- The variant for an `op` row of `dtype` (the stage setting's, auto: the default):
+-- { S =, C =, R =, block =, min_cl =, widths =, set = }, { off = true }, or nil (the row re-read).
+function M.mode(op, dtype)
+  local v = settings.get("stage")
+  if v == "auto" then return (M.DEFAULT[op] or {})[dtype] end
+  if v == "off" then return { off = true } end
+  local s, n, b, r = stage_parts(v)
+  return { S = s, C = n, R = r, block = b, set = true }
 end
 
 -- Whether this form takes the group (analyze's info; L a cluster layout): true, or nil and why.
@@ -121,7 +127,7 @@ function M.plan(info, g, L, SMEM_MAX)
   local a = info.anchor
   local x = g.by_uid[a.inputs[PORTS[a.op].x]]
   local mode = M.mode(a.op, x.dtype)
-  if not mode or mode.off then return nil, "KILN_ROW_STAGE=off, or " .. x.dtype .. " rows re-read" end
+  if not mode or mode.off then return nil, "stage setting off, or " .. x.dtype .. " rows re-read" end
   local R = mode.R
   local stage = R * L.HC * dtypes.size(x.dtype)
   local S = math.min(mode.S, SMEM_MAX // stage)

@@ -638,21 +638,34 @@ function M.sources(nodes, extra, made, base)
   return list
 end
 
--- Whether the row kernels take their PTX form where one exists (rowbwd_ptx.lua,
--- rowfwd_ptx.lua): KILN_ROW_CODE=cuda (read at build time, for measuring) keeps the CUDA form.
-function M.ptx_wanted()
-  local v = settings.pick("KILN_ROW_CODE", { "ptx", "cuda" })
-  return v ~= "cuda"
+-- The settings of the row kernels' code (kiln.settings), each list led by its default: code
+-- (cuda keeps the CUDA form where a PTX form exists), hint (the PTX forms' cache qualifiers,
+-- M.row_hint).
+M.SETTINGS = {
+  code = { "ptx", "cuda" },
+  hint = { "auto", "none", "last", "load", "store", "both", "plain" },
+}
+
+-- The union of settings tables (an engine's E.settings).
+function M.settings(...)
+  local out = {}
+  for _, t in ipairs({ ... }) do
+    for k, v in pairs(t) do out[k] = v end
+  end
+  return out
 end
 
+-- Whether the row kernels take their PTX form where one exists (rowbwd_ptx.lua,
+-- rowfwd_ptx.lua): the code setting cuda keeps the CUDA form.
+function M.ptx_wanted() return settings.get("code") ~= "cuda" end
+
 -- Whether a row too wide for one CTA may be split over a cluster (row.lua): true, or false
--- under KILN_ROW_CLUSTER=0 (the row re-read from L2), or the least cluster size to take under
--- KILN_ROW_CLUSTER=2|4|8 (for measuring; read at build time).
+-- (the row engine's cluster setting 0: the row re-read from L2), or the least cluster size to
+-- take (cluster 2-16).
 function M.cluster_setting()
-  local v, bad = settings.choice("KILN_ROW_CLUSTER", { "0", "1", "2", "4", "8", "16" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
+  local v = settings.get("cluster")
   if v == "0" then return false end
-  return (v == "" or v == "1") or tonumber(v)
+  return v == "1" or tonumber(v)
 end
 
 -- Whether the group's prologue or epilogue has an op named in the set `ops`.
@@ -665,17 +678,15 @@ function M.fuses_any(group, ops)
   return false
 end
 
--- Cache qualifiers of the PTX forms' streaming row reads and writes, KILN_ROW_HINT (read at
--- build time). Unset: rows are read with an L2 cache policy that the kernel picks at run time,
+-- Cache qualifiers of the PTX forms' streaming row reads and writes, the hint setting.
+-- auto: rows are read with an L2 cache policy that the kernel picks at run time,
 -- evict_last when a row input holds at least M.L2_LAST_BYTES, else evict_normal (M.l2_policy).
 -- For measuring: "none" reads them plain (.nc), "last" always evict_last, "load" with
 -- .L1::no_allocate, "plain" without .nc; "store" writes them with .cs (evict first), "both"
 -- is load and store. Returns the load and store state-space strings and whether the load takes
 -- a policy operand ("auto" or "last").
 function M.row_hint()
-  local v, bad = settings.choice("KILN_ROW_HINT", { "none", "last", "load", "store", "both", "plain" })
-  if not v then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  if v == "" then v = "auto" end
+  local v = settings.get("hint")
   local ld = ({ load = "global.nc.L1::no_allocate", both = "global.nc.L1::no_allocate", plain = "global",
                 auto = "global.nc.L2::cache_hint", last = "global.nc.L2::cache_hint" })[v] or "global.nc"
   local st = (v == "store" or v == "both") and "global.cs" or "global"

@@ -63,16 +63,22 @@ function M.at_row_offset(P, row, terms, z, base)
   return base
 end
 
+-- The settings of the PTX forms' passes (kiln.settings), each list led by its default: trip
+-- (M.trip), pipe (M.pipelined), back (M.backward), reductions (M.one_reduction).
+M.SETTINGS = {
+  trip = { "auto", "1", "2", "4", "8" }, pipe = { "auto", "0", "1" }, back = { "1", "0" }, reductions = { "1", "2" },
+}
+
 -- Vectors a trip of a re-read row: the most that divide the thread's N and are at most
--- KILN_ROW_TRIP=1|2|4|8 (read at build time, for measuring), else info.reread_u, else 4; but a
+-- the trip setting (1, 2, 4 or 8), else info.reread_u, else 4; but a
 -- pass that is not pipelined over N vectors not a multiple of 4 takes trips of up to 8 (layer
 -- norm at N = 5 and 7 in one trip: 1.06-1.13x trips of one on an H200; the pipelined
 -- passes keep small trips: softmax's 5-7 in one trip 0.93x).
 function M.trip(info)
-  local v = settings.pick("KILN_ROW_TRIP", { "1", "2", "4", "8" })
+  local v = settings.get("trip")
   local N = info.L.N
   local most = tonumber(v) or info.reread_u or 4
-  if v == "" and N % 4 ~= 0 and not M.pipelined(info) then most = 8 end
+  if v == "auto" and N % 4 ~= 0 and not M.pipelined(info) then most = 8 end
   local U = math.min(N, most)
   while N % U ~= 0 do U = U - 1 end
   return U
@@ -92,28 +98,23 @@ end
 -- staged cluster form (rowfwd_staged_ptx). Not layer norm (64 registers and 416 bytes of
 -- spills: 0.24x; with a residual at 32768 0.48x), nor a trip of more than 24 words (M.new),
 -- nor a row reduction's one pass at 1024 threads (0.92-0.95x the CUDA form at 512 rows,
--- 0.99-1.00x at 4096: rowred_ptx keeps the CUDA form). KILN_ROW_PIPE=0|1 (read at build time,
--- for measuring): no loop, every loop.
+-- 0.99-1.00x at 4096: rowred_ptx keeps the CUDA form). The pipe setting 0 or 1: no loop, every
+-- loop.
 local PIPELINED = { softmax = true, log_softmax = true, rmsnorm = true }
 function M.pipelined(info)
-  local v = settings.pick("KILN_ROW_PIPE", { "0", "1" })
-  if v ~= "" then return v == "1" and M.loops(info) end
+  local v = settings.get("pipe")
+  if v ~= "auto" then return v == "1" and M.loops(info) end
   return info.strategy == "reread" and PIPELINED[info.op] == true and M.loops(info)
 end
 
--- Whether a re-read row's second pass walks it from its end (the default); KILN_ROW_BACK=0
--- (read at build time, for measuring) walks every pass from the start.
-function M.backward()
-  return settings.pick("KILN_ROW_BACK", { "0", "1" }) ~= "0"
-end
+-- Whether a re-read row's second pass walks it from its end (the default); the back setting 0
+-- walks every pass from the start.
+function M.backward() return settings.get("back") ~= "0" end
 
 -- Whether a forward row takes its two statistics in one reduction of pairs (layernorm's mean
--- and M2, softmax's max and sum of exps): the default; KILN_ROW_REDUCTIONS=2 (read at build
--- time, for measuring) reduces the first, then the second from it.
-function M.one_reduction()
-  local v = settings.pick("KILN_ROW_REDUCTIONS", { "1", "2" })
-  return v ~= "2"
-end
+-- and M2, softmax's max and sum of exps): the default; the reductions setting 2 reduces the
+-- first, then the second from it.
+function M.one_reduction() return settings.get("reductions") ~= "2" end
 
 -- Whether a pass over the row is a loop over trips of vectors (a row re-read from L2, or a
 -- row reduction's one pass of more than 8 vectors a thread), not unrolled.

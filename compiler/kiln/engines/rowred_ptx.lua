@@ -9,7 +9,7 @@
 -- registers (or read again from L2), and a second pass computes the prologue again and the
 -- epilogue from the results rounded to their dtypes, as row.lua's CUDA form does. amax outputs,
 -- rows of 1024 threads and ragged rows held by 128 threads for an epilogue (both measured
--- slower) and KILN_ROW_CODE=cuda keep the CUDA form.
+-- slower) and the code setting cuda keep the CUDA form.
 local pw = require "kiln.engines.pwexpr"
 local rowgen = require "kiln.engines.rowgen"
 local rowptx = require "kiln.engines.rowptx"
@@ -31,7 +31,7 @@ function M.accepts(info, group, g, target)
   -- (rows of 1024 threads measure 0.83-0.99x the CUDA form on an H200: H = 32768 and 65536,
   -- fp32 and fp16, one pass and re-read; with the siblings' one meeting 0.91-0.93x at 512 rows,
   -- and the re-read row at 2 CTAs an SM misses L2 twice as often as the CUDA form at 1)
-  -- (pipelined, KILN_ROW_PIPE=1: 0.92-0.95x at 512 rows of 65536 fp32, 0.99-1.00x at 4096; unrolled
+  -- (pipelined, the pipe setting 1: 0.92-0.95x at 512 rows of 65536 fp32, 0.99-1.00x at 4096; unrolled
   -- with 4, 6 or 8 loads ahead, NVVM's schedule: 0.92x; that with plain .nc reads instead of the
   -- L2 policy: one sum 0.99x, four sibling reductions 0.92x / 0.96x at 512 / 4096 rows)
   if info.L.P >= 1024 and not rowptx.pipelined(info) then return nil, "a row of 1024 threads" end

@@ -4,7 +4,7 @@
 -- statistics outputs; expf's ex2.approx and logf's sequence), so NVRTC spends ptxas's time
 -- only. A fused prologue (its element outputs stored by the first pass; a held row keeps the
 -- anchor's inputs as their dtypes round them, a re-read row computes them again) and an
--- epilogue over the anchor's output take the ops of ptxops. KILN_ROW_CODE=cuda keeps the CUDA
+-- epilogue over the anchor's output take the ops of ptxops. The code setting cuda keeps the CUDA
 -- form everywhere (for measuring; rowgen.ptx_wanted).
 local ptx = require "kiln.ptx"
 local pw = require "kiln.engines.pwexpr"

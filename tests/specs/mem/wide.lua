@@ -1,6 +1,6 @@
 -- Rows too wide for one CTA's registers: split over a cluster of CTAs on sm_90+ where the kernel
 -- meets its cluster once (row.lua, rowptx.lua: each CTA holds its part of the row, the CTAs'
--- reductions meet in distributed shared memory), else re-read from L2; KILN_ROW_CLUSTER=8
+-- reductions meet in distributed shared memory), else re-read from L2; KILN_PLAN=row.cluster=8
 -- splits every one (tests/gpu/run checks both). The norms (inference, training, fused residual
 -- and per-row fp8 quantize), softmax (staged in bf16 and fp16; with a sink and every statistic),
 -- log_softmax, and the softmax backward, in bf16, fp16 and fp32; and rows 1024 threads hold (H = 24576, 32768: bf16
