@@ -42,12 +42,15 @@ function M.named_mode(name)
 end
 
 -- The bwd setting (kiln.settings): auto (M.DEFAULT), a named variant, legacy, split, or sNcM.
+-- An sNcM value's stages and CTAs per SM (stages 2-8, CTAs 1-2), or nil.
+local function stages_ctas(v)
+  local s, n = v:match("^s(%d)c(%d)$")
+  s, n = tonumber(s), tonumber(n)
+  if s and n and s >= 2 and s <= 8 and n >= 1 and n <= 2 then return s, n end
+end
+
 M.SETTING = { "auto", "legacy", "split", "async", "deep", "twocta", "reread",
-              valid = function(v)
-                local s, n = v:match("^s(%d)c(%d)$")
-                s, n = tonumber(s), tonumber(n)
-                return s ~= nil and n ~= nil and s >= 2 and s <= 8 and n >= 1 and n <= 2
-              end,
+              valid = function(v) return stages_ctas(v) ~= nil end,
               want = "auto, legacy, split, async, deep, twocta, reread or sNcM (stages 2-8, CTAs per SM 1-2)" }
 
 -- The variant the bwd setting asks for: { legacy = true } or { S =, C =, name = }.
@@ -62,8 +65,8 @@ function M.mode()
     m.default = default
     return m
   end
-  local s, n = v:match("^s(%d)c(%d)$")
-  return { S = tonumber(s), C = tonumber(n), name = v }
+  local s, n = stages_ctas(v)
+  return { S = s, C = n, name = v }
 end
 
 -- Whether the staged kernel takes this backward (analyze's info, layout L; `mode` a variant
