@@ -277,10 +277,11 @@ static int print_text(FILE *out, json_t *r) {
   return rc ? -1 : 0;
 }
 
-int kiln_env_report(FILE *out, int json, kiln_err *e) {
+/* The environment report as a JSON object (NULL when out of memory). */
+static json_t *env_build(void) {
   json_t *r = json_object();
   int bad = !r;
-  if (bad) return kiln_err_set(e, "E_IO", "out of memory building the environment report");
+  if (bad) return NULL;
   set_str(r, "kiln_version", KILN_VERSION, &bad);
   set_str(r, "lua_version", LUA_RELEASE, &bad);
   json_t *sms = json_array();
@@ -298,8 +299,14 @@ int kiln_env_report(FILE *out, int json, kiln_err *e) {
   bad |= json_object_del(r, "warnings") != 0 || json_object_set_new(r, "warnings", warnings) != 0;
   if (bad) {
     json_decref(r);
-    return kiln_err_set(e, "E_IO", "out of memory building the environment report");
+    return NULL;
   }
+  return r;
+}
+
+int kiln_env_report(FILE *out, int json, kiln_err *e) {
+  json_t *r = env_build();
+  if (!r) return kiln_err_set(e, "E_IO", "out of memory building the environment report");
   int rc;
   if (json)
     rc = json_dumpf(r, out, JSON_INDENT(2)) != 0 || fputc('\n', out) == EOF ? -1 : 0;
@@ -309,4 +316,12 @@ int kiln_env_report(FILE *out, int json, kiln_err *e) {
   if (rc != 0 || fflush(out) != 0 || ferror(out))
     return kiln_err_set(e, "E_IO", "writing the environment report failed");
   return 0;
+}
+
+char *kiln_env_json(kiln_err *e) {
+  json_t *r = env_build();
+  char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+  json_decref(r);
+  if (!text) kiln_err_set(e, "E_IO", "out of memory building the environment report");
+  return text;
 }

@@ -15,4 +15,7 @@
  * older than NVRTC is flagged in "warning" lines. 0, or -1 (E_IO when out fails). */
 int kiln_env_report(FILE *out, int json, kiln_err *e);
 
+/* The same report as one compact JSON string (the caller frees it), or NULL with e set. */
+char *kiln_env_json(kiln_err *e);
+
 #endif

@@ -2,11 +2,14 @@
 #include "primitives.h"
 
 #include <lauxlib.h>
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "cache.h"
 #include "compile.h"
@@ -291,14 +294,27 @@ static int l_device_arch(lua_State *L) {
   return 2;
 }
 
-/* kiln.c.run{pack=, graph=, instance=, dims={NAME=N}, check=, bench=, iters=, seed=}
- * -> {mismatched_outputs=, median_ms=, bytes=} */
+/* kiln.c.run{packs={bytes, ...}, graph=, instance=, dims={NAME=N}, check=, bench=, iters=,
+ * seed=, quiet=, ranges=} -> {{mismatched_outputs=, median_ms=, samples=, replays=, bytes=}, ...}:
+ * every pack a candidate plan of one graph instance, run on the same inputs. */
 static int l_run(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   kiln_run_opts o = {0};
-  lua_getfield(L, 1, "pack");
-  o.pack = luaL_checklstring(L, -1, &o.pack_size);
+  enum { MAX_PACKS = 256 };
+  const void *packs[MAX_PACKS];
+  size_t sizes[MAX_PACKS];
+  lua_getfield(L, 1, "packs");
+  luaL_checktype(L, -1, LUA_TTABLE);
+  for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, -1); i++) {
+    if (o.npacks == MAX_PACKS) return luaL_error(L, "kiln.c.run: more than %d packs", MAX_PACKS);
+    lua_rawgeti(L, -1, i);
+    packs[o.npacks] = luaL_checklstring(L, -1, &sizes[o.npacks]);
+    o.npacks++;
+    lua_pop(L, 1); /* the string stays alive in the packs table */
+  }
   lua_pop(L, 1);
+  o.packs = packs;
+  o.pack_sizes = sizes;
   o.graph = field_string(L, 1, "graph", 1);
   o.instance = field_string(L, 1, "instance", 0);
   const char *names[64];
@@ -323,7 +339,9 @@ static int l_run(lua_State *L) {
   o.iters = (int)lua_tointeger(L, -1);
   lua_getfield(L, 1, "seed");
   o.seed = (uint64_t)lua_tointeger(L, -1);
-  lua_pop(L, 4);
+  lua_getfield(L, 1, "quiet");
+  o.quiet = lua_toboolean(L, -1);
+  lua_pop(L, 5);
   kiln_run_range ranges[64];
   lua_getfield(L, 1, "ranges");
   for (lua_Integer i = 1; lua_istable(L, -1) && i <= (lua_Integer)lua_rawlen(L, -1) && o.nranges < 64; i++) {
@@ -341,17 +359,25 @@ static int l_run(lua_State *L) {
   o.ranges = ranges;
   o.out = stdout;
   fflush(stdout);
-  kiln_run_result r;
+  kiln_run_result r[MAX_PACKS];
   kiln_err e = {0};
-  if (kiln_run(&o, &r, &e) != 0) return raise_err(L, &e);
+  if (kiln_run(&o, r, &e) != 0) return raise_err(L, &e);
   fflush(stdout);
-  lua_createtable(L, 0, 3);
-  lua_pushinteger(L, r.mismatched_outputs);
-  lua_setfield(L, -2, "mismatched_outputs");
-  lua_pushnumber(L, r.median_ms);
-  lua_setfield(L, -2, "median_ms");
-  lua_pushnumber(L, r.bytes);
-  lua_setfield(L, -2, "bytes");
+  lua_createtable(L, o.npacks, 0);
+  for (int k = 0; k < o.npacks; k++) {
+    lua_createtable(L, 0, 5);
+    lua_pushinteger(L, r[k].mismatched_outputs);
+    lua_setfield(L, -2, "mismatched_outputs");
+    lua_pushnumber(L, r[k].median_ms);
+    lua_setfield(L, -2, "median_ms");
+    lua_pushinteger(L, r[k].samples);
+    lua_setfield(L, -2, "samples");
+    lua_pushinteger(L, r[k].replays);
+    lua_setfield(L, -2, "replays");
+    lua_pushnumber(L, r[k].bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_rawseti(L, -2, k + 1);
+  }
   return 1;
 }
 
@@ -360,6 +386,50 @@ static int l_env_report(lua_State *L) {
   kiln_err e = {0};
   if (kiln_env_report(stdout, lua_toboolean(L, 1), &e) != 0) return raise_err(L, &e);
   lua_pushinteger(L, 0);
+  return 1;
+}
+
+/* kiln.c.env_json() -> the environment report of `kiln env --json`, as JSON text */
+static int l_env_json(lua_State *L) {
+  kiln_err e = {0};
+  char *text = kiln_env_json(&e);
+  if (!text) return raise_err(L, &e);
+  lua_pushstring(L, text);
+  free(text);
+  return 1;
+}
+
+/* kiln.c.hash(text) -> 32 hex digits, the XXH3 128-bit hash of text (plans.lock's keys) */
+static int l_hash(lua_State *L) {
+  size_t n;
+  const char *text = luaL_checklstring(L, 1, &n);
+  XXH128_hash_t h = XXH3_128bits(text, n);
+  char hex[33];
+  snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+  lua_pushstring(L, hex);
+  return 1;
+}
+
+/* kiln.c.list_dir(path) -> { name, ... } sorted (no "." or ".."), or nil, message */
+static int l_list_dir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  struct dirent **names = NULL;
+  int n = scandir(path, &names, NULL, alphasort);
+  if (n < 0) {
+    luaL_pushfail(L);
+    lua_pushfstring(L, "%s: %s", path, strerror(errno));
+    return 2;
+  }
+  lua_createtable(L, n, 0);
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(names[i]->d_name, ".") != 0 && strcmp(names[i]->d_name, "..") != 0) {
+      lua_pushstring(L, names[i]->d_name);
+      lua_rawseti(L, -2, ++k);
+    }
+    free(names[i]);
+  }
+  free(names);
   return 1;
 }
 
@@ -388,6 +458,7 @@ void kiln_primitives_register(lua_State *L) {
                                  {"env_report", l_env_report}, {"cache_why", l_cache_why},
                                  {"pack_build", l_pack_build}, {"emit_c", l_emit_c},
                                  {"pack_command", l_pack_command}, {"device_arch", l_device_arch},
-                                 {"run", l_run}, {"ptx_compilers", l_ptx_compilers}, {NULL, NULL}};
+                                 {"run", l_run}, {"ptx_compilers", l_ptx_compilers},
+                                 {"env_json", l_env_json}, {"hash", l_hash}, {"list_dir", l_list_dir}, {NULL, NULL}};
   kiln_host_register(L, fns);
 }

@@ -232,11 +232,12 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Compares one output with the reference; prints a line; returns 1 when it mismatches.
+/* Compares one output with the reference; prints a line (quiet: only on a mismatch); returns 1
+ * when it mismatches.
  * Element test: |kiln - ref| <= atol·max(1, rms(ref)) + rtol·|ref| — the absolute floor
  * grows with the values' scale, since accumulation error does (a K=1056 GEMM sums to ~30).
  * Whole-tensor test: ‖kiln - ref‖ / ‖ref‖ <= rtol. NaN matches only NaN. */
-static int compare_output(const run_tensor *t, const double *ref, const char *as, FILE *out) {
+static int compare_output(const run_tensor *t, const double *ref, const char *as, FILE *out, int quiet) {
   double atol, rtol, max_abs = 0, max_rel = 0, num = 0, den = 0;
   tolerance(t->info.dtype, &atol, &rtol);
   if (as) { /* the op's kernels may compute it through `as` operands (kiln_ref_check_dtype) */
@@ -266,6 +267,7 @@ static int compare_output(const run_tensor *t, const double *ref, const char *as
   }
   double rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
   int l2_bad = rel_l2 > rtol;
+  if (quiet && !bad && !l2_bad) return 0;
   fprintf(out, "  %-14s %-8s %9zu elements: max abs %.3g, max rel %.3g, rel L2 %.3g (<= %.0e), %zu outside %.1e + %.0e|ref|%s%s — %s\n",
           t->info.name, kiln_dtype_name(t->info.dtype), t->numel, max_abs, max_rel, rel_l2, rtol, bad, floor_abs, rtol,
           as ? ", at the tolerance of its op's operands, " : "", as ? as : "", bad || l2_bad ? "MISMATCH" : "ok");
@@ -275,25 +277,254 @@ static int compare_output(const run_tensor *t, const double *ref, const char *as
   return bad != 0 || l2_bad;
 }
 
-int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
+/* The tensors of one graph instance, made once and bound alike for every candidate plan of
+ * it: inputs drawn once, the reference computed once. */
+typedef struct run_session {
+  const kiln_run_opts *o;
+  kiln_rt *rt;
+  run_tensor *ts;
+  int nt;
+  kiln_ref_buffer *bufs;
+  int nbufs;
+  double **refs;    /* per tensor: the reference of an output */
+  int have_refs;    /* the reference executor has run */
+  double bytes;     /* minimal bytes moved */
+  uint64_t seed;
+  double ctx_ms;    /* driver init and context creation, excluded from start-up */
+  double setup0_ms; /* when test-data set-up began, excluded as well */
+  FILE *out;
+} run_session;
+
+/* Allocates and fills s's tensors from the first plan's tensor table (inputs random, never
+ * zeros; outputs with room for the reference). */
+static int session_tensors(run_session *s, kiln_plan *plan, int nt, kiln_err *e) {
+  const kiln_run_opts *o = s->o;
+  kiln_rt *rt = s->rt;
   int rc = 0;
-  memset(res, 0, sizeof *res);
-  kiln_rt *rt = NULL;
+  s->nt = nt;
+  s->ts = calloc((size_t)nt, sizeof *s->ts);
+  s->bufs = calloc((size_t)nt + 1, sizeof *s->bufs);
+  s->refs = calloc((size_t)nt + 1, sizeof *s->refs);
+  if (!s->ts || !s->bufs || !s->refs) return kiln_err_set(e, "E_IO", "out of memory");
+  for (int i = 0; i < nt; i++) {
+    run_tensor *t = &s->ts[i];
+    RT(kiln_plan_tensor(plan, i, &t->info));
+    kiln_role role = t->info.role;
+    if (role == KILN_ROLE_VIRTUAL || role == KILN_ROLE_CONSTANT || role == KILN_ROLE_SCRATCH) continue;
+    t->numel = 1;
+    t->span = 1;
+    for (int k = 0; k < t->info.ndim; k++) {
+      t->dims[k] = t->info.dims[k];
+      if (t->dims[k] < 0 && eval_expr(t->info.dim_names[k], o->dim_names, o->dim_values, o->ndims, &t->dims[k]) != 0)
+        return kiln_err_set(e, "E_USAGE", "dynamic dim %s of %s has no value (use --set %s=N)", t->info.dim_names[k],
+                            t->info.name, t->info.dim_names[k]);
+      t->strides[k] = t->info.strides[k];
+      if (t->strides[k] < 0 &&
+          eval_expr(t->info.stride_exprs[k], o->dim_names, o->dim_values, o->ndims, &t->strides[k]) != 0)
+        return kiln_err_set(e, "E_USAGE", "stride %s of %s has no value", t->info.stride_exprs[k], t->info.name);
+      t->numel *= (size_t)t->dims[k];
+      t->span += (size_t)((t->dims[k] - 1) * t->strides[k]);
+    }
+    if (t->numel == 0) t->span = 0;
+    t->elem = kiln_dtype_size(t->info.dtype);
+    t->logical = calloc(t->numel + 1, sizeof(double));
+    t->host = calloc(t->span + 1, t->elem);
+    if (!t->logical || !t->host) return kiln_err_set(e, "E_IO", "out of memory for %s", t->info.name);
+    s->bytes += (double)(t->numel * t->elem);
+    kiln_ref_buffer *buf = &s->bufs[s->nbufs++];
+    buf->uid = t->info.uid;
+    buf->numel = t->numel;
+    buf->data = t->logical;
+    if (role == KILN_ROLE_SCALAR) {
+      t->logical[0] = kiln_round_to("fp32", random_value(t->info.dtype, role, &s->seed));
+      continue;
+    }
+    CU(kiln__cu.MemAlloc(&t->dev, t->span * t->elem + 16));
+    if (role == KILN_ROLE_INPUT) {
+      const kiln_run_range *range = NULL;
+      for (int k = 0; k < o->nranges; k++)
+        if (o->ranges[k].uid == t->info.uid && o->ranges[k].hi >= o->ranges[k].lo) range = &o->ranges[k];
+      if (fill_random(t, range, &s->seed) != 0)
+        return kiln_err_set(e, "E_DTYPE", "cannot encode %s", kiln_dtype_name(t->info.dtype));
+    } else {
+      s->refs[i] = calloc(t->numel + 1, sizeof(double));
+      t->result = calloc(t->numel + 1, sizeof(double));
+      if (!s->refs[i] || !t->result) return kiln_err_set(e, "E_IO", "out of memory");
+      buf->data = s->refs[i];
+    }
+  }
+done:
+  return rc;
+}
+
+/* Binds s's dims, scalars and tensors to b; uploads the inputs afresh and poisons the
+ * outputs (NaN for every float type), so a plan sees what the first one saw. */
+static int session_bind(run_session *s, kiln_bind *b, kiln_err *e) {
+  const kiln_run_opts *o = s->o;
+  kiln_rt *rt = s->rt;
+  int rc = 0;
+  for (int d = 0; d < o->ndims; d++) RT(kiln_bind_dim(b, o->dim_names[d], o->dim_values[d]));
+  for (int i = 0; i < s->nt; i++) {
+    run_tensor *t = &s->ts[i];
+    if (t->info.role == KILN_ROLE_SCALAR) RT(kiln_bind_scalar(b, t->info.name, t->logical[0]));
+    if (!t->dev) continue;
+    if (t->info.role == KILN_ROLE_INPUT) CU(kiln__cu.MemcpyHtoD(t->dev, t->host, t->span * t->elem));
+    else CU(kiln__cu.MemsetD8(t->dev, 0xff, t->span * t->elem));
+    RT(kiln_bind_tensor(b, t->info.name, (kiln_devptr)t->dev, t->info.ndim, t->dims, t->strides, t->info.dtype));
+  }
+done:
+  return rc;
+}
+
+/* Reads the outputs back and compares them with the reference (run once, on first need). */
+static int session_check(run_session *s, const kiln_plan_info *pi, kiln_run_result *res, kiln_err *e) {
+  const kiln_run_opts *o = s->o;
+  int rc = 0;
+  for (int i = 0; i < s->nt; i++) {
+    run_tensor *t = &s->ts[i];
+    if (t->info.role != KILN_ROLE_OUTPUT) continue;
+    CU(kiln__cu.MemcpyDtoH(t->host, t->dev, t->span * t->elem));
+    if (read_result(t) != 0) return kiln_err_set(e, "E_DTYPE", "cannot decode %s", kiln_dtype_name(t->info.dtype));
+  }
+  if (!o->check) return 0;
+  if (!s->have_refs) {
+    kiln_ref_dim rd[KILN_PACK_MAX_DYN];
+    int nd = o->ndims < KILN_PACK_MAX_DYN ? o->ndims : KILN_PACK_MAX_DYN;
+    for (int d = 0; d < nd; d++) rd[d] = (kiln_ref_dim){o->dim_names[d], o->dim_values[d]};
+    if (kiln_ref_eval(pi->graph_json, rd, nd, s->bufs, s->nbufs, e) != 0) return kiln_err_wrap(e, "reference executor");
+    s->have_refs = 1;
+  }
+  for (int i = 0; i < s->nt; i++)
+    if (s->ts[i].info.role == KILN_ROLE_OUTPUT)
+      res->mismatched_outputs += compare_output(&s->ts[i], s->refs[i], kiln_ref_check_dtype(pi->graph_json, s->ts[i].info.uid),
+                                                s->out, o->quiet);
+done:
+  return rc;
+}
+
+/* Captures `reps` launches of the plan on stream into a CUDA graph; 0 with *exec set, else -1
+ * (the capture is ended and dropped; the caller times launches one by one). */
+static int capture_launches(kiln_plan *plan, kiln_bind *b, CUstream stream, int reps, CUgraphExec *exec) {
+  CUgraph graph = NULL;
+  if (kiln__cu.StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED) != CUDA_SUCCESS) return -1;
+  int ok = 1;
+  for (int r = 0; r < reps && ok; r++) ok = kiln_launch(plan, b, stream) == KILN_OK;
+  ok &= kiln__cu.StreamEndCapture(stream, &graph) == CUDA_SUCCESS;
+  ok = ok && graph && kiln__cu.GraphInstantiateWithFlags(exec, graph, 0) == CUDA_SUCCESS;
+  if (graph) kiln__cu.GraphDestroy(graph);
+  return ok ? 0 : -1;
+}
+
+/* The launch time of the plan: the median over o->iters samples, each a replay of a CUDA graph
+ * of as many launches as take about 0.2 ms (one launch where capture fails), timed with events;
+ * the inputs stay in L2 from one launch to the next where they fit. */
+static int time_plan(run_session *s, kiln_plan *plan, kiln_bind *b, kiln_run_result *res, kiln_err *e) {
+  kiln_rt *rt = s->rt;
+  int rc = 0, iters = s->o->iters > 0 ? s->o->iters : 100;
+  CUevent ev[2] = {0, 0};
+  CUstream stream = NULL;
+  CUgraphExec exec = NULL;
+  float *times = calloc((size_t)iters, sizeof *times), one = 0;
+  if (!times) return kiln_err_set(e, "E_IO", "out of memory");
+  CU(kiln__cu.StreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CU(kiln__cu.EventCreate(&ev[0], CU_EVENT_DEFAULT));
+  CU(kiln__cu.EventCreate(&ev[1], CU_EVENT_DEFAULT));
+  for (int w = 0; w < 10; w++) RT(kiln_launch(plan, b, stream));
+  CU(kiln__cu.EventRecord(ev[0], stream));
+  RT(kiln_launch(plan, b, stream));
+  CU(kiln__cu.EventRecord(ev[1], stream));
+  CU(kiln__cu.EventSynchronize(ev[1]));
+  CU(kiln__cu.EventElapsedTime(&one, ev[0], ev[1]));
+  int reps = one > 0 ? (int)ceil(0.2 / one) : 1;
+  reps = reps < 1 ? 1 : reps > 200 ? 200 : reps;
+  if (capture_launches(plan, b, stream, reps, &exec) != 0) reps = 1, exec = NULL;
+  for (int it = 0; it < iters; it++) {
+    CU(kiln__cu.EventRecord(ev[0], stream));
+    if (exec) CU(kiln__cu.GraphLaunch(exec, stream));
+    else RT(kiln_launch(plan, b, stream));
+    CU(kiln__cu.EventRecord(ev[1], stream));
+    CU(kiln__cu.EventSynchronize(ev[1]));
+    CU(kiln__cu.EventElapsedTime(&times[it], ev[0], ev[1]));
+    times[it] /= (float)reps;
+  }
+  qsort(times, (size_t)iters, sizeof *times, cmp_float);
+  res->median_ms = times[iters / 2];
+  res->samples = iters;
+  res->replays = exec ? reps : 0;
+  fprintf(s->out, "  time: median %.4f ms (p10 %.4f, p90 %.4f) over %d %s, L2 warm; %.1f MB moved, %.3f TB/s\n",
+          res->median_ms, times[iters / 10], times[iters * 9 / 10], iters, exec ? "CUDA graph replays" : "launches",
+          s->bytes / 1e6, s->bytes / (res->median_ms * 1e-3) / 1e12);
+  if (exec) fprintf(s->out, "    (each replay %d launches, its time divided by %d)\n", reps, reps);
+done:
+  if (exec) kiln__cu.GraphExecDestroy(exec);
+  if (ev[0]) kiln__cu.EventDestroy(ev[0]);
+  if (ev[1]) kiln__cu.EventDestroy(ev[1]);
+  if (stream) kiln__cu.StreamDestroy(stream);
+  free(times);
+  return rc;
+}
+
+/* Runs candidate `k` of o's packs on s's tensors: one launch, the check, the timing. */
+static int run_plan(run_session *s, int k, kiln_run_result *res, kiln_err *e) {
+  const kiln_run_opts *o = s->o;
+  kiln_rt *rt = s->rt;
   kiln_pack *pack = NULL;
   kiln_plan *plan = NULL;
   kiln_bind *b = NULL;
-  run_tensor *ts = NULL;
-  kiln_ref_buffer *bufs = NULL;
-  double **refs = NULL;
-  CUevent ev[2] = {0, 0};
   CUdeviceptr ws = 0;
-  float *times = NULL;
-  CUdevice dev = 0;
-  int have_ctx = 0, nt = 0;
-  uint64_t seed = o->seed ? o->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)clock();
-  FILE *out = o->out ? o->out : stdout;
+  int rc = 0;
+  res->bytes = s->bytes;
+  RT(kiln_pack_open_memory(rt, o->packs[k], o->pack_sizes[k], &pack));
+  RT(kiln_plan_get(pack, o->graph, o->instance, &plan));
+  kiln_plan_info pi;
+  RT(kiln_plan_info_get(plan, &pi));
+  if (pi.ntensors != s->nt) {
+    rc = kiln_err_set(e, "E_USAGE", "candidate %d of %s has %d tensors, the first %d", k, o->graph, pi.ntensors, s->nt);
+    goto done;
+  }
+  RT(kiln_bind_create(plan, &b));
+  if (session_bind(s, b, e) != 0) { rc = -1; goto done; }
+  size_t ws_bytes = 0;
+  RT(kiln_plan_workspace_size(plan, b, &ws_bytes));
+  if (ws_bytes) {
+    int64_t sms;
+    int have_ctx;
+    RT(kiln__context_sms(rt, &sms, &have_ctx));
+    if (!o->quiet) fprintf(s->out, "  workspace: %zu bytes, persistent grids for %lld SMs\n", ws_bytes, (long long)sms);
+    CU(kiln__cu.MemAlloc(&ws, ws_bytes));
+    CU(kiln__cu.MemsetD8(ws, 0xff, ws_bytes)); /* kernels must not rely on a zeroed workspace */
+    RT(kiln_bind_workspace(b, (kiln_devptr)ws, ws_bytes));
+  }
+  double t_launch0 = kiln_now_ms();
+  RT(kiln_launch(plan, b, NULL));
+  CU(kiln__cu.CtxSynchronize());
+  static int reported; /* start-up is the first launch of the process only */
+  if (kiln_main_start_ms > 0 && !reported++)
+    fprintf(s->out, "  start-up: first launch done %.1f ms after main; driver init + context creation %.1f ms and test-data set-up "
+            "%.1f ms excluded: kiln's own part %.2f ms\n", kiln_now_ms() - kiln_main_start_ms, s->ctx_ms,
+            t_launch0 - s->setup0_ms, kiln_now_ms() - kiln_main_start_ms - s->ctx_ms - (t_launch0 - s->setup0_ms));
+  if (session_check(s, &pi, res, e) != 0) { rc = -1; goto done; }
+  if (o->bench && time_plan(s, plan, b, res, e) != 0) rc = -1;
+done:
+  if (ws) kiln__cu.MemFree(ws);
+  if (b) kiln_bind_destroy(b);
+  if (pack) kiln_pack_close(pack);
+  return rc;
+}
 
+int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
+  int rc = 0;
+  memset(res, 0, (size_t)o->npacks * sizeof *res);
+  run_session s = {.o = o, .out = o->out ? o->out : stdout};
+  s.seed = o->seed ? o->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)clock();
+  kiln_rt *rt = NULL;
+  kiln_pack *pack = NULL;
+  kiln_plan *plan = NULL;
+  CUdevice dev = 0;
+  int have_ctx = 0;
+  if (o->npacks < 1) return kiln_err_set(e, "E_USAGE", "kiln_run: no plan to run");
   if (kiln_rt_create(&rt) != KILN_OK) return kiln_err_set(e, "E_CUDA", "cannot create the kiln runtime");
+  s.rt = rt;
   int version;
   double t_ctx0 = kiln_now_ms();
   RT(kiln_rt_driver_version(rt, &version));
@@ -302,158 +533,30 @@ int kiln_run(const kiln_run_opts *o, kiln_run_result *res, kiln_err *e) {
   CU(kiln__cu.DevicePrimaryCtxRetain(&ctx, dev));
   have_ctx = 1;
   CU(kiln__cu.CtxSetCurrent(ctx));
-  double t_ctx = kiln_now_ms() - t_ctx0 + driver_ms;
-  RT(kiln_pack_open_memory(rt, o->pack, o->pack_size, &pack));
+  s.ctx_ms = kiln_now_ms() - t_ctx0 + driver_ms;
+  RT(kiln_pack_open_memory(rt, o->packs[0], o->pack_sizes[0], &pack));
   RT(kiln_plan_get(pack, o->graph, o->instance, &plan));
   kiln_plan_info pi;
   RT(kiln_plan_info_get(plan, &pi));
-  RT(kiln_bind_create(plan, &b));
-  nt = pi.ntensors;
-  ts = calloc((size_t)nt, sizeof *ts);
-  bufs = calloc((size_t)nt + 1, sizeof *bufs);
-  refs = calloc((size_t)nt + 1, sizeof *refs);
-  if (!ts || !bufs || !refs) { rc = kiln_err_set(e, "E_IO", "out of memory"); goto done; }
-  for (int d = 0; d < o->ndims; d++) RT(kiln_bind_dim(b, o->dim_names[d], o->dim_values[d]));
-  fprintf(out, "run %s%s%s%s: seed %llu\n", pi.graph, *pi.instance ? " [" : "", pi.instance, *pi.instance ? "]" : "",
-          (unsigned long long)seed);
-  int nbufs = 0;
-  double t_setup0 = kiln_now_ms();
-  for (int i = 0; i < nt; i++) {
-    run_tensor *t = &ts[i];
-    RT(kiln_plan_tensor(plan, i, &t->info));
-    kiln_role role = t->info.role;
-    if (role == KILN_ROLE_VIRTUAL || role == KILN_ROLE_CONSTANT || role == KILN_ROLE_SCRATCH) continue;
-    t->numel = 1;
-    t->span = 1;
-    for (int k = 0; k < t->info.ndim; k++) {
-      t->dims[k] = t->info.dims[k];
-      if (t->dims[k] < 0 && eval_expr(t->info.dim_names[k], o->dim_names, o->dim_values, o->ndims, &t->dims[k]) != 0) {
-        rc = kiln_err_set(e, "E_USAGE", "dynamic dim %s of %s has no value (use --set %s=N)", t->info.dim_names[k],
-                          t->info.name, t->info.dim_names[k]);
-        goto done;
-      }
-      t->strides[k] = t->info.strides[k];
-      if (t->strides[k] < 0 &&
-          eval_expr(t->info.stride_exprs[k], o->dim_names, o->dim_values, o->ndims, &t->strides[k]) != 0) {
-        rc = kiln_err_set(e, "E_USAGE", "stride %s of %s has no value", t->info.stride_exprs[k], t->info.name);
-        goto done;
-      }
-      t->numel *= (size_t)t->dims[k];
-      t->span += (size_t)((t->dims[k] - 1) * t->strides[k]);
-    }
-    if (t->numel == 0) t->span = 0;
-    t->elem = kiln_dtype_size(t->info.dtype);
-    const char *dname = kiln_dtype_name(t->info.dtype);
-    t->logical = calloc(t->numel + 1, sizeof(double));
-    t->host = calloc(t->span + 1, t->elem);
-    if (!t->logical || !t->host) { rc = kiln_err_set(e, "E_IO", "out of memory for %s", t->info.name); goto done; }
-    res->bytes += (double)(t->numel * t->elem);
-    bufs[nbufs].uid = t->info.uid;
-    bufs[nbufs].numel = t->numel;
-    if (role == KILN_ROLE_SCALAR) {
-      t->logical[0] = kiln_round_to("fp32", random_value(t->info.dtype, role, &seed));
-      RT(kiln_bind_scalar(b, t->info.name, t->logical[0]));
-      bufs[nbufs++].data = t->logical;
-      continue;
-    }
-    CU(kiln__cu.MemAlloc(&t->dev, t->span * t->elem + 16));
-    if (role == KILN_ROLE_INPUT) {
-      const kiln_run_range *range = NULL;
-      for (int k = 0; k < o->nranges; k++)
-        if (o->ranges[k].uid == t->info.uid && o->ranges[k].hi >= o->ranges[k].lo) range = &o->ranges[k];
-      if (fill_random(t, range, &seed) != 0) {
-        rc = kiln_err_set(e, "E_DTYPE", "cannot encode %s", dname);
-        goto done;
-      }
-      CU(kiln__cu.MemcpyHtoD(t->dev, t->host, t->span * t->elem));
-      bufs[nbufs++].data = t->logical;
-    } else {
-      CU(kiln__cu.MemsetD8(t->dev, 0xff, t->span * t->elem)); /* poison: NaN for every float type */
-      refs[i] = calloc(t->numel + 1, sizeof(double));
-      t->result = calloc(t->numel + 1, sizeof(double));
-      if (!refs[i] || !t->result) { rc = kiln_err_set(e, "E_IO", "out of memory"); goto done; }
-      bufs[nbufs].data = refs[i];
-      nbufs++;
-    }
-    RT(kiln_bind_tensor(b, t->info.name, (kiln_devptr)t->dev, t->info.ndim, t->dims, t->strides, t->info.dtype));
-  }
-  size_t ws_bytes = 0;
-  RT(kiln_plan_workspace_size(plan, b, &ws_bytes));
-  if (ws_bytes) {
-    int64_t sms;
-    int have_ctx;
-    RT(kiln__context_sms(rt, &sms, &have_ctx));
-    fprintf(out, "  workspace: %zu bytes, persistent grids for %lld SMs\n", ws_bytes, (long long)sms);
-    CU(kiln__cu.MemAlloc(&ws, ws_bytes));
-    CU(kiln__cu.MemsetD8(ws, 0xff, ws_bytes)); /* kernels must not rely on a zeroed workspace */
-    RT(kiln_bind_workspace(b, (kiln_devptr)ws, ws_bytes));
-  }
-  double t_alloc0 = kiln_now_ms();
-  RT(kiln_launch(plan, b, NULL));
-  CU(kiln__cu.CtxSynchronize());
-  static int reported; /* start-up is the first launch of the process only */
-  if (kiln_main_start_ms > 0 && !reported++)
-    fprintf(out, "  start-up: first launch done %.1f ms after main; driver init + context creation %.1f ms and test-data set-up "
-            "%.1f ms excluded: kiln's own part %.2f ms\n", kiln_now_ms() - kiln_main_start_ms, t_ctx,
-            t_alloc0 - t_setup0, kiln_now_ms() - kiln_main_start_ms - t_ctx - (t_alloc0 - t_setup0));
-  for (int i = 0; i < nt; i++) {
-    run_tensor *t = &ts[i];
-    if (t->info.role != KILN_ROLE_OUTPUT) continue;
-    CU(kiln__cu.MemcpyDtoH(t->host, t->dev, t->span * t->elem));
-    if (read_result(t) != 0) {
-      rc = kiln_err_set(e, "E_DTYPE", "cannot decode %s", kiln_dtype_name(t->info.dtype));
-      goto done;
-    }
-  }
-  if (o->check) {
-    kiln_ref_dim rd[KILN_PACK_MAX_DYN];
-    int nd = o->ndims < KILN_PACK_MAX_DYN ? o->ndims : KILN_PACK_MAX_DYN;
-    for (int d = 0; d < nd; d++) rd[d] = (kiln_ref_dim){o->dim_names[d], o->dim_values[d]};
-    if (kiln_ref_eval(pi.graph_json, rd, nd, bufs, nbufs, e) != 0) {
-      rc = kiln_err_wrap(e, "reference executor");
-      goto done;
-    }
-    for (int i = 0; i < nt; i++)
-      if (ts[i].info.role == KILN_ROLE_OUTPUT)
-        res->mismatched_outputs +=
-            compare_output(&ts[i], refs[i], kiln_ref_check_dtype(pi.graph_json, ts[i].info.uid), out);
-  }
-  if (o->bench) {
-    int iters = o->iters > 0 ? o->iters : 100;
-    times = calloc((size_t)iters, sizeof *times);
-    if (!times) { rc = kiln_err_set(e, "E_IO", "out of memory"); goto done; }
-    CU(kiln__cu.EventCreate(&ev[0], CU_EVENT_DEFAULT));
-    CU(kiln__cu.EventCreate(&ev[1], CU_EVENT_DEFAULT));
-    for (int w = 0; w < 10; w++) RT(kiln_launch(plan, b, NULL));
-    for (int it = 0; it < iters; it++) {
-      CU(kiln__cu.EventRecord(ev[0], NULL));
-      RT(kiln_launch(plan, b, NULL));
-      CU(kiln__cu.EventRecord(ev[1], NULL));
-      CU(kiln__cu.EventSynchronize(ev[1]));
-      CU(kiln__cu.EventElapsedTime(&times[it], ev[0], ev[1]));
-    }
-    qsort(times, (size_t)iters, sizeof *times, cmp_float);
-    res->median_ms = times[iters / 2];
-    fprintf(out, "  time: median %.4f ms (p10 %.4f, p90 %.4f) over %d launches; %.1f MB moved, %.3f TB/s\n",
-            res->median_ms, times[iters / 10], times[iters * 9 / 10], iters, res->bytes / 1e6,
-            res->bytes / (res->median_ms * 1e-3) / 1e12);
+  fprintf(s.out, "run %s%s%s%s: seed %llu\n", pi.graph, *pi.instance ? " [" : "", pi.instance, *pi.instance ? "]" : "",
+          (unsigned long long)s.seed);
+  s.setup0_ms = kiln_now_ms();
+  if (session_tensors(&s, plan, pi.ntensors, e) != 0) { rc = -1; goto done; }
+  for (int k = 0; k < o->npacks && rc == 0; k++) {
+    if (o->npacks > 1) fprintf(s.out, "  candidate %d\n", k);
+    rc = run_plan(&s, k, &res[k], e);
   }
 done:
-  if (ws) kiln__cu.MemFree(ws);
-  if (ev[0]) kiln__cu.EventDestroy(ev[0]);
-  if (ev[1]) kiln__cu.EventDestroy(ev[1]);
-  free(times);
-  for (int i = 0; ts && i < nt; i++) {
-    if (ts[i].dev) kiln__cu.MemFree(ts[i].dev);
-    free(ts[i].logical);
-    free(ts[i].result);
-    free(ts[i].host);
-    if (refs) free(refs[i]);
+  for (int i = 0; s.ts && i < s.nt; i++) {
+    if (s.ts[i].dev) kiln__cu.MemFree(s.ts[i].dev);
+    free(s.ts[i].logical);
+    free(s.ts[i].result);
+    free(s.ts[i].host);
+    if (s.refs) free(s.refs[i]);
   }
-  free(ts);
-  free(refs);
-  free(bufs);
-  if (b) kiln_bind_destroy(b);
+  free(s.ts);
+  free(s.refs);
+  free(s.bufs);
   if (pack) kiln_pack_close(pack);
   kiln_rt_destroy(rt);
   if (have_ctx) kiln__cu.DevicePrimaryCtxRelease(dev);

@@ -20,15 +20,17 @@ typedef struct kiln_run_range {
 } kiln_run_range;
 
 typedef struct kiln_run_opts {
-  const void *pack;        /* pack bytes holding the plan */
-  size_t pack_size;
+  const void *const *packs; /* npacks packs, each holding a candidate plan of one graph instance */
+  const size_t *pack_sizes;
+  int npacks;
   const char *graph, *instance;
   const char *const *dim_names; /* values of the plan's dynamic dims */
   const int64_t *dim_values;
   int ndims;
   int check;               /* compare with the reference executor */
   int bench;               /* time the launch */
-  int iters;               /* timed launches (default 100) */
+  int iters;               /* timed samples (default 100) */
+  int quiet;               /* report mismatched outputs only */
   uint64_t seed;           /* 0: fresh from the clock */
   const kiln_run_range *ranges; /* integer inputs with a range of their own */
   int nranges;
@@ -38,6 +40,8 @@ typedef struct kiln_run_opts {
 typedef struct kiln_run_result {
   int mismatched_outputs;  /* outputs outside tolerance */
   double median_ms;        /* bench: median time per launch */
+  int samples;             /* bench: timed samples */
+  int replays;             /* bench: launches per CUDA graph replay (0: launches timed one by one) */
   double bytes;            /* minimal bytes the plan moves (inputs read + outputs written once) */
 } kiln_run_result;
 
@@ -49,8 +53,9 @@ double kiln_now_ms(void);
 /* The arch string of device 0 ("sm_90a" for compute capability 9.0); E_CUDA without one. */
 int kiln_run_device_arch(char *arch, size_t n, char *name, size_t name_n, kiln_err *e);
 
-/* 0 with r filled (check mismatches are reported in r, not as an error), -1 with e on a
- * failure to run at all. */
+/* Runs each of o's packs on the same random inputs (the reference executor runs once): 0 with
+ * r[0 .. npacks-1] filled (check mismatches are reported in r, not as an error), -1 with e on
+ * a failure to run at all. */
 int kiln_run(const kiln_run_opts *o, kiln_run_result *r, kiln_err *e);
 
 #endif

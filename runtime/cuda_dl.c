@@ -39,7 +39,9 @@ static const struct {
     SYM(DevicePrimaryCtxRelease), SYM(CtxSetCurrent), SYM(CtxSynchronize), SYM(MemAlloc),
     SYM(MemFree),           SYM(MemcpyHtoD),         SYM(MemcpyDtoH),     SYM(MemsetD8),
     SYM(EventCreate),       SYM(EventRecord),        SYM(EventSynchronize), SYM(EventElapsedTime),
-    SYM(EventDestroy),
+    SYM(EventDestroy),      SYM(StreamCreate),       SYM(StreamDestroy),  SYM(StreamBeginCapture),
+    SYM(StreamEndCapture),  SYM(GraphInstantiateWithFlags), SYM(GraphLaunch), SYM(GraphExecDestroy),
+    SYM(GraphDestroy),
 #undef SYM
 };
 

@@ -28,6 +28,13 @@ commands:
   run SPEC --check [--bench] [--set DIM=N] [--instance K=V,...]
                            run on the GPU against the reference executor (only the
                            instances whose key has every K=V given, with --instance)
+  tune SPEC --set DIM=N [--instance K=V,...] [--plans-lock DIR] [--iters N] [-v]
+                           on this machine's GPU: every candidate plan of every kernel group
+                           built, checked against the reference executor and timed at the dims
+                           given (every dynamic dim); the fastest, the runners-up and the
+                           default written to the lock (default ./plans.lock), one file per
+                           graph instance, SM and shape class
+        [--list] [--sm SM]  list the distinct candidates instead (no GPU needed)
   pack inspect|verify PACK list or check what a pack holds
   cache path|stat|verify|clear|gc
                            look after the kernel cache
@@ -36,6 +43,8 @@ commands:
 
 common options:
   --set DIM=N              fix a dim (specialized or dynamic) to N
+  --plans-lock DIR         the plans.lock that build, run, source, explain and check follow
+                           and tune writes (default ./plans.lock where it exists)
   --graph NAME             only the graph NAME of a spec with several (again for more)
   -h, --help               this text;  --version  the version
 
@@ -50,9 +59,9 @@ local function usage(fmt, ...) errors.raise_at(nil, nil, "E_USAGE", fmt, ...) en
 
 -- Options each command accepts: name -> "flag" | "value" | "list".
 local OPTIONS = {
-  ["--json"] = "flag", ["--no-engines"] = "flag", ["--ptx"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--bench"] = "flag",
+  ["--json"] = "flag", ["--no-engines"] = "flag", ["--ptx"] = "flag", ["-v"] = "flag", ["--verbose"] = "flag", ["--check"] = "flag", ["--list"] = "flag", ["--bench"] = "flag",
   ["--sm"] = "list", ["--set"] = "list", ["-o"] = "value", ["--emit-c"] = "value", ["--graph"] = "list",
-  ["-j"] = "value", ["--from"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value",
+  ["-j"] = "value", ["--from"] = "value", ["--iters"] = "value", ["--instance"] = "value", ["--csv"] = "value", ["--pack"] = "value", ["--plans-lock"] = "value",
 }
 
 local function parse(argv)
@@ -202,7 +211,8 @@ local function explain_group(grp, kernels)
   io.write(string.format("  group %d (%s): %s\n", grp.index - 1, table.concat(ops, " "),
     grp.plan and ("plan " .. grp.plan.id) or "NO ENGINE"))
   for _, r in ipairs(grp.report) do
-    if r.accepted then io.write(string.format("    %-10s accepted: %s\n", r.engine, table.concat(r.plans, ", ")))
+    if r.source then io.write(string.format("    %-10s %s, from %s\n", "chosen", r.plans[1], r.source))
+    elseif r.accepted then io.write(string.format("    %-10s accepted: %s\n", r.engine, table.concat(r.plans, ", ")))
     else io.write(string.format("    %-10s declined: %s\n", r.engine, r.reason)) end
   end
   for _, k in ipairs(kernels) do
@@ -242,6 +252,10 @@ end
 
 function commands.build(args)
   return require("kiln.build").run(args)
+end
+
+function commands.tune(args)
+  return require("kiln.tune").run(args)
 end
 
 function commands.run(args)
@@ -296,7 +310,9 @@ function M.main(argv)
   for _, a in ipairs(rest) do
     if a == "-h" or a == "--help" then io.write(USAGE); return 0 end
   end
-  return fn(parse(rest))
+  local args = parse(rest)
+  require("kiln.lock").use(args.plans_lock)
+  return fn(args)
 end
 
 return M

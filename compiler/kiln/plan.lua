@@ -27,7 +27,7 @@ local function route_groups(g, target, opts)
     fuse_matmuls = fused and function(a, b) return engines.fuse_matmuls(a, b, g, target) end,
     fuse_dequant = fused and function(m, qs) return engines.fuse_dequant(m, qs, g, target) end }), true
   for _, grp in ipairs(groups) do
-    grp.plan, grp.report = engines.route(grp, g, target)
+    grp.plan, grp.report = engines.route(grp, g, target, opts.pins and opts.pins[grp.index - 1])
     all = all and grp.plan ~= nil
   end
   return groups, all
@@ -40,18 +40,21 @@ end
 -- block quantizes in norms' epilogues) is taken, else the conservative one, if every group has an engine there; else the default's
 -- reasons stand. KILN_FUSE=strict (read at build time, for measuring) takes the conservative
 -- fusion always, KILN_FUSE=rowsplit the default without element ops after row reductions.
-function M.route(g, target)
-  g = decompose.graph(g)
+-- A group's pinned plan (kiln.engines.route) comes from spec_graph.pins where set (kiln tune),
+-- else from plans.lock (kiln.lock).
+function M.route(spec_graph, target)
+  local g = decompose.graph(spec_graph)
+  local pins = rawget(spec_graph, "pins") or require("kiln.lock").pins(spec_graph, target.arch)
   local fuse = require("kiln.settings").pick("KILN_FUSE", { "strict", "rowsplit" })
-  if fuse == "strict" then return (route_groups(g, target, { strict = true })), g end
-  if fuse == "rowsplit" then return (route_groups(g, target, { no_reduction_epilogue = true })), g end
-  local groups, all = route_groups(g, target, {})
+  if fuse == "strict" then return (route_groups(g, target, { strict = true, pins = pins })), g end
+  if fuse == "rowsplit" then return (route_groups(g, target, { no_reduction_epilogue = true, pins = pins })), g end
+  local groups, all = route_groups(g, target, { pins = pins })
   if all then return groups, g end
-  local plain, plain_all = route_groups(g, target, { no_reduction_epilogue = true })
+  local plain, plain_all = route_groups(g, target, { no_reduction_epilogue = true, pins = pins })
   if plain_all then return plain, g end
-  local strict, strict_all = route_groups(g, target, { strict = true })
+  local strict, strict_all = route_groups(g, target, { strict = true, pins = pins })
   if strict_all then return strict, g end
-  return (route_groups(g, target, {})), g
+  return (route_groups(g, target, { pins = pins })), g
 end
 
 -- Groups are numbered from 0, as `kiln explain` and KILN_PLAN number them.

@@ -79,10 +79,10 @@ function M.run(args)
       for i, r in ipairs(results) do images[1][i] = r.cubin end
       for _, k in ipairs(m.kernels) do k.source, k.cuda = nil, nil end
       local pack = c.pack_build { { manifest = c.json_encode(m), archs = { target.arch }, images = images } }
-      local r = c.run { pack = pack, graph = g.name, instance = m.instance, dims = dims, check = args.check,
+      local r = c.run { packs = { pack }, graph = g.name, instance = m.instance, dims = dims, check = args.check,
                         bench = args.bench, iters = tonumber(args.iters or "0") or 0,
                         seed = math.tointeger(tonumber(c.getenv("KILN_SEED") or "0")) or 0,
-                        ranges = M.index_ranges(g, dims) }
+                        ranges = M.index_ranges(g, dims) }[1]
       mismatches = mismatches + r.mismatched_outputs
       runs = runs + 1
       end

@@ -1,7 +1,8 @@
 -- kiln.settings: the settings an engine builds its candidate plans under, and the build-time
 -- environment settings that are no engine's.
 -- An engine's settings (E.settings: NAME -> its values, the default first; a list may also have
--- `valid`, a function that accepts more values, and `want`, what it takes, for messages) are
+-- `valid`, a function that accepts more values, `want`, what it takes, for messages, and `tune`,
+-- the values `kiln tune` measures where not all) are
 -- chosen by KILN_PLAN's ENGINE.NAME=VALUE items (kiln.engines). The router makes an engine's
 -- the current ones while it proposes, judges a fusion or builds (M.during); the engine's code,
 -- however deep, reads them with M.get.

@@ -108,6 +108,8 @@ E.settings = {
 for p = 0, 100 do
   if p ~= E.STREAMK.fill_pct then E.settings.fill[#E.settings.fill + 1] = tostring(p) end
 end
+-- the values of fill that `kiln tune` measures (a setting's `tune` list; all its values without)
+E.settings.fill.tune = { "50", "70", "100" }
 
 local fmt, cdim = pw.fmt, pw.cdim
 

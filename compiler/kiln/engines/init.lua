@@ -137,8 +137,34 @@ local function wanted(want, engine, p)
   return true
 end
 
--- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and why.
-function M.route(group, g, target)
+-- The plan pinned for a group ({ engine =, id =, settings =, source = }: plans.lock's or kiln
+-- tune's): its engine's candidate of that id proposed under those settings (the others at
+-- their defaults), or nil and why not.
+local function pinned(pin, group, g, target)
+  local engine
+  for _, e in ipairs(M.list) do if e.id == pin.engine then engine = e end end
+  if not engine then return nil, "no engine '" .. tostring(pin.engine) .. "'" end
+  local set = nil
+  if engine.settings then
+    set = {}
+    for name, values in pairs(engine.settings) do
+      local v = pin.settings[name]
+      if v ~= nil and not settings.accepts(values, tostring(v)) then
+        return nil, string.format("%s.%s=%s is not a value of the setting", engine.id, name, tostring(v))
+      end
+      set[name] = v ~= nil and tostring(v) or values[1]
+    end
+  end
+  local plans, reason = settings.during(set, engine.propose, group, g, target)
+  for _, p in ipairs(plans or {}) do
+    if p.id == pin.id then p.settings, p.engine = set, engine; return p end
+  end
+  return nil, plans and ("engine " .. engine.id .. " no longer offers it") or ("engine " .. engine.id .. " declines the group: " .. tostring(reason))
+end
+
+-- Returns the chosen plan (or nil) and a report: one row per engine, accepted or declined and
+-- why. KILN_PLAN's choice comes first, then the pinned plan `pin` (optional), then the ranking.
+function M.route(group, g, target, pin)
   local report, best = {}, nil
   local want, chosen = M.forced(group), nil
   for _, engine in ipairs(M.list) do
@@ -162,6 +188,17 @@ function M.route(group, g, target)
   if chosen then
     report[#report + 1] = { engine = "KILN_PLAN", accepted = true, plans = { chosen.id } }
     return chosen, report
+  end
+  if pin then
+    local p, why = pinned(pin, group, g, target)
+    if p then
+      report[#report + 1] = { engine = "pinned", accepted = true, plans = { p.id }, source = pin.source }
+      return p, report
+    end
+    report[#report + 1] = { engine = "pinned", accepted = false, reason = string.format("%s from %s not taken: %s", pin.id, pin.source, why) }
+    if pin.source:match("^plans%.lock") then
+      require("kiln.lock").note("%s: group %d: %s not taken (%s); the ranked plan is used", pin.source, group.index - 1, pin.id, why)
+    end
   end
   return best, report
 end
