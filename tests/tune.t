@@ -5,7 +5,7 @@
 # entry, or a plan no longer offered, with a note and the ranked plan; tune itself needs a GPU
 # (tests/gpu/run's tune step measures).
 . "$(dirname "$0")/lib.sh"
-plan 23
+plan 24
 SPEC=$PWD/specs/rmsnorm.lua
 LOCK=$TMP/lock
 run_kiln tune --list "$SPEC" --graph rmsnorm --instance H=4096
@@ -94,6 +94,8 @@ ok "a setting value the engine lacks: a note, and the ranked plan" \
 explain --plans-lock "$TMP/none"
 ok "a lock folder that does not exist: a note" grep -q "plans.lock $TMP/none cannot be read" "$ERRF"
 rm -rf "$LOCK"; entry T=1024 '{}' 12 "$N4" '{"n": "4"}' 10
+(cd "$TMP" && KILN_PLANS_LOCK=$LOCK "$KILN" explain "$SPEC" --graph rmsnorm --set H=4096) > "$OUTF" 2>&1
+ok "KILN_PLANS_LOCK names the lock too" grep -q "group 0 (rmsnorm): plan $N4$" "$OUTF"
 KILN_PLAN=row.n=1 run_kiln explain "$SPEC" --graph rmsnorm --set H=4096 --plans-lock "$LOCK"
 ok "KILN_PLAN outranks the lock" grep -q "group 0 (rmsnorm): plan $N1$" "$OUTF"
 done_testing

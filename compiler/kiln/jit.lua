@@ -1,5 +1,6 @@
 -- kiln.jit: the front end as a library call (compiler/jit.h): spec file, SMs and dim
--- settings in, pack bytes out — compiling only what the cache lacks. Prints nothing.
+-- settings in, pack bytes out — compiling only what the cache lacks. Prints nothing but the
+-- notes of a plans.lock named by KILN_PLANS_LOCK (kiln.lock) that it passes over.
 local build = require "kiln.build"
 local record = require "kiln.record"
 
@@ -7,6 +8,7 @@ local M = {}
 
 -- archs: {"sm_90a", ...}; sets: {"H=4096", ...}
 function M.build(path, archs, sets)
+  require("kiln.lock").use(nil, false)
   local args = { positional = { path }, sm = archs, set = {} }
   for _, s in ipairs(sets) do
     local k, v = s:match("^([%a_][%w_]*)=(%d+)$")

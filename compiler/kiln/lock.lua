@@ -10,18 +10,22 @@ local M = {}
 M.DEFAULT = "plans.lock"
 M.SCHEMA = "kiln.plans.lock"
 
-local chosen = nil   -- --plans-lock's folder; nil: M.DEFAULT where it exists
+local chosen = nil   -- --plans-lock's folder; nil: KILN_PLANS_LOCK's, else M.DEFAULT where it exists
+local implicit = true -- whether ./plans.lock counts without being named (the kiln command)
 local noted = {}     -- notes already printed (one per entry and reason)
 local machine = nil  -- this machine's environment, read once
 local memo = {}      -- the pins of each graph hash and SM read
 
--- Builds read the lock at `path` (nil: M.DEFAULT where it exists).
-function M.use(path) chosen = path; memo = {} end
+-- Builds read the lock at `path` (nil: KILN_PLANS_LOCK's, else M.DEFAULT where it exists and
+-- `cwd` is not false: the JIT library reads only a lock it is given).
+function M.use(path, cwd) chosen = path; implicit = cwd ~= false; memo = {} end
 
 -- The folder builds read, or nil.
 function M.folder()
   if chosen then return chosen end
-  return c.list_dir(M.DEFAULT) and M.DEFAULT or nil
+  local env = c.getenv("KILN_PLANS_LOCK") or ""
+  if env ~= "" then return env end
+  return implicit and c.list_dir(M.DEFAULT) and M.DEFAULT or nil
 end
 
 function M.note(fmt, ...)
