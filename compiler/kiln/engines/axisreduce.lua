@@ -248,32 +248,33 @@ local function stored(src, red)
   return pw.fmt(pw.storage(src, red.y.dtype).store, fin)
 end
 
-local function build_strided(plan, group, g, target, symbol)
-  local info, mode = plan.info, plan.info.mode
-  local B, V, U, RS = E.BLOCK, info.V, E.UNROLL, info.RS
-  local LO = B // RS    -- lanes along the outputs
-  local TW = LO * V     -- outputs a CTA
-  local K = rowgen.kernel(g, symbol)
-  K.src:need("common/nanmax.cuh")
-  K:note_dyn(info.E)
-  local comb = COMBINE[mode.comb]
-  local NR = #info.acc
-  -- a persistent grid over items (column block cb, row slice sl): thread t takes the V outputs
-  -- from o (lane t % LO: adjacent lanes adjacent outputs) and the slice's rows sl * R / G + s, + RS,
-  -- ... (s = t / LO); one slice writes the outputs, several their partials to the workspace
-  -- (without slices: a CTA a column block, all its rows)
-  local split = info.slices
-  local ws
+-- The strided form's shared state: the plan's arguments and the kernel's shape.
+local function strided_state(plan, group, g, target, symbol)
+  local info = plan.info
+  local S = { plan = plan, group = group, g = g, target = target, symbol = symbol, info = info, mode = info.mode,
+              B = E.BLOCK, V = info.V, U = E.UNROLL, RS = info.RS, NR = #info.acc, split = info.slices,
+              comb = COMBINE[info.mode.comb] }
+  S.LO = S.B // S.RS  -- lanes along the outputs
+  S.TW = S.LO * S.V   -- outputs a CTA
+  return S
+end
+
+-- The strided kernel's head: a persistent grid over items (column block cb, row slice sl):
+-- thread t takes the V outputs from o (lane t % LO: adjacent lanes adjacent outputs) and the
+-- slice's rows sl * R / G + s, + RS, ... (s = t / LO); one slice writes the outputs, several
+-- their partials to the workspace (without slices: a CTA a column block, all its rows).
+local function strided_head(S, K)
+  local info, V, U, RS, TW, split = S.info, S.V, S.U, S.RS, S.TW, S.split
   if split then
-    ws = K:workspace(0)
+    S.ws = K:workspace(0)
     K.params[#K.params + 1] = "const kiln_i64 sms"
     K.mparams[#K.mparams + 1] = { kind = "sms" }
   end
   K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
   if split then K:add("  %s", slices_expr(TW, RS, U)) end
-  K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
-  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d][%d];", NR, RS, TW)
-  K:add("  float acc_[%d][%d][%d];", NR, U, V)
+  K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", S.LO, S.LO)
+  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d][%d];", S.NR, RS, TW)
+  K:add("  float acc_[%d][%d][%d];", S.NR, U, V)
   if split then
     K:add("  for (kiln_i64 w = blockIdx.x; w < C * G; w += gridDim.x) {")
     K:add("  const kiln_i64 cb = w / G, sl = w - cb * G, r_hi = (sl + 1) * R / G;")
@@ -283,7 +284,12 @@ local function build_strided(plan, group, g, target, symbol)
   end
   K:add("  const kiln_i64 o = cb * %d + lane * %d;", TW, V)
   K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int u = 0; u < %d; u++)\n#pragma unroll\n    for (int j = 0; j < %d; j++) acc_[r][u][j] = %s;",
-    NR, U, V, mode.init)
+    S.NR, U, V, S.mode.init)
+end
+
+-- The thread's rows of the item folded into acc_, U a trip while the slice has them.
+local function strided_rows(S, K)
+  local group, g, info, V, U, RS = S.group, S.g, S.info, S.V, S.U, S.RS
   K:add("  if (o < n_out) {")
   K:add("    const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
   hoist(K, group, g, info, "base", "    ", V)
@@ -300,6 +306,12 @@ local function build_strided(plan, group, g, target, symbol)
   element(K, group, g, info, "e", "acc_[%r][0][j]", "      ", V)
   K:add("    }")
   K:add("  }")
+end
+
+-- The item's values combined in a fixed order (each thread's accumulators, then the row
+-- splits in turn) and stored: the outputs, or with several slices the slice's partials.
+local function strided_combine(S, K)
+  local info, B, V, U, RS, TW, NR, comb = S.info, S.B, S.V, S.U, S.RS, S.TW, S.NR, S.comb
   K:add("  // in a fixed order: each thread's accumulators, then the row splits in turn")
   K:add("#pragma unroll\n  for (int r = 0; r < %d; r++)\n#pragma unroll\n  for (int j = 0; j < %d; j++) {", NR, V)
   K:add("    float a = acc_[r][0][j];")
@@ -318,50 +330,52 @@ local function build_strided(plan, group, g, target, symbol)
     K:add("    {")
     K:add("      float a = red_[%d][0][i];", ai - 1)
     K:add("      for (int k = 1; k < %d; k++) { const float b = red_[%d][k][i]; %s }", RS, ai - 1, comb({ "a" }, { "b" }))
-    if split then
+    if S.split then
       K:add("      if (G == 1) { %s }", table.concat(stores, " "))
-      K:add("      else %s[(sl * %d + %d) * n_out + q] = a;", ws, NR, ai - 1)
+      K:add("      else %s[(sl * %d + %d) * n_out + q] = a;", S.ws, NR, ai - 1)
     else
       K:add("      %s", table.concat(stores, " "))
     end
     K:add("    }")
   end
   K:add("  }")
-  if split then K:add("  __syncthreads();  // red_ is the next item's") end
+  if S.split then K:add("  __syncthreads();  // red_ is the next item's") end
   K:add("  }")
+end
+
+-- The strided kernel rendered, with its PTX form where axisreduce_ptx takes it.
+local function strided_main(S, K)
+  local info, B, V, U, RS, TW, symbol = S.info, S.B, S.V, S.U, S.RS, S.TW, S.symbol
   local params = K:finish_params()
   K.src:add(rowgen.render_fill("axisreduce.cuh", {
     what = string.format("%s over the middle axes of %s: %d outputs a CTA, %d a thread, the rows split %d ways, %d rows in flight a thread",
       table.concat(modes_of(info), " and "), shape.format(info.E), TW, V, RS, U),
     block = B, minb = "", symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
-  local main = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
+  local main = rowgen.columns_kernel(K, S.plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, 0)
   -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
-  local ptx_ok, why = axisreduce_ptx.accepts_strided(group, g, info)
+  local ptx_ok, why = axisreduce_ptx.accepts_strided(S.group, S.g, info)
   main.cuda_why = why
   if ptx_ok then
     local cuda = main.source
-    K.lines, K.target = {}, target
-    K.shared = { string.format("  __shared__ __align__(16) float red_[%d][%d][%d];", NR, RS, TW) }
-    axisreduce_ptx.emit_strided(K, group, g, info, B, U,
-      { slices = split, TW = TW, rsu = RS * U, per_sm = E.STRIDED_PER_SM, most = E.MAX_SLICES })
+    K.lines, K.target = {}, S.target
+    K.shared = { string.format("  __shared__ __align__(16) float red_[%d][%d][%d];", S.NR, RS, TW) }
+    axisreduce_ptx.emit_strided(K, S.group, S.g, info, B, U,
+      { slices = S.split, TW = TW, rsu = RS * U, per_sm = E.STRIDED_PER_SM, most = E.MAX_SLICES })
     rowgen.with_source(main, K, cuda)
   end
-  if not split then return main end
-  local factors = {}
-  for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
-  for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
-  main.grid[1] = sms.rule(rowgen.with_const(factors, E.MAX_SLICES), TW, sms.cap(E.STRIDED_PER_SM))
-  -- the slices' partials added in slice order (nothing to do where one slice took the rows)
-  local F = rowgen.kernel(g, symbol .. "_final")
-  F.src:need("common/pdl.cuh")
-  if mode.comb == "max" or mode.comb == "min" then F.src:need("common/nanmax.cuh") end
-  F:note_dyn(info.E)
+  return main
+end
+
+-- The second kernel's body: each accumulator's partials combined over the slices, its
+-- reductions' outputs stored.
+local function final_body(S, F)
+  local info, B, NR, comb = S.info, S.B, S.NR, S.comb
   local fws = F:workspace(0)
   F.params[#F.params + 1] = "const kiln_i64 sms"
   F.mparams[#F.mparams + 1] = { kind = "sms" }
   F:add("  const kiln_i64 n_out = %s * %s, R = %s;", info.Ko, info.Ki, info.R)
-  F:add("  %s", slices_expr(TW, RS, U))
+  F:add("  %s", slices_expr(S.TW, S.RS, S.U))
   F:add("  kiln_pdl_wait();  // launched early (pdl): the partials are complete past this point")
   F:add("  kiln_pdl_launch_dependents();")
   F:add("  if (G == 1) return;")
@@ -377,27 +391,64 @@ local function build_strided(plan, group, g, target, symbol)
     F:add("    }")
   end
   F:add("  }")
+end
+
+-- The second kernel's source into `final`: PTX where partials_ptx takes it, else the CUDA
+-- form's (no NVRTC either way once it is PTX).
+local function final_source(S, F, final, factors)
+  local info, mode = S.info, S.mode
+  local cuda, accs = F.src:text(), {}
+  for ai in ipairs(info.acc) do accs[ai] = {} end
+  for r, red in ipairs(info.list) do table.insert(accs[info.acc_of[r]], { uid = red.y.uid, fin = red.mode.fin }) end
+  local sopts = { n_out = factors, rows = info.R_f, TW = S.TW, rsu = S.RS * S.U, per_sm = E.STRIDED_PER_SM, most = E.MAX_SLICES,
+                  comb = mode.comb, init = mode.init, accs = accs }
+  if partials_ptx.slices_accept(S.g, sopts) then
+    F.lines, F.target = {}, S.target
+    partials_ptx.emit_slices(F, S.g, sopts)
+  end
+  rowgen.with_source(final, F, cuda, nil, true)
+end
+
+-- The kernel adding the slices' partials, over the n_out outputs (`factors`).
+local function strided_final(S, factors)
+  local info, mode, B, symbol = S.info, S.mode, S.B, S.symbol
+  local F = rowgen.kernel(S.g, symbol .. "_final")
+  F.src:need("common/pdl.cuh")
+  if mode.comb == "max" or mode.comb == "min" then F.src:need("common/nanmax.cuh") end
+  F:note_dyn(info.E)
+  final_body(S, F)
   local fparams = F:finish_params()
   F.src:add(rowgen.render_fill("axisreduce.cuh", {
     what = "the row slices' partials of " .. table.concat(modes_of(info), " and ") .. " added in slice order",
     block = B, minb = "", symbol = symbol .. "_final", params = fparams, shared = "", body = table.concat(F.lines, "\n"),
   }))
   local final = {
-    symbol = symbol .. "_final", engine = E.id, plan_id = plan.id .. ":final", options = rowgen.OPTIONS,
+    symbol = symbol .. "_final", engine = E.id, plan_id = S.plan.id .. ":final", options = rowgen.OPTIONS,
     block = { B, 1, 1 }, grid = { sms.rule(factors, B, sms.cap(E.STRIDED_PER_SM)), 1, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = F.mparams, align = F.align, pdl = true,
   }
   -- the same in PTX, for a PTX module (no NVRTC)
-  local cuda, accs = F.src:text(), {}
-  for ai in ipairs(info.acc) do accs[ai] = {} end
-  for r, red in ipairs(info.list) do table.insert(accs[info.acc_of[r]], { uid = red.y.uid, fin = red.mode.fin }) end
-  local sopts = { n_out = factors, rows = info.R_f, TW = TW, rsu = RS * U, per_sm = E.STRIDED_PER_SM, most = E.MAX_SLICES,
-                  comb = mode.comb, init = mode.init, accs = accs }
-  if partials_ptx.slices_accept(g, sopts) then
-    F.lines, F.target = {}, target
-    partials_ptx.emit_slices(F, g, sopts)
-  end
-  rowgen.with_source(final, F, cuda, nil, true)
+  final_source(S, F, final, factors)
+  return final
+end
+
+local function build_strided(plan, group, g, target, symbol)
+  local S = strided_state(plan, group, g, target, symbol)
+  local info, TW, NR = S.info, S.TW, S.NR
+  local K = rowgen.kernel(g, symbol)
+  K.src:need("common/nanmax.cuh")
+  K:note_dyn(info.E)
+  strided_head(S, K)
+  strided_rows(S, K)
+  strided_combine(S, K)
+  local main = strided_main(S, K)
+  if not S.split then return main end
+  local factors = {}
+  for _, f in ipairs(info.Ko_f) do factors[#factors + 1] = f end
+  for _, f in ipairs(info.Ki_f) do factors[#factors + 1] = f end
+  main.grid[1] = sms.rule(rowgen.with_const(factors, E.MAX_SLICES), TW, sms.cap(E.STRIDED_PER_SM))
+  -- the slices' partials added in slice order (nothing to do where one slice took the rows)
+  local final = strided_final(S, factors)
   -- G slices hold G * NR * n_out partials: G * C items fill at most STRIDED_PER_SM CTAs an SM
   local cap = sms.cap(E.STRIDED_PER_SM * TW * NR * 4)
   local workspace = { rule = sms.rule(rowgen.with_const(factors, E.MAX_SLICES * NR * 4), 1, cap),

@@ -168,28 +168,36 @@ function E.propose(group, g, target)
   return plans
 end
 
-function E.build(plan, group, g, target, symbol)
+-- The kernel's shared state: the plan's arguments, the kernel K and its shape.
+local function build_state(plan, group, g, target, symbol)
   local info = plan.info
-  local a, V, RS, B, U = info.anchor, info.V, info.RS, E.BLOCK, E.STEP
-  local LO = B // RS   -- lanes along the columns
-  local TW = LO * V    -- columns a CTA
-  local ins = info.ins
-  local K = rowgen.kernel(g, symbol)
+  local S = { plan = plan, group = group, g = g, target = target, symbol = symbol, info = info, a = info.anchor,
+              V = info.V, RS = info.RS, B = E.BLOCK, U = E.STEP, ins = info.ins, staged = info.staged,
+              out_uid = info.out_uid }
+  S.LO = S.B // S.RS  -- lanes along the columns
+  S.TW = S.LO * S.V   -- columns a CTA
+  return S
+end
+
+-- The kernel K (S.K) and its head: the extents, the thread's split and columns, the shared
+-- arrays.
+local function kernel_head(S)
+  local info, LO, TW = S.info, S.LO, S.TW
+  local K = rowgen.kernel(S.g, S.symbol)
+  S.K = K
   K.src:need("common/nanmax.cuh")
   K.src:need("common/exp2.cuh")
   K:note_dyn(info.E)
-  local staged = info.staged
-  local read_later = pw.read_set(group.nodes)
-  local out_uid = info.out_uid
+  S.read_later = pw.read_set(S.group.nodes)
   K:add("  const kiln_i64 n_out = %s * %s, R = %s, Ki = %s;", info.Ko, info.Ki, info.R, info.Ki)
   K:add("  const int s = threadIdx.x / %d, lane = threadIdx.x %% %d;", LO, LO)
-  K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, V)
+  K:add("  const kiln_i64 o = (kiln_i64)blockIdx.x * %d + lane * %d;", TW, S.V)
   K:add("  const bool live_ = o < n_out;")
   K:add("  const kiln_i64 ko = o / Ki, base = ko * R * Ki + (o - ko * Ki);")
-  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", RS, TW)
+  K.shared[#K.shared + 1] = string.format("  __shared__ float red_[%d][%d];", S.RS, TW)
   -- staged: input i's vector of row r at sl<i>_ + (r * LO + lane) * its bytes, as loaded
   -- (its dtype) or, when the prologue computes it, as fp32 values
-  if staged then
+  if S.staged then
     K.shared[#K.shared + 1] = "  extern __shared__ __align__(16) kiln_u8 dsm_[];"
     local off = 0
     for i, st in ipairs(info.stage) do
@@ -197,161 +205,199 @@ function E.build(plan, group, g, target, symbol)
       off = off + info.R_c * TW * st.size
     end
   end
-  local function slot(i) return string.format("sl%d_ + ((int)r * %d + lane) * %d", i - 1, LO, V * info.stage[i].size) end
-  -- the column statistics over the splits, in split order (acc: an array of V; comb(a, b))
-  local function combine(acc, comb)
-    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) red_[s][j * %d + lane] = %s[j];", V, LO, acc)
-    K:add("  __syncthreads();")
-    -- the splits outermost: V independent chains a step, the loads issued ahead
-    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) %s[j] = red_[0][j * %d + lane];", V, acc, LO)
-    K:add("#pragma unroll 4\n  for (int k = 1; k < %d; k++) {", RS)
-    K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) { const float a = %s[j], b = red_[k][j * %d + lane]; %s[j] = %s; }",
-      V, acc, LO, acc, comb("a", "b"))
-    K:add("  }")
-    K:add("  __syncthreads();")
-  end
-  local function add(x, y) return string.format("%s + %s", x, y) end
-  local function max(x, y) return string.format("kiln_fmax_nan(%s, %s)", x, y) end
-  -- the thread's rows r = s, s + RS, ... in steps of n: `row(indent)` emits the body of row r,
-  -- then `after(indent)` (if given) its end
-  local function rows(n, row, after)
-    K:add("  if (live_) {")
-    K:add("    for (kiln_i64 r0 = s; r0 < R; r0 += %d) {", n * RS)
-    K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", n)
-    K:add("        const kiln_i64 r = r0 + u * %d;", RS)
-    K:add("        if (r < R) {")
-    K:add("          const kiln_i64 e = base + r * Ki;")
-    row("          ")
-    if after then after("          ") end
-    K:add("        }")
-    K:add("      }")
-    K:add("    }")
-    K:add("  }")
-  end
-  -- a pass reading memory: body(lines, vals, indent, value) per element j (vals[i]: anchor
-  -- input i); staged, the loads are kept in shared memory
-  local function load_pass(body, after)
-    rows(U, function(indent)
-      rowgen.elements(K, group, g, info.E, "e", indent, V, function(lines, value, inner)
-        local vals = {}
-        for i, uid in ipairs(ins) do
-          vals[i] = value[uid]
-          if staged and info.stage[i].fp32 then
-            lines[#lines + 1] = string.format("%sreinterpret_cast<float *>(%s)[j] = %s;", inner, slot(i), vals[i])
-          end
+end
+
+-- Input i's staged vector of row r (kernel_head's layout).
+local function slot(S, i) return string.format("sl%d_ + ((int)r * %d + lane) * %d", i - 1, S.LO, S.V * S.info.stage[i].size) end
+
+-- The column statistics over the splits, in split order (acc: an array of V; comb(a, b)).
+local function combine(S, acc, comb)
+  local K, V, LO = S.K, S.V, S.LO
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) red_[s][j * %d + lane] = %s[j];", V, LO, acc)
+  K:add("  __syncthreads();")
+  -- the splits outermost: V independent chains a step, the loads issued ahead
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) %s[j] = red_[0][j * %d + lane];", V, acc, LO)
+  K:add("#pragma unroll 4\n  for (int k = 1; k < %d; k++) {", S.RS)
+  K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) { const float a = %s[j], b = red_[k][j * %d + lane]; %s[j] = %s; }",
+    V, acc, LO, acc, comb("a", "b"))
+  K:add("  }")
+  K:add("  __syncthreads();")
+end
+
+local function add_expr(x, y) return string.format("%s + %s", x, y) end
+local function max_expr(x, y) return string.format("kiln_fmax_nan(%s, %s)", x, y) end
+
+-- The thread's rows r = s, s + RS, ... in steps of n: `row(indent)` emits the body of row r,
+-- then `after(indent)` (if given) its end.
+local function rows(S, n, row, after)
+  local K = S.K
+  K:add("  if (live_) {")
+  K:add("    for (kiln_i64 r0 = s; r0 < R; r0 += %d) {", n * S.RS)
+  K:add("#pragma unroll\n      for (int u = 0; u < %d; u++) {", n)
+  K:add("        const kiln_i64 r = r0 + u * %d;", S.RS)
+  K:add("        if (r < R) {")
+  K:add("          const kiln_i64 e = base + r * Ki;")
+  row("          ")
+  if after then after("          ") end
+  K:add("        }")
+  K:add("      }")
+  K:add("    }")
+  K:add("  }")
+end
+
+-- A pass reading memory: body(lines, vals, indent, value) per element j (vals[i]: anchor
+-- input i); staged, the loads are kept in shared memory.
+local function load_pass(S, body, after)
+  local K, info, V, ins, staged = S.K, S.info, S.V, S.ins, S.staged
+  rows(S, S.U, function(indent)
+    rowgen.elements(K, S.group, S.g, info.E, "e", indent, V, function(lines, value, inner)
+      local vals = {}
+      for i, uid in ipairs(ins) do
+        vals[i] = value[uid]
+        if staged and info.stage[i].fp32 then
+          lines[#lines + 1] = string.format("%sreinterpret_cast<float *>(%s)[j] = %s;", inner, slot(S, i), vals[i])
         end
-        body(lines, vals, inner, value)
-      end, staged and function(inner, words)
-        for i, uid in ipairs(ins) do
-          local st = info.stage[i]
-          if not st.fp32 then
-            local w = rowgen.WORD[V * st.size]
-            K:add("%s*reinterpret_cast<%s *>(%s) = *reinterpret_cast<const %s *>(%s);", inner, w, slot(i), w, words[uid])
-          end
-        end
-      end or nil)
-    end, after)
-  end
-  -- a pass over the staged values: body as load_pass's (value: constants and the anchor inputs)
-  local function staged_pass(body, after)
-    rows(1, function(indent)
+      end
+      body(lines, vals, inner, value)
+    end, staged and function(inner, words)
       for i, uid in ipairs(ins) do
         local st = info.stage[i]
         if not st.fp32 then
           local w = rowgen.WORD[V * st.size]
-          K:add("%salignas(16) %s s%d_[%d];", indent, pw.storage(K.src, g.by_uid[uid].dtype).ctype, i - 1, V)
-          K:add("%s*reinterpret_cast<%s *>(s%d_) = *reinterpret_cast<const %s *>(%s);", indent, w, i - 1, w, slot(i))
+          K:add("%s*reinterpret_cast<%s *>(%s) = *reinterpret_cast<const %s *>(%s);", inner, w, slot(S, i), w, words[uid])
         end
       end
-      K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", indent, V)
-      local inner = indent .. "  "
-      local lines, vals, value = {}, {}, {}
-      for _, uid in ipairs(group.inputs) do
-        local t = g.by_uid[uid]
-        if t.role == "constant" or t.role == "scalar" then value[uid] = K:scalar(uid) end
-      end
-      for i, uid in ipairs(ins) do
-        local st = info.stage[i]
-        local v = st.fp32 and string.format("reinterpret_cast<const float *>(%s)[j]", slot(i))
-          or pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).load, string.format("s%d_[j]", i - 1))
-        lines[#lines + 1] = string.format("%sconst float x%d_ = %s;", inner, i - 1, v)
-        vals[i] = string.format("x%d_", i - 1)
-        value[uid] = vals[i]
-      end
-      body(lines, vals, inner, value)
-      for _, l in ipairs(lines) do K:add("%s", l) end
-      K:add("%s}", indent)
-    end, after)
-  end
+    end or nil)
+  end, after)
+end
 
-  local value_of
-  local stat_expr = {}
-  if info.kind == "fwd" then
-    local is_log = a.op == "log_softmax"
-    K:add("  float m_[%d], z_[%d];", V, V)
-    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) { m_[j] = %s; z_[j] = 0.0f; }", V, NEG_INF)
-    if staged then
-      -- pass 1: the max, the values staged; pass 2: the sum of exps from shared memory
-      load_pass(function(lines, vals, inner) lines[#lines + 1] = string.format("%sm_[j] = kiln_fmax_nan(m_[j], %s);", inner, vals[1]) end)
-      combine("m_", max)
-      K:add("  float mb_[%d];", V)
-      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) mb_[j] = m_[j] == %s ? 0.0f : m_[j];  // a -inf column has no terms", V, NEG_INF)
-      staged_pass(function(lines, vals, inner)
-        lines[#lines + 1] = string.format("%sz_[j] += kiln_exp2((%s - mb_[j]) * %s);", inner, vals[1], LOG2E)
-      end)
-    else
-      -- one pass: each column's running max and sum of exps, rescaled once a row
-      load_pass(function(lines, vals, inner)
-        lines[#lines + 1] = string.format("%s{ const float mn_ = kiln_fmax_nan(m_[j], %s), mb = mn_ == %s ? 0.0f : mn_;", inner, vals[1], NEG_INF)
-        lines[#lines + 1] = string.format("%s  z_[j] = (m_[j] == mn_ ? z_[j] : z_[j] * kiln_exp2((m_[j] - mn_) * %s)) + kiln_exp2((%s - mb) * %s);",
-          inner, LOG2E, vals[1], LOG2E)
-        lines[#lines + 1] = string.format("%s  m_[j] = mn_; }", inner)
-      end)
-      -- the splits' pairs: the max first, then each split's sum rescaled to it, in split order
-      K:add("  float tm_[%d];", V)
-      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) tm_[j] = m_[j];", V)
-      combine("m_", max)
-      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) z_[j] = tm_[j] == m_[j] ? z_[j] : z_[j] * kiln_exp2((tm_[j] - m_[j]) * %s);", V, LOG2E)
-      K:add("  float mb_[%d];", V)
-      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) mb_[j] = m_[j] == %s ? 0.0f : m_[j];", V, NEG_INF)
+-- A staged row's element j: the constants and the anchor inputs (vals[i], value), their lines
+-- into `lines`.
+local function staged_values(S, lines, inner)
+  local K, g = S.K, S.g
+  local vals, value = {}, {}
+  for _, uid in ipairs(S.group.inputs) do
+    local t = g.by_uid[uid]
+    if t.role == "constant" or t.role == "scalar" then value[uid] = K:scalar(uid) end
+  end
+  for i, uid in ipairs(S.ins) do
+    local st = S.info.stage[i]
+    local v = st.fp32 and string.format("reinterpret_cast<const float *>(%s)[j]", slot(S, i))
+      or pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).load, string.format("s%d_[j]", i - 1))
+    lines[#lines + 1] = string.format("%sconst float x%d_ = %s;", inner, i - 1, v)
+    vals[i] = string.format("x%d_", i - 1)
+    value[uid] = vals[i]
+  end
+  return vals, value
+end
+
+-- A pass over the staged values: body as load_pass's (value: constants and the anchor inputs).
+local function staged_pass(S, body, after)
+  local K, V = S.K, S.V
+  rows(S, 1, function(indent)
+    for i, uid in ipairs(S.ins) do
+      local st = S.info.stage[i]
+      if not st.fp32 then
+        local w = rowgen.WORD[V * st.size]
+        K:add("%salignas(16) %s s%d_[%d];", indent, pw.storage(K.src, S.g.by_uid[uid].dtype).ctype, i - 1, V)
+        K:add("%s*reinterpret_cast<%s *>(s%d_) = *reinterpret_cast<const %s *>(%s);", indent, w, i - 1, w, slot(S, i))
+      end
     end
-    combine("z_", add)
-    if is_log then
-      K:add("  float lz_[%d];", V)
-      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) lz_[j] = logf(z_[j]);", V)
-    else
-      K:add("  float iz_[%d];", V)
-      K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) iz_[j] = m_[j] == %s ? 0.0f : __frcp_rn(z_[j]);", V, NEG_INF)
-    end
-    value_of = function(vals)
-      if is_log then return string.format("m_[j] == %s ? %s : (%s - m_[j]) - lz_[j]", NEG_INF, NEG_INF, vals[1]) end
-      return string.format("kiln_exp2((%s - mb_[j]) * %s) * iz_[j]", vals[1], LOG2E)
-    end
-    local o = a.outputs
-    if o.Stats then
-      stat_expr[o.Stats] = a.attrs.stats_use_log2 and string.format("(m_[j] + logf(z_[j])) * %s", LOG2E) or "m_[j] + logf(z_[j])"
-    end
-    if o.Max then stat_expr[o.Max] = "m_[j]" end
-    if o.Sum_exp then stat_expr[o.Sum_exp] = "z_[j]" end
+    K:add("#pragma unroll\n%sfor (int j = 0; j < %d; j++) {", indent, V)
+    local inner = indent .. "  "
+    local lines = {}
+    local vals, value = staged_values(S, lines, inner)
+    body(lines, vals, inner, value)
+    for _, l in ipairs(lines) do K:add("%s", l) end
+    K:add("%s}", indent)
+  end, after)
+end
+
+-- The forward's statistics m_ and z_ with the values staged: pass 1 the max, pass 2 the sum
+-- of exps from shared memory.
+local function staged_max_sum(S)
+  local K, V = S.K, S.V
+  load_pass(S, function(lines, vals, inner) lines[#lines + 1] = string.format("%sm_[j] = kiln_fmax_nan(m_[j], %s);", inner, vals[1]) end)
+  combine(S, "m_", max_expr)
+  K:add("  float mb_[%d];", V)
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) mb_[j] = m_[j] == %s ? 0.0f : m_[j];  // a -inf column has no terms", V, NEG_INF)
+  staged_pass(S, function(lines, vals, inner)
+    lines[#lines + 1] = string.format("%sz_[j] += kiln_exp2((%s - mb_[j]) * %s);", inner, vals[1], LOG2E)
+  end)
+end
+
+-- The forward's statistics m_ and z_ in one pass: each column's running max and sum of exps,
+-- rescaled once a row.
+local function running_max_sum(S)
+  local K, V = S.K, S.V
+  load_pass(S, function(lines, vals, inner)
+    lines[#lines + 1] = string.format("%s{ const float mn_ = kiln_fmax_nan(m_[j], %s), mb = mn_ == %s ? 0.0f : mn_;", inner, vals[1], NEG_INF)
+    lines[#lines + 1] = string.format("%s  z_[j] = (m_[j] == mn_ ? z_[j] : z_[j] * kiln_exp2((m_[j] - mn_) * %s)) + kiln_exp2((%s - mb) * %s);",
+      inner, LOG2E, vals[1], LOG2E)
+    lines[#lines + 1] = string.format("%s  m_[j] = mn_; }", inner)
+  end)
+  -- the splits' pairs: the max first, then each split's sum rescaled to it, in split order
+  K:add("  float tm_[%d];", V)
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) tm_[j] = m_[j];", V)
+  combine(S, "m_", max_expr)
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) z_[j] = tm_[j] == m_[j] ? z_[j] : z_[j] * kiln_exp2((tm_[j] - m_[j]) * %s);", V, LOG2E)
+  K:add("  float mb_[%d];", V)
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) mb_[j] = m_[j] == %s ? 0.0f : m_[j];", V, NEG_INF)
+end
+
+-- The forward's statistics: value_of(vals), the output's expression, and each statistics
+-- output's expression.
+local function forward(S)
+  local K, V, a = S.K, S.V, S.a
+  local is_log = a.op == "log_softmax"
+  K:add("  float m_[%d], z_[%d];", V, V)
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) { m_[j] = %s; z_[j] = 0.0f; }", V, NEG_INF)
+  if S.staged then staged_max_sum(S) else running_max_sum(S) end
+  combine(S, "z_", add_expr)
+  if is_log then
+    K:add("  float lz_[%d];", V)
+    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) lz_[j] = logf(z_[j]);", V)
   else
-    local is_log = a.op == "log_softmax_backward"
-    K:add("  float c_[%d];", V)
-    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) c_[j] = 0.0f;", V)
-    load_pass(function(lines, vals, inner)
-      if is_log then lines[#lines + 1] = string.format("%sc_[j] += %s;", inner, vals[1])
-      else lines[#lines + 1] = string.format("%sc_[j] = fmaf(%s, %s, c_[j]);", inner, vals[1], vals[2]) end
-    end)
-    combine("c_", add)
-    value_of = function(vals)
-      if is_log then return string.format("%s - kiln_exp2(%s * %s) * c_[j]", vals[1], vals[2], LOG2E) end
-      return string.format("%s * (%s - c_[j])", vals[2], vals[1])
-    end
+    K:add("  float iz_[%d];", V)
+    K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) iz_[j] = m_[j] == %s ? 0.0f : __frcp_rn(z_[j]);", V, NEG_INF)
   end
+  local function value_of(vals)
+    if is_log then return string.format("m_[j] == %s ? %s : (%s - m_[j]) - lz_[j]", NEG_INF, NEG_INF, vals[1]) end
+    return string.format("kiln_exp2((%s - mb_[j]) * %s) * iz_[j]", vals[1], LOG2E)
+  end
+  local stat_expr = {}
+  local o = a.outputs
+  if o.Stats then
+    stat_expr[o.Stats] = a.attrs.stats_use_log2 and string.format("(m_[j] + logf(z_[j])) * %s", LOG2E) or "m_[j] + logf(z_[j])"
+  end
+  if o.Max then stat_expr[o.Max] = "m_[j]" end
+  if o.Sum_exp then stat_expr[o.Sum_exp] = "z_[j]" end
+  return value_of, stat_expr
+end
 
-  -- the output pass: y, the epilogue, a vector store of each element output a row
-  local out_pass = staged and staged_pass or load_pass
+-- The backward's column sums c_: value_of(vals), the output's expression.
+local function backward(S)
+  local K, V = S.K, S.V
+  local is_log = S.a.op == "log_softmax_backward"
+  K:add("  float c_[%d];", V)
+  K:add("#pragma unroll\n  for (int j = 0; j < %d; j++) c_[j] = 0.0f;", V)
+  load_pass(S, function(lines, vals, inner)
+    if is_log then lines[#lines + 1] = string.format("%sc_[j] += %s;", inner, vals[1])
+    else lines[#lines + 1] = string.format("%sc_[j] = fmaf(%s, %s, c_[j]);", inner, vals[1], vals[2]) end
+  end)
+  combine(S, "c_", add_expr)
+  return function(vals)
+    if is_log then return string.format("%s - kiln_exp2(%s * %s) * c_[j]", vals[1], vals[2], LOG2E) end
+    return string.format("%s * (%s - c_[j])", vals[2], vals[1])
+  end
+end
+
+-- The output pass: y, the epilogue, a vector store of each element output a row.
+local function output_pass(S, value_of)
+  local K, g, V, out_uid = S.K, S.g, S.V, S.out_uid
+  local out_pass = S.staged and staged_pass or load_pass
   local stores = {}
-  for _, uid in ipairs(info.elem) do
+  for _, uid in ipairs(S.info.elem) do
     local st = pw.storage(K.src, g.by_uid[uid].dtype)
     local bytes = V * dtypes.size(g.by_uid[uid].dtype)
     K:need_align(uid, bytes)
@@ -360,16 +406,16 @@ function E.build(plan, group, g, target, symbol)
   -- the output words are declared once, before the pass
   for _, o in ipairs(stores) do K:add("  alignas(16) %s w%d_[%d];", o.st.ctype, o.uid, V) end
   local yt = g.by_uid[out_uid]
-  out_pass(function(lines, vals, inner, value)
+  out_pass(S, function(lines, vals, inner, value)
     lines[#lines + 1] = string.format("%sfloat v%d = %s;", inner, out_uid, value_of(vals))
-    if yt.dtype ~= "fp32" and read_later[out_uid] then
+    if yt.dtype ~= "fp32" and S.read_later[out_uid] then
       -- (y as its dtype holds it where the epilogue reads it, as the reference does)
       local st = pw.storage(K.src, yt.dtype)
       lines[#lines + 1] = string.format("%sv%d = %s;", inner, out_uid, pw.fmt(st.load, pw.fmt(st.store, "v" .. out_uid)))
     end
     value[out_uid] = "v" .. out_uid
-    pw.emit_nodes(group.epilogue or {}, value, lines, { g = g, src = K.src, space = info.E, index = "(e + j)",
-                                                         indent = inner, read_later = read_later })
+    pw.emit_nodes(S.group.epilogue or {}, value, lines, { g = g, src = K.src, space = S.info.E, index = "(e + j)",
+                                                           indent = inner, read_later = S.read_later })
     for _, o in ipairs(stores) do
       lines[#lines + 1] = string.format("%sw%d_[j] = %s;", inner, o.uid, pw.fmt(o.st.store, value[o.uid]))
     end
@@ -379,37 +425,56 @@ function E.build(plan, group, g, target, symbol)
         K:ptr(o.uid, true), o.word, o.uid)
     end
   end)
-  -- statistics, one per column: the first split's threads
-  if #info.stats > 0 then
-    K:add("  if (live_ && s == 0) {")
-    K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) {", V)
-    for _, uid in ipairs(info.stats) do
-      K:add("      %s[o + j] = %s;", K:ptr(uid, true), pw.fmt(pw.storage(K.src, g.by_uid[uid].dtype).store, stat_expr[uid]))
-    end
-    K:add("    }")
-    K:add("  }")
+end
+
+-- Statistics, one per column: the first split's threads.
+local function store_stats(S, stat_expr)
+  local K, info = S.K, S.info
+  if #info.stats == 0 then return end
+  K:add("  if (live_ && s == 0) {")
+  K:add("#pragma unroll\n    for (int j = 0; j < %d; j++) {", S.V)
+  for _, uid in ipairs(info.stats) do
+    K:add("      %s[o + j] = %s;", K:ptr(uid, true), pw.fmt(pw.storage(K.src, S.g.by_uid[uid].dtype).store, stat_expr[uid]))
   end
+  K:add("    }")
+  K:add("  }")
+end
+
+-- The kernel rendered, with its PTX form where axissoftmax_ptx takes it.
+local function finish(S)
+  local K, info, a, RS, TW = S.K, S.info, S.a, S.RS, S.TW
   local params = K:finish_params()
   K.src:add(rowgen.render_fill("axissoftmax.cuh", {
     what = string.format("%s over axis %d of %s: %d columns a CTA, %d a thread, the rows split %d ways, %d rows a step, %s",
-      a.op, info.axis - 1, shape.format(info.E), TW, V, RS, U,
-      staged and "the CTA's values staged in shared memory" or "x read again from L2 for the output"),
-    block = B, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
+      a.op, info.axis - 1, shape.format(info.E), TW, S.V, RS, S.U,
+      S.staged and "the CTA's values staged in shared memory" or "x read again from L2 for the output"),
+    block = S.B, symbol = S.symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
-  local k = rowgen.columns_kernel(K, plan, E.id, symbol, info.Ko_f, info.Ki_f, TW, B, info.smem or 0)
+  local k = rowgen.columns_kernel(K, S.plan, E.id, S.symbol, info.Ko_f, info.Ki_f, TW, S.B, info.smem or 0)
   -- the same in PTX, for a PTX module (no NVRTC front end and NVVM)
-  local ptx_ok, why = axissoftmax_ptx.accepts(group, g, info, target)
+  local ptx_ok, why = axissoftmax_ptx.accepts(S.group, S.g, info, S.target)
   k.cuda_why = why
   if ptx_ok then
     local cuda = k.source
-    K.lines, K.target = {}, target
+    K.lines, K.target = {}, S.target
     K.shared = {}
     if RS > 1 then K.shared[1] = string.format("  __shared__ __align__(16) float red_[%d][%d];", RS, TW) end
-    if staged then K.shared[#K.shared + 1] = "  extern __shared__ __align__(16) kiln_u8 dsm_[];" end
-    axissoftmax_ptx.emit(K, group, g, info, B, U)
+    if S.staged then K.shared[#K.shared + 1] = "  extern __shared__ __align__(16) kiln_u8 dsm_[];" end
+    axissoftmax_ptx.emit(K, S.group, S.g, info, S.B, S.U)
     rowgen.with_source(k, K, cuda)
   end
   return k
+end
+
+function E.build(plan, group, g, target, symbol)
+  local S = build_state(plan, group, g, target, symbol)
+  kernel_head(S)
+  local value_of, stat_expr
+  if S.info.kind == "fwd" then value_of, stat_expr = forward(S)
+  else value_of, stat_expr = backward(S), {} end
+  output_pass(S, value_of)
+  store_stats(S, stat_expr)
+  return finish(S)
 end
 
 return E

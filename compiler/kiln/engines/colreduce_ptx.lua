@@ -91,163 +91,225 @@ local function scatter(P, vals, tp, lane32, op)
   return vals, base, unhalved
 end
 
--- The body into K (colreduce's main kernel; its params those of the CUDA form: K:ptr of every
--- input and the workspace `ws` already named); the shared array cs_ (C * NR floats) declared.
-function M.emit(K, group, g, info)
+-- The emitter's shared state: the PTX under construction (P, with put and def), the layout's
+-- constants, the accumulators' modes and the thread's place.
+local function state(K, group, g, info)
   local P = ptx.new()
-  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
-  local L, C = info.L, info.C
-  local V, N, TP, RPC, B = L.V, L.N, L.P, L.RPC, L.block
+  local L = info.L
   local accs = accumulators(info)
-  local NR = #accs
-  local tid, cta, lane, slot = P:place(TP, RPC)
-  local rows = partials_ptx.product(P, info.row_factors)
-  -- the sources: per-kernel values, one value per row, vectors of a row or of every row
+  local S = { K = K, group = group, g = g, info = info, P = P, L = L, C = info.C,
+              V = L.V, N = L.N, TP = L.P, RPC = L.RPC, B = L.block, accs = accs, NR = #accs,
+              put = function(...) P:put(...) end, def = function(...) return P:def(...) end }
+  S.tid, S.cta, S.lane, S.slot = P:place(S.TP, S.RPC)
+  S.rows = partials_ptx.product(P, info.row_factors)
+  return S
+end
+
+-- The sources: per-kernel values (S.base), one value per row (S.per_row), vectors of a row or
+-- of every row (S.vecs).
+local function sources(S)
+  local P, K, def, V = S.P, S.K, S.def, S.V
   local base, vecs, per_row = {}, {}, {}
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
+  for _, uid in ipairs(S.group.inputs) do
+    local t = S.g.by_uid[uid]
     if t.role == "constant" or t.role == "scalar" then base[uid] = reduce_ptx.kernel_value(P, K, t)
     else
       local z = dtypes.size(t.dtype)
       local ptr = P:global(P:input("l", K:ptr(uid)))
-      if info.access[uid] == "row" then
-        per_row[#per_row + 1] = { uid = uid, ptr = ptr, dtype = t.dtype, z = z, terms = row_terms(t, info) }
+      if S.info.access[uid] == "row" then
+        per_row[#per_row + 1] = { uid = uid, ptr = ptr, dtype = t.dtype, z = z, terms = row_terms(t, S.info) }
       else
         K:need_align(uid, math.min(16, V * z))
         -- (the thread's first vector of the row; a column tensor's row is every row's)
-        local at = def("b64", "mad.wide.u32 %s, %s, %d, %s;", lane, V * z, ptr)
-        vecs[#vecs + 1] = { uid = uid, at = at, dtype = t.dtype, z = z, full = info.access[uid] == "full" }
+        local at = def("b64", "mad.wide.u32 %s, %s, %d, %s;", S.lane, V * z, ptr)
+        vecs[#vecs + 1] = { uid = uid, at = at, dtype = t.dtype, z = z, full = S.info.access[uid] == "full" }
       end
     end
   end
+  S.base, S.vecs, S.per_row = base, vecs, per_row
+end
+
+-- Each reduction's accumulators acc[r][k][j] (vector k, element j) at its identity.
+local function initial_accumulators(S)
   local acc = {}
-  for r, a in ipairs(accs) do
+  for r, a in ipairs(S.accs) do
     local init = ptx.f32(partials_ptx.INIT[a.mode.init])
     acc[r] = {}
-    for k = 1, N do
+    for k = 1, S.N do
       acc[r][k] = {}
-      for j = 1, V do acc[r][k][j] = def("b32", "mov.b32 %s, %s;", init) end
+      for j = 1, S.V do acc[r][k][j] = S.def("b32", "mov.b32 %s, %s;", init) end
     end
   end
-  -- vector k of the thread lies in the row (a ragged row's last ones: a predicate)
-  local in_row = P:in_row(lane, TP, V, C)
-  for k = 0, N - 1 do in_row(k) end
-  local read_later = pw.read_set(group.nodes)
-  -- the thread's rows: its CTA's row blocks, its slot's row of each
-  local row = def("b64", "cvt.u64.u32 %s, %s;", cta)
-  if RPC > 1 then row = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, RPC, def("b64", "cvt.u64.u32 %s, %s;", slot)) end
-  local step = def("b64", "mul.wide.u32 %s, %s, %d;", def("b32", "mov.u32 %s, %%nctaid.x;"), RPC)
-  local LOOP, DONE = P:label(), P:label()
-  P:at(LOOP)
-  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", row, rows), DONE)
+  return acc
+end
+
+-- Row `row`'s loads: each vector source's N vectors (readers, words[k][uid]) and each per-row
+-- source's value.
+local function row_loads(S, row)
+  local P, def, V, TP = S.P, S.def, S.V, S.TP
   -- (every vector's loads first: ptxas keeps their order, and all N are then in flight)
   local at, words = {}, {}
-  for _, v in ipairs(vecs) do at[v.uid] = v.full and def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, C * v.z, v.at) or v.at end
-  for k = 0, N - 1 do
+  for _, v in ipairs(S.vecs) do at[v.uid] = v.full and def("b64", "mad.lo.s64 %s, %s, %d, %s;", row, S.C * v.z, v.at) or v.at end
+  for k = 0, S.N - 1 do
     words[k] = {}
-    for _, v in ipairs(vecs) do
-      words[k][v.uid] = P:reader(P:load("global.nc", at[v.uid], k * TP * V * v.z, V * v.z, in_row(k)), v.dtype)
+    for _, v in ipairs(S.vecs) do
+      words[k][v.uid] = P:reader(P:load("global.nc", at[v.uid], k * TP * V * v.z, V * v.z, S.in_row(k)), v.dtype)
     end
   end
   local row_value = {}
-  for _, s in ipairs(per_row) do
+  for _, s in ipairs(S.per_row) do
     row_value[s.uid] = reduce_ptx.load_value(P, rowptx.at_row_offset(P, row, s.terms, s.z, s.ptr), s.dtype)
   end
-  for k = 0, N - 1 do
-    local SKIP = in_row(k) and P:label()
-    if SKIP then put("@!%s bra %s;", in_row(k), SKIP) end
+  return words, row_value
+end
+
+-- The thread's rows folded into its accumulators: its CTA's row blocks, its slot's row of each.
+local function fold_rows(S)
+  local P, put, def, RPC = S.P, S.put, S.def, S.RPC
+  local read_later = pw.read_set(S.group.nodes)
+  local row = def("b64", "cvt.u64.u32 %s, %s;", S.cta)
+  if RPC > 1 then row = def("b64", "mad.wide.u32 %s, %s, %d, %s;", S.cta, RPC, def("b64", "cvt.u64.u32 %s, %s;", S.slot)) end
+  local step = def("b64", "mul.wide.u32 %s, %s, %d;", def("b32", "mov.u32 %s, %%nctaid.x;"), RPC)
+  local LOOP, DONE = P:label(), P:label()
+  P:at(LOOP)
+  put("@%s bra %s;", def("pred", "setp.ge.s64 %s, %s, %s;", row, S.rows), DONE)
+  local words, row_value = row_loads(S, row)
+  for k = 0, S.N - 1 do
+    local SKIP = S.in_row(k) and P:label()
+    if SKIP then put("@!%s bra %s;", S.in_row(k), SKIP) end
     local one = {}
     for uid, rd in pairs(row_value) do one[uid] = function() return rd end end
-    reduce_ptx.fold(P, group, g, accs, read_later, V, base, { one, words[k] }, function(r, j) return acc[r][k + 1][j + 1] end)
+    reduce_ptx.fold(P, S.group, S.g, S.accs, read_later, S.V, S.base, { one, words[k] }, function(r, j) return S.acc[r][k + 1][j + 1] end)
     if SKIP then P:at(SKIP) end
   end
   put("add.s64 %s, %s, %s;", row, row, step)
   put("bra.uni %s;", LOOP)
   P:at(DONE)
-  -- the slots combine in a fixed order: within a warp (several rows a warp) by xor shuffles,
-  -- then group by group into cs_ (the first group stores, the next ones combine); a piece is
-  -- { r = reduction, vals = registers, at = shared address, off = bytes, pred = in the row }
-  local cs = P:shared(P:input("l", "cs_"))
-  local pieces, groups, group_of, lead = {}, RPC, slot, nil
-  if TP < 32 and RPC > 1 then
-    local lane32 = def("b32", "and.b32 %s, %s, 31;", tid)
-    local kept, base, unhalved = {}, nil, 0
-    for r, a in ipairs(accs) do
-      local vals = {}
-      for k = 1, N do for j = 1, V do vals[#vals + 1] = acc[r][k][j] end end
-      kept[r], base, unhalved = scatter(P, vals, TP, lane32, partials_ptx.COMB[a.mode.comb])
-    end
-    -- kept value q of reduction r is element base + q of the thread's N vectors
-    local first_of = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * 4, cs)
-    for r in ipairs(accs) do
-      for q, v in ipairs(kept[r]) do
-        local e = def("b32", "add.u32 %s, %s, %d;", base, q - 1)
-        local k = def("b32", "shr.u32 %s, %s, %d;", e, ptx.log2(V))
-        local col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", k, TP * V, def("b32", "and.b32 %s, %s, %d;", e, V - 1))
-        local pred = not L.even and def("pred", "setp.lt.u32 %s, %s, %d;", def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V, col), C) or nil
-        pieces[#pieces + 1] = { r = r, vals = { v }, at = def("b32", "mad.lo.s32 %s, %s, 4, %s;", col, first_of),
-                                off = (r - 1) * C * 4, pred = pred }
-      end
-    end
-    groups, group_of = B // 32, def("b32", "shr.u32 %s, %s, 5;", tid)
-    -- (rounds that could not halve the values left copies in the lanes their bits name)
-    if unhalved ~= 0 then lead = def("pred", "setp.eq.u32 %s, %s, 0;", def("b32", "and.b32 %s, %s, %d;", lane32, unhalved)) end
-  else
-    local mine_at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * 4, cs)
-    for k = 1, N do
-      for r in ipairs(accs) do
-        pieces[#pieces + 1] = { r = r, vals = acc[r][k], at = mine_at, off = ((r - 1) * C + (k - 1) * TP * V) * 4, pred = in_row(k - 1) }
-      end
+end
+
+-- Several rows a warp: the slots' values scattered over the warp's lanes (scatter), a piece
+-- per kept value; the groups are the warps, `lead` (or nil) the lanes that hold no copies.
+local function warp_pieces(S, cs)
+  local P, def, V, TP, C, lane = S.P, S.def, S.V, S.TP, S.C, S.lane
+  local pieces = {}
+  local lane32 = def("b32", "and.b32 %s, %s, 31;", S.tid)
+  local kept, base, unhalved = {}, nil, 0
+  for r, a in ipairs(S.accs) do
+    local vals = {}
+    for k = 1, S.N do for j = 1, V do vals[#vals + 1] = S.acc[r][k][j] end end
+    kept[r], base, unhalved = scatter(P, vals, TP, lane32, partials_ptx.COMB[a.mode.comb])
+  end
+  -- kept value q of reduction r is element base + q of the thread's N vectors
+  local first_of = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * 4, cs)
+  for r in ipairs(S.accs) do
+    for q, v in ipairs(kept[r]) do
+      local e = def("b32", "add.u32 %s, %s, %d;", base, q - 1)
+      local k = def("b32", "shr.u32 %s, %s, %d;", e, ptx.log2(V))
+      local col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", k, TP * V, def("b32", "and.b32 %s, %s, %d;", e, V - 1))
+      local pred = not S.L.even and def("pred", "setp.lt.u32 %s, %s, %d;", def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V, col), C) or nil
+      pieces[#pieces + 1] = { r = r, vals = { v }, at = def("b32", "mad.lo.s32 %s, %s, 4, %s;", col, first_of),
+                              off = (r - 1) * C * 4, pred = pred }
     end
   end
-  -- the pieces into cs_: stored (`first` true), or combined with what is there (a predicate:
-  -- stored where it holds)
-  local function into_shared(first)
-    for _, pc in ipairs(pieces) do
-      local SKIP = pc.pred and P:label()
-      if SKIP then put("@!%s bra %s;", pc.pred, SKIP) end
-      local vals = pc.vals
-      if first ~= true then
-        local op = partials_ptx.COMB[accs[pc.r].mode.comb]
-        local old = P:load("shared", pc.at, pc.off, #vals * 4, def("pred", "not.pred %s, %s;", first))
-        local new = {}
-        for j, v in ipairs(vals) do new[j] = def("b32", "selp.b32 %s, %s, %s, %s;", v, def("b32", op .. " %s, %s, %s;", old[j], v), first) end
-        vals = new
-      end
-      P:store("shared", pc.at, pc.off, vals)
-      if SKIP then P:at(SKIP) end
+  local groups, group_of = S.B // 32, def("b32", "shr.u32 %s, %s, 5;", S.tid)
+  -- (rounds that could not halve the values left copies in the lanes their bits name)
+  local lead
+  if unhalved ~= 0 then lead = def("pred", "setp.eq.u32 %s, %s, 0;", def("b32", "and.b32 %s, %s, %d;", lane32, unhalved)) end
+  return pieces, groups, group_of, lead
+end
+
+-- A row a warp or a warp a slot: each thread's accumulators as they are, a piece per vector
+-- and reduction; the groups are the slots.
+local function slot_pieces(S, cs)
+  local pieces = {}
+  local mine_at = S.def("b32", "mad.lo.s32 %s, %s, %d, %s;", S.lane, S.V * 4, cs)
+  for k = 1, S.N do
+    for r in ipairs(S.accs) do
+      pieces[#pieces + 1] = { r = r, vals = S.acc[r][k], at = mine_at, off = ((r - 1) * S.C + (k - 1) * S.TP * S.V) * 4,
+                              pred = S.in_row(k - 1) }
     end
   end
+  return pieces, S.RPC, S.slot, nil
+end
+
+-- The pieces into cs_: stored (`first` true), or combined with what is there (a predicate:
+-- stored where it holds).
+local function into_shared(S, pieces, first)
+  local P, put, def = S.P, S.put, S.def
+  for _, pc in ipairs(pieces) do
+    local SKIP = pc.pred and P:label()
+    if SKIP then put("@!%s bra %s;", pc.pred, SKIP) end
+    local vals = pc.vals
+    if first ~= true then
+      local op = partials_ptx.COMB[S.accs[pc.r].mode.comb]
+      local old = P:load("shared", pc.at, pc.off, #vals * 4, def("pred", "not.pred %s, %s;", first))
+      local new = {}
+      for j, v in ipairs(vals) do new[j] = def("b32", "selp.b32 %s, %s, %s, %s;", v, def("b32", op .. " %s, %s, %s;", old[j], v), first) end
+      vals = new
+    end
+    P:store("shared", pc.at, pc.off, vals)
+    if SKIP then P:at(SKIP) end
+  end
+end
+
+-- The groups' pieces into cs_ one group after another (the first stores, the next combine).
+local function combine_groups(S, pieces, groups, group_of, lead)
+  local P, put, def = S.P, S.put, S.def
   if groups == 1 then
-    into_shared(true)
+    into_shared(S, pieces, true)
     put("bar.sync 0;")
-  else
-    local s = def("b32", "mov.u32 %s, 0;")
-    local GROUP, NEXT = P:label(), P:label()
-    P:at(GROUP)
-    local mine = def("pred", "setp.eq.u32 %s, %s, %s;", group_of, s)
-    put("@!%s bra %s;", lead and P:both(mine, lead) or mine, NEXT)
-    into_shared(def("pred", "setp.eq.u32 %s, %s, 0;", s))
-    P:at(NEXT)
-    put("bar.sync 0;")
-    put("add.u32 %s, %s, 1;", s, s)
-    put("@%s bra %s;", def("pred", "setp.lt.u32 %s, %s, %d;", s, groups), GROUP)
+    return
   end
-  -- the CTA's partial row to the workspace, in the widest pieces that divide it
-  local CN = C * NR
+  local s = def("b32", "mov.u32 %s, 0;")
+  local GROUP, NEXT = P:label(), P:label()
+  P:at(GROUP)
+  local mine = def("pred", "setp.eq.u32 %s, %s, %s;", group_of, s)
+  put("@!%s bra %s;", lead and P:both(mine, lead) or mine, NEXT)
+  into_shared(S, pieces, def("pred", "setp.eq.u32 %s, %s, 0;", s))
+  P:at(NEXT)
+  put("bar.sync 0;")
+  put("add.u32 %s, %s, 1;", s, s)
+  put("@%s bra %s;", def("pred", "setp.lt.u32 %s, %s, %d;", s, groups), GROUP)
+end
+
+-- The CTA's partial row (cs_) to the workspace, in the widest pieces that divide it.
+local function copy_out(S, cs)
+  local P, put, def = S.P, S.put, S.def
+  local CN = S.C * S.NR
   local w = CN % 4 == 0 and 4 or (CN % 2 == 0 and 2 or 1)
   local ws = P:global(P:input("l", "ws"))
-  local out = def("b64", "mad.wide.u32 %s, %s, %d, %s;", cta, CN * 4, ws)
-  local i = def("b32", "mul.lo.u32 %s, %s, %d;", tid, w)
+  local out = def("b64", "mad.wide.u32 %s, %s, %d, %s;", S.cta, CN * 4, ws)
+  local i = def("b32", "mul.lo.u32 %s, %s, %d;", S.tid, w)
   local COPY, COPIED = P:label(), P:label()
   P:at(COPY)
   put("@%s bra %s;", def("pred", "setp.ge.u32 %s, %s, %d;", i, CN), COPIED)
   local part = P:load("shared", def("b32", "mad.lo.s32 %s, %s, 4, %s;", i, cs), 0, w * 4)
   P:store("global", def("b64", "mad.wide.u32 %s, %s, 4, %s;", i, out), 0, part)
-  put("add.u32 %s, %s, %d;", i, i, B * w)
+  put("add.u32 %s, %s, %d;", i, i, S.B * w)
   put("bra.uni %s;", COPY)
   P:at(COPIED)
-  K:asm(P)
+end
+
+-- The body into K (colreduce's main kernel; its params those of the CUDA form: K:ptr of every
+-- input and the workspace `ws` already named); the shared array cs_ (C * NR floats) declared.
+function M.emit(K, group, g, info)
+  local S = state(K, group, g, info)
+  sources(S)
+  S.acc = initial_accumulators(S)
+  -- vector k of the thread lies in the row (a ragged row's last ones: a predicate)
+  S.in_row = S.P:in_row(S.lane, S.TP, S.V, S.C)
+  for k = 0, S.N - 1 do S.in_row(k) end
+  fold_rows(S)
+  -- the slots combine in a fixed order: within a warp (several rows a warp) by xor shuffles,
+  -- then group by group into cs_ (the first group stores, the next ones combine); a piece is
+  -- { r = reduction, vals = registers, at = shared address, off = bytes, pred = in the row }
+  local cs = S.P:shared(S.P:input("l", "cs_"))
+  local pieces, groups, group_of, lead
+  if S.TP < 32 and S.RPC > 1 then pieces, groups, group_of, lead = warp_pieces(S, cs)
+  else pieces, groups, group_of, lead = slot_pieces(S, cs) end
+  combine_groups(S, pieces, groups, group_of, lead)
+  copy_out(S, cs)
+  K:asm(S.P)
 end
 
 return M
