@@ -106,162 +106,191 @@ function M.plan(info, group, g, L, SMEM_MAX, MIN_ROWS, mode)
   return st
 end
 
--- The kernel body (lines into K) for analyze's info with the plan from M.plan.
-function M.emit(K, info, g, st)
-  if st.ptx then return rowbwd_ptx.emit(K, info, g, st) end
+-- The emission's shared state E (M.emit's): the plan st, the layout's sizes (P: threads a
+-- row), the tensors with their storage and pointers, the guard of a thread's vector in the row.
+local function state(K, info, g, st)
   local a, L = info.anchor, info.L
-  local H, P, N, V, RPC, S = L.H, L.P, L.N, L.V, L.RPC, st.S
-  local src = K.src
-  local is_ln = a.op == "layernorm_backward"
+  local E = { K = K, info = info, g = g, st = st, a = a, L = L,
+              H = L.H, P = L.P, N = L.N, V = L.V, RPC = L.RPC, S = st.S, src = K.src,
+              is_ln = a.op == "layernorm_backward" }
+  local src, V = K.src, L.V
   src:need("common/cp_async.cuh")
-  local dy, x, w = g.by_uid[a.inputs.grad], g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
-  local sdy, sx, sw = pw.storage(src, dy.dtype), pw.storage(src, x.dtype), pw.storage(src, w.dtype)
-  local zdy, zx = dtypes.size(dy.dtype), dtypes.size(x.dtype)
-  local pdy, px, pwt = K:ptr(dy.uid), K:ptr(x.uid), K:ptr(w.uid)
-  local dxu = a.outputs.DX
-  local dxt = g.by_uid[dxu]
-  local sdx = pw.storage(src, dxt.dtype)
-  local pdx = K:ptr(dxu, true)
-  for _, uid in ipairs({ dy.uid, x.uid }) do K:need_align(uid, 16) end
-  K:need_align(w.uid, math.min(16, V * dtypes.size(w.dtype)))
-  K:need_align(dxu, math.min(16, V * dtypes.size(dxt.dtype)))
-  local function stat(port, row)
-    local t = g.by_uid[a.inputs[port]]
-    local s = pw.storage(src, t.dtype)
-    local off = rowgen.per_row(t, info) and row
-      or pw.offset_expr(t, info.E, string.format("(%s * %dLL)", row, H))
-    return pw.fmt(s.load, string.format("%s[%s]", K:ptr(t.uid), off))
-  end
-  local guard = L.even and "" or string.format("if (c < %d) ", H)
-  local nsums = #info.colsum
-  local add = function(...) K:add(...) end
+  E.dy, E.x, E.w = g.by_uid[a.inputs.grad], g.by_uid[a.inputs.input], g.by_uid[a.inputs.scale]
+  E.sdy, E.sx, E.sw = pw.storage(src, E.dy.dtype), pw.storage(src, E.x.dtype), pw.storage(src, E.w.dtype)
+  E.zdy, E.zx = dtypes.size(E.dy.dtype), dtypes.size(E.x.dtype)
+  E.pdy, E.px, E.pwt = K:ptr(E.dy.uid), K:ptr(E.x.uid), K:ptr(E.w.uid)
+  E.dxt = g.by_uid[a.outputs.DX]
+  E.sdx = pw.storage(src, E.dxt.dtype)
+  E.pdx = K:ptr(a.outputs.DX, true)
+  for _, uid in ipairs({ E.dy.uid, E.x.uid }) do K:need_align(uid, 16) end
+  K:need_align(E.w.uid, math.min(16, V * dtypes.size(E.w.dtype)))
+  K:need_align(a.outputs.DX, math.min(16, V * dtypes.size(E.dxt.dtype)))
+  E.guard = L.even and "" or string.format("if (c < %d) ", L.H)
+  E.nsums = #info.colsum
+  E.add = function(...) K:add(...) end
   -- bf16 rows read and written as 32-bit words of element pairs (pwexpr.regs): a quarter
   -- fewer instructions per element, measured faster at 4096 x 4096
-  local rdy, rx = pw.regs(sdy, V), pw.regs(sx, V)
+  E.rdy, E.rx = pw.regs(E.sdy, V), pw.regs(E.sx, V)
+  -- the row's reduction variables
+  E.vars = E.is_ln and { "a0", "a1" } or { "a1" }
+  return E
+end
 
+-- The load of statistic `port` of row `row` (an expression).
+local function stat(E, port, row)
+  local t = E.g.by_uid[E.a.inputs[port]]
+  local s = pw.storage(E.src, t.dtype)
+  local off = rowgen.per_row(t, E.info) and row
+    or pw.offset_expr(t, E.info.E, string.format("(%s * %dLL)", row, E.H))
+  return pw.fmt(s.load, string.format("%s[%s]", E.K:ptr(t.uid), off))
+end
+
+-- The stages, the thread's place and its columns: scale in fp32, column sums (zero).
+local function prologue(E)
+  local add, P, N, V, RPC = E.add, E.P, E.N, E.V, E.RPC
   add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][slot][dy row, x row]")
-  rowgen.pdl_entry(K)  -- the finalize kernel also takes SMs as this grid's CTAs free them
+  rowgen.pdl_entry(E.K)  -- the finalize kernel also takes SMs as this grid's CTAs free them
   add("  const int lane = %s;", RPC > 1 and string.format("threadIdx.x %% %d", P) or "threadIdx.x")
   add("  const int slot = %s;", RPC > 1 and string.format("threadIdx.x / %d", P) or "0")
-  add("  const kiln_i64 rows_ = %s, nrb_ = (rows_ + %d) / %d;", info.rows, RPC - 1, RPC)
-  add("  const kiln_u32 sb_ = kiln_smem_u32(stg_) + slot * %d;", st.rowb)
-  add("  const kiln_u8 *sp_ = stg_ + slot * %d;", st.rowb)
+  add("  const kiln_i64 rows_ = %s, nrb_ = (rows_ + %d) / %d;", E.info.rows, RPC - 1, RPC)
+  add("  const kiln_u32 sb_ = kiln_smem_u32(stg_) + slot * %d;", E.st.rowb)
+  add("  const kiln_u8 *sp_ = stg_ + slot * %d;", E.st.rowb)
   -- the thread's columns: scale in fp32, column sums
   add("  float w_[%d][%d];", N, V)
-  add("  alignas(16) float cs_[%d][%d][%d];", math.max(nsums, 1), N, V)
+  add("  alignas(16) float cs_[%d][%d][%d];", math.max(E.nsums, 1), N, V)
   add("#pragma unroll")
   add("  for (int k = 0; k < %d; k++) {", N)
   add("    const int c = (lane + k * %d) * %d;", P, V)
-  add("    alignas(16) %s t_[%d];", sw.ctype, V)
+  add("    alignas(16) %s t_[%d];", E.sw.ctype, V)
   add("#pragma unroll")
   add("    for (int j = 0; j < %d; j++) t_[j] = 0;", V)
-  add("    %s{", guard)
-  add(pw.vector_copy("t_", pwt .. " + c", sw.ctype, V, dtypes.size(w.dtype), "      "))
+  add("    %s{", E.guard)
+  add(pw.vector_copy("t_", E.pwt .. " + c", E.sw.ctype, V, dtypes.size(E.w.dtype), "      "))
   add("    }")
   add("#pragma unroll")
   add("    for (int j = 0; j < %d; j++) {", V)
-  add("      w_[k][j] = %s;", pw.fmt(sw.load, "t_[j]"))
-  for i = 0, nsums - 1 do add("      cs_[%d][k][j] = 0.0f;", i) end
+  add("      w_[k][j] = %s;", pw.fmt(E.sw.load, "t_[j]"))
+  for i = 0, E.nsums - 1 do add("      cs_[%d][k][j] = 0.0f;", i) end
   add("    }")
   add("  }")
-  -- issue the copies of row block `rb` into stage `b` (zero fill past the last row)
-  local function issue(rb, b, indent)
-    local ind = indent
-    add("%s{ const kiln_i64 rb_i = %s, r_i = rb_i * %d + slot;", ind, rb, RPC)
-    add("%s  const bool ok_ = rb_i < nrb_ && r_i < rows_;", ind)
-    add("%s  const kiln_i64 rs_ = ok_ ? r_i : 0;", ind)
-    add("%s  const kiln_u32 d_ = sb_ + (%s) * %d;", ind, b, st.stage)
-    add("#pragma unroll")
-    add("%s  for (int k = 0; k < %d; k++) {", ind, N)
-    add("%s    const int c = (lane + k * %d) * %d;", ind, P, V)
-    local cps = {}
-    for _, t in ipairs({ { p = pdy, z = zdy, off = 0 }, { p = px, z = zx, off = H * zdy } }) do
-      for q = 0, (V * t.z) // 16 - 1 do
-        cps[#cps + 1] = string.format("kiln_cp_async16(d_ + %d + c * %d, reinterpret_cast<const kiln_u8 *>(%s + rs_ * %dLL + c) + %d, ok_ ? 16u : 0u);",
-          t.off + q * 16, t.z, t.p, H, q * 16)
-      end
+end
+
+-- Issue the copies of row block `rb` into stage `b` (zero fill past the last row).
+local function issue(E, rb, b, indent)
+  local add, H, P, V, RPC = E.add, E.H, E.P, E.V, E.RPC
+  local ind = indent
+  add("%s{ const kiln_i64 rb_i = %s, r_i = rb_i * %d + slot;", ind, rb, RPC)
+  add("%s  const bool ok_ = rb_i < nrb_ && r_i < rows_;", ind)
+  add("%s  const kiln_i64 rs_ = ok_ ? r_i : 0;", ind)
+  add("%s  const kiln_u32 d_ = sb_ + (%s) * %d;", ind, b, E.st.stage)
+  add("#pragma unroll")
+  add("%s  for (int k = 0; k < %d; k++) {", ind, E.N)
+  add("%s    const int c = (lane + k * %d) * %d;", ind, P, V)
+  local cps = {}
+  for _, t in ipairs({ { p = E.pdy, z = E.zdy, off = 0 }, { p = E.px, z = E.zx, off = H * E.zdy } }) do
+    for q = 0, (V * t.z) // 16 - 1 do
+      cps[#cps + 1] = string.format("kiln_cp_async16(d_ + %d + c * %d, reinterpret_cast<const kiln_u8 *>(%s + rs_ * %dLL + c) + %d, ok_ ? 16u : 0u);",
+        t.off + q * 16, t.z, t.p, H, q * 16)
     end
-    add("%s    %s{ %s }", ind, guard, table.concat(cps, " "))
-    add("%s  }", ind)
-    add("%s  kiln_cp_async_commit(); }", ind)
   end
+  add("%s    %s{ %s }", ind, E.guard, table.concat(cps, " "))
+  add("%s  }", ind)
+  add("%s  kiln_cp_async_commit(); }", ind)
+end
+
+-- The statistics of row `row` (an expression) into nm_, nr_.
+local function stats_load(E, row, indent)
+  local ms = E.is_ln and string.format("nm_ = %s; ", stat(E, "mean", row)) or ""
+  E.add("%sif (%s < rows_) { %snr_ = %s; }", indent, row, ms, stat(E, "inv_variance", row))
+end
+
+-- The ring's first stages, the first row's statistics (later ones are loaded a row ahead) and
+-- the row loop up to its staged row (cur_).
+local function open_loop(E)
+  local add, K, P, RPC, S = E.add, E.K, E.P, E.RPC, E.S
   add("#pragma unroll 1")
   add("  for (int s_ = 0; s_ < %d; s_++)", S - 1)
-  issue("blockIdx.x + (kiln_i64)s_ * gridDim.x", "s_", "    ")
-  -- the first row's statistics; later ones are loaded a row ahead
-  local function stats_load(row, indent)
-    local ms = is_ln and string.format("nm_ = %s; ", stat("mean", row)) or ""
-    add("%sif (%s < rows_) { %snr_ = %s; }", indent, row, ms, stat("inv_variance", row))
-  end
+  issue(E, "blockIdx.x + (kiln_i64)s_ * gridDim.x", "s_", "    ")
   add("  float nm_ = 0.0f, nr_ = 0.0f;")
-  stats_load("(kiln_i64)blockIdx.x * " .. RPC .. " + slot", "  ")
+  stats_load(E, "(kiln_i64)blockIdx.x * " .. RPC .. " + slot", "  ")
   -- per-row reduction arrays, by row parity (P > 32): one barrier per row
-  local vars = is_ln and { "a0", "a1" } or { "a1" }
-  local W = P // 32
-  if P > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ float rd_[2][%d][%d];", #vars, L.block // 32) end
+  if P > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ float rd_[2][%d][%d];", #E.vars, E.L.block // 32) end
   add("  int buf_ = 0, par_ = 0;")
   add("  for (kiln_i64 rb_ = blockIdx.x; rb_ < nrb_; rb_ += gridDim.x) {")
-  issue(string.format("rb_ + %dLL * gridDim.x", S - 1), string.format("buf_ == 0 ? %d : buf_ - 1", S - 1), "    ")
+  issue(E, string.format("rb_ + %dLL * gridDim.x", S - 1), string.format("buf_ == 0 ? %d : buf_ - 1", S - 1), "    ")
   add("    const kiln_i64 row = rb_ * %d + slot;", RPC)
   add("    const bool valid = row < rows_;")
   add("    const float mean_ = nm_, rstd_ = nr_;")
-  stats_load(string.format("(row + (kiln_i64)gridDim.x * %d)", RPC), "    ")
+  stats_load(E, string.format("(row + (kiln_i64)gridDim.x * %d)", RPC), "    ")
   add("    kiln_cp_async_wait<%d>();", S - 1)
-  add("    const kiln_u8 *cur_ = sp_ + buf_ * %d;", st.stage)
-  -- one pass over the staged row: the element values in v_dy, v_x, xh_, gg_
-  -- (held: xh_ and dy from the first pass's registers instead; hold_dy: keep dy there)
-  local function pass(body_pre, body, post, held, hold_dy)
-    add("#pragma unroll")
-    add("    for (int k = 0; k < %d; k++) {", N)
-    add("      const int c = (lane + k * %d) * %d;", P, V)
-    add("      %s{", guard)
-    if not held then
-      add("        alignas(16) %s ty_[%d];", rdy.ctype, rdy.n)
-      add("        alignas(16) %s tx_[%d];", rx.ctype, rx.n)
-      add(pw.vector_copy("ty_", string.format("cur_ + c * %d", zdy), sdy.ctype, V, zdy, "        "))
-      add(pw.vector_copy("tx_", string.format("cur_ + %d + c * %d", H * zdy, zx), sx.ctype, V, zx, "        "))
-    end
-    if body_pre then body_pre() end
-    if hold_dy then
-      add("#pragma unroll")
-      add("        for (int i = 0; i < %d; i++) hy_[k][i] = ty_[i];", rdy.n)
-    end
-    add("#pragma unroll")
-    add("        for (int j = 0; j < %d; j++) {", V)
-    if held then
-      add("          const float xh_ = hx_[k][j], gg_ = %s * w_[k][j];", rdy.read("hy_[k]"))
-    else
-      add("          const float dy_ = %s, x_ = %s;", rdy.read("ty_"), rx.read("tx_"))
-      add("          const float xh_ = %s * rstd_;", is_ln and "(x_ - mean_)" or "x_")
-      add("          const float gg_ = dy_ * w_[k][j];")
-    end
-    body()
-    add("        }")
-    if post then post() end
-    add("      }")
-    add("    }")
+  add("    const kiln_u8 *cur_ = sp_ + buf_ * %d;", E.st.stage)
+end
+
+-- One pass over the staged row: the element values in v_dy, v_x, xh_, gg_
+-- (held: xh_ and dy from the first pass's registers instead; hold_dy: keep dy there)
+local function pass(E, body_pre, body, post, held, hold_dy)
+  local add, rdy, rx, V, zdy = E.add, E.rdy, E.rx, E.V, E.zdy
+  add("#pragma unroll")
+  add("    for (int k = 0; k < %d; k++) {", E.N)
+  add("      const int c = (lane + k * %d) * %d;", E.P, V)
+  add("      %s{", E.guard)
+  if not held then
+    add("        alignas(16) %s ty_[%d];", rdy.ctype, rdy.n)
+    add("        alignas(16) %s tx_[%d];", rx.ctype, rx.n)
+    add(pw.vector_copy("ty_", string.format("cur_ + c * %d", zdy), E.sdy.ctype, V, zdy, "        "))
+    add(pw.vector_copy("tx_", string.format("cur_ + %d + c * %d", E.H * zdy, E.zx), E.sx.ctype, V, E.zx, "        "))
   end
-  local hold = st.hold
-  local sums = {}
-  for i, uid in ipairs(info.colsum) do sums[i] = uid == a.outputs.DSCALE and "xh_ * dy_" or "dy_" end
-  -- the column sums need only this row's values: added in whichever pass reads the row last
-  local function add_sums()
-    if nsums == 0 then return end
-    local acc = {}
-    for i, e in ipairs(sums) do acc[#acc + 1] = string.format("cs_[%d][k][j] += %s;", i - 1, e) end
-    add("          if (valid) { %s }", table.concat(acc, " "))
+  if body_pre then body_pre() end
+  if hold_dy then
+    add("#pragma unroll")
+    add("        for (int i = 0; i < %d; i++) hy_[k][i] = ty_[i];", rdy.n)
   end
-  add("    float %s;", table.concat(vars, " = 0.0f, ") .. " = 0.0f")
-  if hold then add("    float hx_[%d][%d]; %s hy_[%d][%d];", N, V, rdy.ctype, N, rdy.n) end
-  pass(nil, function()
-    if is_ln then add("          a0 += gg_;") end
+  add("#pragma unroll")
+  add("        for (int j = 0; j < %d; j++) {", V)
+  if held then
+    add("          const float xh_ = hx_[k][j], gg_ = %s * w_[k][j];", rdy.read("hy_[k]"))
+  else
+    add("          const float dy_ = %s, x_ = %s;", rdy.read("ty_"), rx.read("tx_"))
+    add("          const float xh_ = %s * rstd_;", E.is_ln and "(x_ - mean_)" or "x_")
+    add("          const float gg_ = dy_ * w_[k][j];")
+  end
+  body()
+  add("        }")
+  if post then post() end
+  add("      }")
+  add("    }")
+end
+
+-- The column sums need only this row's values: added in whichever pass reads the row last.
+local function add_sums(E)
+  if E.nsums == 0 then return end
+  local acc = {}
+  for i, uid in ipairs(E.info.colsum) do
+    acc[#acc + 1] = string.format("cs_[%d][k][j] += %s;", i - 1, uid == E.a.outputs.DSCALE and "xh_ * dy_" or "dy_")
+  end
+  E.add("          if (valid) { %s }", table.concat(acc, " "))
+end
+
+-- Pass 1: the thread's part of the row's sums (held: xh_ and dy kept for the dx pass).
+local function row_sums(E)
+  local add, hold, N, V = E.add, E.st.hold, E.N, E.V
+  add("    float %s;", table.concat(E.vars, " = 0.0f, ") .. " = 0.0f")
+  if hold then add("    float hx_[%d][%d]; %s hy_[%d][%d];", N, V, E.rdy.ctype, N, E.rdy.n) end
+  pass(E, nil, function()
+    if E.is_ln then add("          a0 += gg_;") end
     add("          a1 = fmaf(gg_, xh_, a1);")
     if hold then
-      add_sums()
+      add_sums(E)
       add("          hx_[k][j] = xh_;")
     end
   end, nil, false, hold)
-  -- the row's sums: warp butterflies, then the row's warps in order through shared memory
+end
+
+-- The row's sums: warp butterflies, then the row's warps in order through shared memory; then
+-- the coefficients c1_, c2_.
+local function reduce_row(E)
+  local add, P, H, vars = E.add, E.P, E.H, E.vars
+  local W = P // 32
   local sh = {}
   for _, v in ipairs(vars) do sh[#sh + 1] = string.format("%s += __shfl_xor_sync(0xffffffffu, %s, o_);", v, v) end
   add("#pragma unroll")
@@ -276,68 +305,96 @@ function M.emit(K, info, g, st)
     add("    if ((threadIdx.x & 31) == 0) { %s }", table.concat(stv, " "))
     -- the slots meet at their own barriers (1 + slot), so one slot's row can wait on memory
     -- while another computes
-    add(RPC > 1 and string.format('    asm volatile("bar.sync %%0, %d;" :: "r"(1 + slot) : "memory");', P) or "    __syncthreads();")
+    add(E.RPC > 1 and string.format('    asm volatile("bar.sync %%0, %d;" :: "r"(1 + slot) : "memory");', P) or "    __syncthreads();")
     add("    { const int w0_ = slot * %d; %s", W, table.concat(ldv, " "))
     add("#pragma unroll")
     add("      for (int w_ = 1; w_ < %d; w_++) { %s } }", W, table.concat(addv, " "))
   end
-  add("    const float c1_ = %s, c2_ = a1 * (1.0f / %d);", is_ln and string.format("a0 * (1.0f / %d)", H) or "0.0f", H)
-  local odx = pw.out_regs(sdx, V, "o_")
-  pass(function()
+  add("    const float c1_ = %s, c2_ = a1 * (1.0f / %d);", E.is_ln and string.format("a0 * (1.0f / %d)", H) or "0.0f", H)
+end
+
+-- Pass 2: dx, stored when the row exists (the column sums here unless pass 1 held the row).
+local function dx_pass(E)
+  local add, hold = E.add, E.st.hold
+  local odx = pw.out_regs(E.sdx, E.V, "o_")
+  pass(E, function()
     add("        %s", odx.decl)
   end, function()
-    local dx = string.format("rstd_ * (gg_ - %sxh_ * c2_)", is_ln and "c1_ - " or "")
+    local dx = string.format("rstd_ * (gg_ - %sxh_ * c2_)", E.is_ln and "c1_ - " or "")
     add("          %s", odx.set(dx))
-    if not hold then add_sums() end
+    if not hold then add_sums(E) end
   end, function()
     if odx.pack then
       add("#pragma unroll")
       add("        %s", odx.pack)
     end
     add("        if (valid)")
-    add(pw.vector_copy(string.format("%s + row * %dLL + c", pdx, H), "o_", sdx.ctype, V, dtypes.size(dxt.dtype), "          "))
+    add(pw.vector_copy(string.format("%s + row * %dLL + c", E.pdx, E.H), "o_", E.sdx.ctype, E.V, dtypes.size(E.dxt.dtype), "          "))
   end, hold)
-  add("    buf_ = buf_ == %d ? 0 : buf_ + 1;", S - 1)
-  add("    par_ ^= 1;")
-  add("  }")
-  add("  kiln_cp_async_wait<0>();")
-  -- this CTA's partial row ws[blockIdx.x][nsums * H]: the slots' sums in slot order
-  if nsums > 0 then
-    local ws = K:workspace(0)
-    local ncols = nsums * H
-    if RPC == 1 then
-      add("#pragma unroll")
-      add("  for (int k = 0; k < %d; k++) {", N)
-      add("    const int c = (lane + k * %d) * %d;", P, V)
-      add("    %s{", guard)
-      for i = 0, nsums - 1 do
-        add(pw.vector_copy(string.format("%s + (kiln_i64)blockIdx.x * %d + %d + c", ws, ncols, i * H), string.format("cs_[%d][k]", i),
-          "float", V, 4, "      "))
-      end
-      add("    }")
-      add("  }")
-    else
-      add("  __syncthreads();  // the stages are free: the slots' sums go there")
-      add("  float *acc_ = reinterpret_cast<float *>(stg_);  // [sum][slot][column]")
-      add("#pragma unroll")
-      add("  for (int k = 0; k < %d; k++) {", N)
-      add("    const int c = (lane + k * %d) * %d;", P, V)
-      add("    %s{", guard)
-      for i = 0, nsums - 1 do
-        add(pw.vector_copy(string.format("acc_ + (%d + slot) * %d + c", i * RPC, H), string.format("cs_[%d][k]", i), "float", V, 4, "      "))
-      end
-      add("    }")
-      add("  }")
-      add("  __syncthreads();")
-      add("#pragma unroll 1  // once per CTA: unrolled, it cost 8 ms of NVRTC time and gained nothing")
-      add("  for (int i = threadIdx.x; i < %d; i += %d) {", ncols, L.block)
-      add("    const int s_ = i / %d, col = i - s_ * %d;", H, H)
-      add("    float t_ = acc_[s_ * %d + col];", RPC * H)
-      add("    for (int sl = 1; sl < %d; sl++) t_ += acc_[(s_ * %d + sl) * %d + col];", RPC, RPC, H)
-      add("    %s[(kiln_i64)blockIdx.x * %d + i] = t_;", ws, ncols)
-      add("  }")
-    end
+end
+
+-- A CTA of one slot: its column sums straight into its partial row of ws (ncols columns).
+local function store_sums(E, ws, ncols)
+  local add = E.add
+  add("#pragma unroll")
+  add("  for (int k = 0; k < %d; k++) {", E.N)
+  add("    const int c = (lane + k * %d) * %d;", E.P, E.V)
+  add("    %s{", E.guard)
+  for i = 0, E.nsums - 1 do
+    add(pw.vector_copy(string.format("%s + (kiln_i64)blockIdx.x * %d + %d + c", ws, ncols, i * E.H), string.format("cs_[%d][k]", i),
+      "float", E.V, 4, "      "))
   end
+  add("    }")
+  add("  }")
+end
+
+-- A CTA of several slots: their column sums through the free stages, then each column's
+-- slots added in order into the partial row of ws (ncols columns).
+local function combine_slots(E, ws, ncols)
+  local add, H, RPC = E.add, E.H, E.RPC
+  add("  __syncthreads();  // the stages are free: the slots' sums go there")
+  add("  float *acc_ = reinterpret_cast<float *>(stg_);  // [sum][slot][column]")
+  add("#pragma unroll")
+  add("  for (int k = 0; k < %d; k++) {", E.N)
+  add("    const int c = (lane + k * %d) * %d;", E.P, E.V)
+  add("    %s{", E.guard)
+  for i = 0, E.nsums - 1 do
+    add(pw.vector_copy(string.format("acc_ + (%d + slot) * %d + c", i * RPC, H), string.format("cs_[%d][k]", i), "float", E.V, 4, "      "))
+  end
+  add("    }")
+  add("  }")
+  add("  __syncthreads();")
+  add("#pragma unroll 1  // once per CTA: unrolled, it cost 8 ms of NVRTC time and gained nothing")
+  add("  for (int i = threadIdx.x; i < %d; i += %d) {", ncols, E.L.block)
+  add("    const int s_ = i / %d, col = i - s_ * %d;", H, H)
+  add("    float t_ = acc_[s_ * %d + col];", RPC * H)
+  add("    for (int sl = 1; sl < %d; sl++) t_ += acc_[(s_ * %d + sl) * %d + col];", RPC, RPC, H)
+  add("    %s[(kiln_i64)blockIdx.x * %d + i] = t_;", ws, ncols)
+  add("  }")
+end
+
+-- This CTA's partial row ws[blockIdx.x][nsums * H]: the slots' sums in slot order.
+local function partial_row(E)
+  if E.nsums == 0 then return end
+  local ws = E.K:workspace(0)
+  local ncols = E.nsums * E.H
+  if E.RPC == 1 then store_sums(E, ws, ncols) else combine_slots(E, ws, ncols) end
+end
+
+-- The kernel body (lines into K) for analyze's info with the plan from M.plan.
+function M.emit(K, info, g, st)
+  if st.ptx then return rowbwd_ptx.emit(K, info, g, st) end
+  local E = state(K, info, g, st)
+  prologue(E)
+  open_loop(E)
+  row_sums(E)
+  reduce_row(E)
+  dx_pass(E)
+  E.add("    buf_ = buf_ == %d ? 0 : buf_ + 1;", E.S - 1)
+  E.add("    par_ ^= 1;")
+  E.add("  }")
+  E.add("  kiln_cp_async_wait<0>();")
+  partial_row(E)
 end
 
 return M

@@ -140,300 +140,373 @@ function M.plan(info, g, L, SMEM_MAX)
   return { S = S, R = R, stage = stage, smem = smem, per_sm = per_sm, cap = sms.cap(per_sm), grid_div = 1 }
 end
 
--- The kernel body (lines into K), for analyze's info with the plan st.
-function M.emit(K, info, group, g, st)
+-- The emission's shared state E (M.emit's): the plan st, the layout's sizes (R: rows a
+-- meeting), the op's ports and tensors with their element sizes; the steps below add the
+-- builder, the operands, registers and labels.
+local function state(K, info, g, st)
   local a, L = info.anchor, info.L
-  local H, Pn, N, V, S, CL, HC, R = L.H, L.P, L.N, L.V, st.S, L.CL, L.HC, st.R
-  local ports, is_ln, is_log = PORTS[a.op], a.op == "layernorm", a.op == "log_softmax"
-  local x, w = g.by_uid[a.inputs[ports.x]], is_ln and g.by_uid[a.inputs.scale]
-  local b = is_ln and a.inputs.bias and g.by_uid[a.inputs.bias]
-  local yt = g.by_uid[a.outputs[ports.y]]
-  local zx, zw, zy = dtypes.size(x.dtype), w and dtypes.size(w.dtype), dtypes.size(yt.dtype)
-  local zb = b and dtypes.size(b.dtype)
-  K:need_align(x.uid, 16)
-  if w then K:need_align(w.uid, math.min(16, V * zw)) end
-  if b then K:need_align(b.uid, math.min(16, V * zb)) end
-  K:need_align(yt.uid, math.min(16, V * zy))
-  local NW = L.block // 32
+  local E = { K = K, info = info, g = g, st = st, a = a, L = L,
+              H = L.H, Pn = L.P, N = L.N, V = L.V, S = st.S, CL = L.CL, HC = L.HC, R = st.R,
+              ports = PORTS[a.op], is_ln = a.op == "layernorm", is_log = a.op == "log_softmax" }
+  E.x, E.w = g.by_uid[a.inputs[E.ports.x]], E.is_ln and g.by_uid[a.inputs.scale]
+  E.b = E.is_ln and a.inputs.bias and g.by_uid[a.inputs.bias]
+  E.yt = g.by_uid[a.outputs[E.ports.y]]
+  E.zx, E.zw, E.zy = dtypes.size(E.x.dtype), E.w and dtypes.size(E.w.dtype), dtypes.size(E.yt.dtype)
+  E.zb = E.b and dtypes.size(E.b.dtype)
+  E.NW = L.block // 32
+  return E
+end
+
+-- The tensors' alignment and the kernel's shared arrays.
+local function declare(E)
+  local K, V, R = E.K, E.V, E.R
+  K:need_align(E.x.uid, 16)
+  if E.w then K:need_align(E.w.uid, math.min(16, V * E.zw)) end
+  if E.b then K:need_align(E.b.uid, math.min(16, V * E.zb)) end
+  K:need_align(E.yt.uid, math.min(16, V * E.zy))
   K:add("  extern __shared__ __align__(16) kiln_u8 stg_[];  // [stage][row][the CTA's part of a row of x]")
   -- the two reductions' partial values, parity-buffered by meeting: [reduction][parity][row][warp | rank]
-  if Pn > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rd_[2][2][%d][%d];", R, NW) end
-  K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rc_[2][2][%d][%d];", R, CL)
+  if E.Pn > 32 then K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rd_[2][2][%d][%d];", R, E.NW) end
+  K.shared[#K.shared + 1] = string.format("  __shared__ __align__(16) float rc_[2][2][%d][%d];", R, E.CL)
   rowgen.pdl_entry(K)
-  local P = ptx.new()
-  local put, def = function(...) P:put(...) end, function(...) return P:def(...) end
-  local function exp_from(v, base) return rowsm_ptx.exp_from(P, v, base) end
+end
+
+-- The builder E.P and the kernel's operands (E.o_x, ... E.rows; E.stats: the statistics'
+-- global addresses by port, those written).
+local function operands(E)
+  local K, g, P = E.K, E.g, ptx.new()
+  E.P = P
+  E.put, E.def = function(...) P:put(...) end, function(...) return P:def(...) end
   local _, ST = rowgen.row_hint()
-  local o_x, o_w = P:input("l", K:ptr(x.uid)), w and P:input("l", K:ptr(w.uid))
-  local o_b = b and P:input("l", K:ptr(b.uid)) or nil
-  local o_y = P:input("l", K:ptr(yt.uid, true))
-  local stats = {}
-  for _, port in ipairs(ports.stats) do
-    local uid = a.outputs[port]
-    if uid and lower.written(g.by_uid[uid]) then stats[port] = P:global(P:input("l", K:ptr(uid, true))) end
+  E.ST = ST
+  E.o_x, E.o_w = P:input("l", K:ptr(E.x.uid)), E.w and P:input("l", K:ptr(E.w.uid))
+  E.o_b = E.b and P:input("l", K:ptr(E.b.uid)) or nil
+  E.o_y = P:input("l", K:ptr(E.yt.uid, true))
+  E.stats = {}
+  for _, port in ipairs(E.ports.stats) do
+    local uid = E.a.outputs[port]
+    if uid and lower.written(g.by_uid[uid]) then E.stats[port] = P:global(P:input("l", K:ptr(uid, true))) end
   end
-  local rows = P:input("l", string.format("(kiln_i64)(%s)", info.rows))
-  local o_stg = P:input("l", "stg_")
-  local o_rd = Pn > 32 and P:input("l", "&rd_[0][0][0][0]") or nil
-  local o_rc = P:input("l", "&rc_[0][0][0][0]")
+  E.rows = P:input("l", string.format("(kiln_i64)(%s)", E.info.rows))
+  E.o_stg = P:input("l", "stg_")
+  E.o_rd = E.Pn > 32 and P:input("l", "&rd_[0][0][0][0]") or nil
+  E.o_rc = P:input("l", "&rc_[0][0][0][0]")
+end
 
-  -- the thread's place: its lane, the cluster (the row), the CTA's part of it
-  local tid, _, lane = P:place(Pn, 1)
-  local ncl = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%nclusterid.x;"))
-  local first = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%clusterid.x;"))
-  local rank = def("b32", "mov.u32 %s, %%cluster_ctarank;")
-  local col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", rank, HC // V, lane)
-  put("barrier.cluster.arrive.relaxed.aligned;")  -- the peers have started before the first remote store
+-- The thread's place: its lane, the cluster (the row: E.first, of E.ncl), the CTA's part of it
+-- (E.rank), and the thread's bases of every address.
+local function place(E)
+  local P, def, V = E.P, E.def, E.V
+  local tid, _, lane = P:place(E.Pn, 1)
+  E.tid = tid
+  E.ncl = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%nclusterid.x;"))
+  E.first = def("b64", "cvt.u64.u32 %s, %s;", def("b32", "mov.u32 %s, %%clusterid.x;"))
+  E.rank = def("b32", "mov.u32 %s, %%cluster_ctarank;")
+  local col = def("b32", "mad.lo.s32 %s, %s, %d, %s;", E.rank, E.HC // V, lane)
+  E.put("barrier.cluster.arrive.relaxed.aligned;")  -- the peers have started before the first remote store
   local function lane_base(o, z) return def("b64", "mad.wide.u32 %s, %s, %d, %s;", col, V * z, P:global(o)) end
-  local gx = lane_base(o_x, zx)
-  local gw = o_w and lane_base(o_w, zw)
-  local gy = lane_base(o_y, zy)
-  local gb = o_b and lane_base(o_b, zb)
-  local sx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * zx, P:shared(o_stg))
-  local function KSTEP(z) return Pn * V * z end  -- bytes between a thread's vectors k and k + 1
+  E.gx = lane_base(E.o_x, E.zx)
+  E.gw = E.o_w and lane_base(E.o_w, E.zw)
+  E.gy = lane_base(E.o_y, E.zy)
+  E.gb = E.o_b and lane_base(E.o_b, E.zb)
+  E.sx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", lane, V * E.zx, P:shared(E.o_stg))
+end
 
-  -- scale and bias as loaded (their words), converted where used
+-- Bytes between a thread's vectors k and k + 1 of elements of z bytes.
+local function kstep(E, z) return E.Pn * E.V * z end
+
+-- Scale and bias as loaded (their words: E.ww, E.wb), converted where used.
+local function load_columns(E)
   local ww, wb = {}, {}
-  for k = 0, gw and N - 1 or -1 do
-    ww[k] = P:load("global.nc", gw, k * KSTEP(zw), V * zw)
-    if gb then wb[k] = P:load("global.nc", gb, k * KSTEP(zb), V * zb) end
+  for k = 0, E.gw and E.N - 1 or -1 do
+    ww[k] = E.P:load("global.nc", E.gw, k * kstep(E, E.zw), E.V * E.zw)
+    if E.gb then wb[k] = E.P:load("global.nc", E.gb, k * kstep(E, E.zb), E.V * E.zb) end
   end
+  E.ww, E.wb = ww, wb
+end
 
-  -- row i (from 0) of the meeting at row rb (a register): rb + i * clusters
-  local function nth_row(rb, i) return i == 0 and rb or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, i, rb) end
-  -- the copies of rows rb + i * clusters (rb a register, i < R) into stage s (a number or a
-  -- register); zeros past the end
-  local function issue(rb, s)
-    local d, so
-    for i = 0, R - 1 do
-      local ri = nth_row(rb, i)
-      local ok = def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows)
-      local rs = def("b64", "selp.b64 %s, %s, 0, %s;", ri, ok)
-      local sz = def("b32", "selp.b32 %s, 16, 0, %s;", ok)
-      if not d then
-        d, so = sx, 0
-        if type(s) == "number" then so = s * st.stage
-        else d = def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, st.stage, sx) end
-      end
-      local src = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rs, H * zx, gx)
-      for k = 0, N - 1 do
-        for q = 0, (V * zx) // 16 - 1 do
-          local o = k * KSTEP(zx) + q * 16
-          put("cp.async.cg.shared.global [%s+%d], [%s+%d], 16, %s;", d, so + i * HC * zx + o, src, o, sz)
-        end
+-- Row i (from 0) of the meeting at row rb (a register): rb + i * clusters.
+local function nth_row(E, rb, i) return i == 0 and rb or E.def("b64", "mad.lo.s64 %s, %s, %d, %s;", E.ncl, i, rb) end
+
+-- The copies of rows rb + i * clusters (rb a register, i < R) into stage s (a number or a
+-- register); zeros past the end.
+local function issue(E, rb, s)
+  local put, def, st, zx = E.put, E.def, E.st, E.zx
+  local d, so
+  for i = 0, E.R - 1 do
+    local ri = nth_row(E, rb, i)
+    local ok = def("pred", "setp.lt.s64 %s, %s, %s;", ri, E.rows)
+    local rs = def("b64", "selp.b64 %s, %s, 0, %s;", ri, ok)
+    local sz = def("b32", "selp.b32 %s, 16, 0, %s;", ok)
+    if not d then
+      d, so = E.sx, 0
+      if type(s) == "number" then so = s * st.stage
+      else d = def("b32", "mad.lo.s32 %s, %s, %d, %s;", s, st.stage, E.sx) end
+    end
+    local src = def("b64", "mad.lo.s64 %s, %s, %d, %s;", rs, E.H * zx, E.gx)
+    for k = 0, E.N - 1 do
+      for q = 0, (E.V * zx) // 16 - 1 do
+        local o = k * kstep(E, zx) + q * 16
+        put("cp.async.cg.shared.global [%s+%d], [%s+%d], 16, %s;", d, so + i * E.HC * zx + o, src, o, sz)
       end
     end
-    put("cp.async.commit_group;")
   end
-  for s = 0, S - 2 do issue(s == 0 and first or def("b64", "mad.lo.s64 %s, %s, %d, %s;", ncl, s * R, first), s) end
+  put("cp.async.commit_group;")
+end
 
-  -- the reductions over the row: butterflies, the CTA's warps in order, the cluster's CTAs in
-  -- rank order (reduction r of the row at parity par)
-  local par = def("b32", "mov.b32 %s, 0;")
-  local warp4, lead, rd
+-- The reductions' registers: the parity E.par, each warp's slot (E.warp4), its lead and the
+-- CTA's array (P > 32); the cluster's array (E.rc) and target (E.to).
+local function reduction_registers(E)
+  local P, def, tid = E.P, E.def, E.tid
+  E.par = def("b32", "mov.b32 %s, 0;")
+  if E.Pn > 32 then
+    E.rd = P:shared(E.o_rd)
+    E.warp4 = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), E.rd)
+    E.lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
+  end
+  E.rc = P:shared(E.o_rc)
+  E.to = { peer = def("b32", "min.u32 %s, %s, %d;", tid, E.CL - 1), mine = def("pred", "setp.lt.u32 %s, %s, %d;", tid, E.CL) }
+end
+
+-- The reductions over the row: butterflies, the CTA's warps in order, the cluster's CTAs in
+-- rank order (reduction r of the row at parity par). Reduction r of the meeting's R rows
+-- (vs[i + 1] row i's), in one CTA barrier and one cluster barrier.
+local function allreduce(E, vs, r, op)
+  local P, put, def, Pn, R, NW, CL, par = E.P, E.put, E.def, E.Pn, E.R, E.NW, E.CL, E.par
+  op = op or "add.f32"
+  for i = 1, R do vs[i] = P:butterfly(vs[i], math.min(Pn, 32), op) end
   if Pn > 32 then
-    rd = P:shared(o_rd)
-    warp4 = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "shr.u32 %s, %s, 5;", tid), rd)
-    lead = def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "and.b32 %s, %s, 31;", tid))
+    local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, E.warp4)
+    for i = 1, R do put("@%s st.shared.f32 [%s+%d], %s;", E.lead, at, (r * 2 * R + i - 1) * NW * 4, vs[i]) end
+    put("bar.sync 0;")
+    local base = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, E.rd)
+    for i = 1, R do vs[i] = P:load_fold("shared", base, (r * 2 * R + i - 1) * NW * 4, NW, op) end
   end
-  local rc = P:shared(o_rc)
-  local to = { peer = def("b32", "min.u32 %s, %s, %d;", tid, CL - 1), mine = def("pred", "setp.lt.u32 %s, %s, %d;", tid, CL) }
-  -- reduction r of the meeting's R rows (vs[i + 1] row i's), in one CTA barrier and one cluster barrier
-  local function allreduce(vs, r, op)
-    op = op or "add.f32"
-    for i = 1, R do vs[i] = P:butterfly(vs[i], math.min(Pn, 32), op) end
-    if Pn > 32 then
-      local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, warp4)
-      for i = 1, R do put("@%s st.shared.f32 [%s+%d], %s;", lead, at, (r * 2 * R + i - 1) * NW * 4, vs[i]) end
-      put("bar.sync 0;")
-      local base = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, rd)
-      for i = 1, R do vs[i] = P:load_fold("shared", base, (r * 2 * R + i - 1) * NW * 4, NW, op) end
-    end
-    local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * CL * 4, def("b32", "add.s32 %s, %s, %d;", rc, r * 2 * R * CL * 4))
-    return P:cluster_fold(pc, rank, tid, CL, vs, op, to)
-  end
+  local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * CL * 4, def("b32", "add.s32 %s, %s, %d;", E.rc, r * 2 * R * CL * 4))
+  return P:cluster_fold(pc, E.rank, E.tid, CL, vs, op, E.to)
+end
 
-  -- pairs of statistics of the meeting's R rows (layernorm's (sum, M2), softmax's (max, sum of
-  -- exps)) in one CTA barrier and one cluster barrier, `bfly(a, b, lanes, k)` combining the
-  -- pairs of `lanes` lanes, each covering k threads (rowptx's R.allreduce_pair): past the
-  -- butterflies each warp loads the CTA's warps' pairs (then the cluster's CTAs') one a lane
-  -- and butterflies them again. First values in reduction 0's slots, second in reduction 1's;
-  -- over the cluster [parity][2R][rank].
-  local function allreduce_pair(ss, ms, bfly)
-    for i = 1, R do ss[i], ms[i] = bfly(ss[i], ms[i], math.min(Pn, 32), 1) end
-    local lane31 = def("b32", "and.b32 %s, %s, 31;", tid)
-    if Pn > 32 then
-      local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, warp4)
-      for i = 1, R do
-        put("@%s st.shared.f32 [%s+%d], %s;", lead, at, (i - 1) * NW * 4, ss[i])
-        put("@%s st.shared.f32 [%s+%d], %s;", lead, at, (2 * R + i - 1) * NW * 4, ms[i])
-      end
-      put("bar.sync 0;")
-      local wl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, NW - 1),
-        def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, rd))
-      for i = 1, R do
-        ss[i], ms[i] = bfly(def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (i - 1) * NW * 4),
-          def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (2 * R + i - 1) * NW * 4), NW, 32)
-      end
-    end
-    local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, 2 * R * CL * 4, rc)
-    local vs = {}
-    for i = 1, R do vs[i], vs[R + i] = ss[i], ms[i] end
-    P:cluster_share(pc, rank, tid, CL, vs, to)
-    local cl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, CL - 1), pc)
+-- Pairs of statistics of the meeting's R rows (layernorm's (sum, M2), softmax's (max, sum of
+-- exps)) in one CTA barrier and one cluster barrier, `bfly(a, b, lanes, k)` combining the
+-- pairs of `lanes` lanes, each covering k threads (rowptx's R.allreduce_pair): past the
+-- butterflies each warp loads the CTA's warps' pairs (then the cluster's CTAs') one a lane
+-- and butterflies them again. First values in reduction 0's slots, second in reduction 1's;
+-- over the cluster [parity][2R][rank].
+local function allreduce_pair(E, ss, ms, bfly)
+  local P, put, def, Pn, R, NW, CL, par = E.P, E.put, E.def, E.Pn, E.R, E.NW, E.CL, E.par
+  for i = 1, R do ss[i], ms[i] = bfly(ss[i], ms[i], math.min(Pn, 32), 1) end
+  local lane31 = def("b32", "and.b32 %s, %s, 31;", E.tid)
+  if Pn > 32 then
+    local at = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, E.warp4)
     for i = 1, R do
-      ss[i], ms[i] = bfly(def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (i - 1) * CL * 4),
-        def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (R + i - 1) * CL * 4), CL, Pn)
+      put("@%s st.shared.f32 [%s+%d], %s;", E.lead, at, (i - 1) * NW * 4, ss[i])
+      put("@%s st.shared.f32 [%s+%d], %s;", E.lead, at, (2 * R + i - 1) * NW * 4, ms[i])
     end
-    return ss, ms
+    put("bar.sync 0;")
+    local wl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, NW - 1),
+      def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, R * NW * 4, E.rd))
+    for i = 1, R do
+      ss[i], ms[i] = bfly(def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (i - 1) * NW * 4),
+        def("b32", "ld.shared.f32 %s, [%s+%d];", wl, (2 * R + i - 1) * NW * 4), NW, 32)
+    end
   end
+  local pc = def("b32", "mad.lo.s32 %s, %s, %d, %s;", par, 2 * R * CL * 4, E.rc)
+  local vs = {}
+  for i = 1, R do vs[i], vs[R + i] = ss[i], ms[i] end
+  P:cluster_share(pc, E.rank, E.tid, CL, vs, E.to)
+  local cl = def("b32", "mad.lo.s32 %s, %s, 4, %s;", def("b32", "and.b32 %s, %s, %d;", lane31, CL - 1), pc)
+  for i = 1, R do
+    ss[i], ms[i] = bfly(def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (i - 1) * CL * 4),
+      def("b32", "ld.shared.f32 %s, [%s+%d];", cl, (R + i - 1) * CL * 4), CL, Pn)
+  end
+  return ss, ms
+end
 
-  -- the row loop
-  local rb = def("b64", "mov.b64 %s, %s;", first)
+-- The row loop (row block E.rb, stage E.buf) up to its staged rows (E.cx): the copies S - 1
+-- meetings ahead issued, this meeting's waited for.
+local function open_loop(E)
+  local P, put, def, S = E.P, E.put, E.def, E.S
+  E.rb = def("b64", "mov.b64 %s, %s;", E.first)
   local buf = def("b32", "mov.b32 %s, 0;")
-  local ahead = def("b64", "mul.lo.s64 %s, %s, %d;", ncl, (S - 1) * R)
-  local LOOP, DONE = P:label(), P:label()
+  E.buf = buf
+  local ahead = def("b64", "mul.lo.s64 %s, %s, %d;", E.ncl, (S - 1) * E.R)
+  E.loop, E.done = P:label(), P:label()
   put("barrier.cluster.wait.aligned;")
-  put("@%s bra.uni %s;", def("pred", "setp.ge.s64 %s, %s, %s;", rb, rows), DONE)
-  P:at(LOOP)
-  do
-    local pz = def("pred", "setp.eq.s32 %s, %s, 0;", buf)
-    issue(def("b64", "add.s64 %s, %s, %s;", rb, ahead), def("b32", "selp.b32 %s, %d, %s, %s;", S - 1, def("b32", "add.s32 %s, %s, -1;", buf), pz))
-  end
+  put("@%s bra.uni %s;", def("pred", "setp.ge.s64 %s, %s, %s;", E.rb, E.rows), E.done)
+  P:at(E.loop)
+  local pz = def("pred", "setp.eq.s32 %s, %s, 0;", buf)
+  issue(E, def("b64", "add.s64 %s, %s, %s;", E.rb, ahead),
+    def("b32", "selp.b32 %s, %d, %s, %s;", S - 1, def("b32", "add.s32 %s, %s, -1;", buf), pz))
   put("cp.async.wait_group %d;", S - 1)
-  local cx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", buf, st.stage, sx)
-  -- the staged row i's words, read again by each pass in another form (so that ptxas converts
-  -- them again rather than keeping fp32 values live across the reductions)
-  local function pass(i, form, each)
-    for k = 0, N - 1 do
-      local rx = P:reader(P:load("shared", cx, i * HC * zx + k * KSTEP(zx), V * zx), x.dtype, form)
-      for j = 0, V - 1 do each(k, j, rx(j)) end
-    end
+  E.cx = def("b32", "mad.lo.s32 %s, %s, %d, %s;", buf, E.st.stage, E.sx)
+end
+
+-- The staged row i's words, read again by each pass in another form (so that ptxas converts
+-- them again rather than keeping fp32 values live across the reductions)
+local function pass(E, i, form, each)
+  for k = 0, E.N - 1 do
+    local rx = E.P:reader(E.P:load("shared", E.cx, i * E.HC * E.zx + k * kstep(E, E.zx), E.V * E.zx), E.x.dtype, form)
+    for j = 0, E.V - 1 do each(k, j, rx(j)) end
   end
-  -- the predicate of the cluster's first thread, which stores the rows' statistics (nil: none)
-  local function first_thread()
-    return next(stats) and def("pred", "setp.eq.s32 %s, %s, 0;", def("b32", "or.b32 %s, %s, %s;", tid, rank))
-  end
-  -- y = (x - mean) * rstd * scale (+ bias), and the row's statistics
-  local function layernorm_rows()
-    local inv = ptx.f32(1.0 / H)
-    local acc, mean, rstd, sq = {}, {}, {}, nil
-    if rowptx.one_reduction() then
-      -- each vector's (sum, M2), combined over the thread's vectors, then over the cluster
-      local ms = {}
-      for i = 1, R do
-        local part, xs = nil, {}
-        pass(i - 1, "prmt", function(_, j, v)
-          xs[j + 1] = v
-          if j == V - 1 then part, xs = meanvar.add(P, part, meanvar.of_values(P, xs)), {} end
-        end)
-        acc[i], ms[i] = part.s, part.m2
-      end
-      acc, sq = allreduce_pair(acc, ms, function(u, v, lanes, k) return meanvar.butterfly(P, u, v, lanes, N * V * k) end)
-      for i = 1, R do mean[i] = def("b32", "mul.f32 %s, %s, %s;", acc[i], inv) end
-    else
-      for i = 1, R do pass(i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
-      for i, m in ipairs(allreduce(acc, 0)) do mean[i] = def("b32", "mul.f32 %s, %s, %s;", m, inv) end
-      acc = {}
-      for i = 1, R do
-        pass(i - 1, "bfi", function(_, _, v)
-          local d = def("b32", "sub.f32 %s, %s, %s;", v, mean[i])
-          acc[i] = acc[i] and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc[i]) or def("b32", "mul.f32 %s, %s, %s;", d, d)
-        end)
-      end
-      sq = allreduce(acc, 1)
-    end
-    for i, q in ipairs(sq) do
-      rstd[i] = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", q, inv, ptx.f32(a.attrs.epsilon)))
-    end
-    local one = first_thread()
+end
+-- The predicate of the cluster's first thread, which stores the rows' statistics (nil: none)
+local function first_thread(E)
+  return next(E.stats) and E.def("pred", "setp.eq.s32 %s, %s, 0;", E.def("b32", "or.b32 %s, %s, %s;", E.tid, E.rank))
+end
+-- Row i of the meeting (from 1): its row register, and whether it exists (rows past the end,
+-- i > 1 only, store nothing; nil: it does)
+local function meeting_row(E, i)
+  local ri = nth_row(E, E.rb, i - 1)
+  return ri, i > 1 and E.def("pred", "setp.lt.s64 %s, %s, %s;", ri, E.rows) or nil
+end
+
+-- Layernorm's mean and rstd of the meeting's rows (lists by row).
+local function layernorm_statistics(E)
+  local def, R, V = E.def, E.R, E.V
+  local inv = ptx.f32(1.0 / E.H)
+  local acc, mean, rstd, sq = {}, {}, {}, nil
+  if rowptx.one_reduction() then
+    -- each vector's (sum, M2), combined over the thread's vectors, then over the cluster
+    local ms = {}
     for i = 1, R do
-      -- row i of the meeting: rows past the end (i > 0 only) store nothing
-      local ri = nth_row(rb, i - 1)
-      local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
-      -- y = (x - mean) * rstd * scale (+ bias)
-      local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
-      local out, rw, rbias = {}, nil, nil
-      pass(i - 1, nil, function(k, j, v)
-        if j == 0 then
-          out, rw = {}, P:reader(ww[k], w.dtype)
-          rbias = gb and P:reader(wb[k], b.dtype)
-        end
-        local xh = def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mean[i]), rstd[i])
-        out[j + 1] = rbias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, rw(j), rbias(j))
-          or def("b32", "mul.f32 %s, %s, %s;", xh, rw(j))
-        if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype), valid) end
+      local part, xs = nil, {}
+      pass(E, i - 1, "prmt", function(_, j, v)
+        xs[j + 1] = v
+        if j == V - 1 then part, xs = meanvar.add(E.P, part, meanvar.of_values(E.P, xs)), {} end
       end)
-      -- the row's statistics, by the cluster's first thread
-      if one then
-        local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
-        if stats.MEAN then put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.MEAN), mean[i]) end
-        if stats.INV_VARIANCE then
-          put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.INV_VARIANCE), rstd[i])
-        end
-      end
+      acc[i], ms[i] = part.s, part.m2
     end
-  end
-  -- y = exp(x - max) / sum exp(x - max); a row of -inf gives y = 0
-  local function softmax_rows()
-    local tm, ts = {}, {}
+    acc, sq = allreduce_pair(E, acc, ms, function(u, v, lanes, k) return meanvar.butterfly(E.P, u, v, lanes, E.N * V * k) end)
+    for i = 1, R do mean[i] = def("b32", "mul.f32 %s, %s, %s;", acc[i], inv) end
+  else
+    for i = 1, R do pass(E, i - 1, "prmt", function(_, _, v) acc[i] = acc[i] and def("b32", "add.f32 %s, %s, %s;", acc[i], v) or v end) end
+    for i, m in ipairs(allreduce(E, acc, 0)) do mean[i] = def("b32", "mul.f32 %s, %s, %s;", m, inv) end
+    acc = {}
     for i = 1, R do
-      tm[i], ts[i] = def("b32", "mov.b32 %s, %s;", NEG_INF), def("b32", "mov.b32 %s, 0f00000000;")
-      local xs = {}
-      pass(i - 1, "prmt", function(_, j, v)
-        xs[j] = v
-        if j == V - 1 then rowsm_ptx.online(P, tm[i], ts[i], V, function(q) return xs[q] end) end
+      pass(E, i - 1, "bfi", function(_, _, v)
+        local d = def("b32", "sub.f32 %s, %s, %s;", v, mean[i])
+        acc[i] = acc[i] and def("b32", "fma.rn.f32 %s, %s, %s, %s;", d, d, acc[i]) or def("b32", "mul.f32 %s, %s, %s;", d, d)
       end)
     end
-    local mx, z
-    if rowptx.one_reduction() then
-      mx, z = allreduce_pair(tm, ts, function(m, s, lanes) return rowsm_ptx.butterfly(P, m, s, lanes) end)
-    else
-      mx = allreduce({ table.unpack(tm) }, 0, "max.NaN.f32")
-      local zs = {}
-      for i = 1, R do zs[i] = rowsm_ptx.rescaled(P, tm[i], ts[i], mx[i]) end
-      z = allreduce(zs, 1)
-    end
-    local one = first_thread()
-    for i = 1, R do
-      local ri = nth_row(rb, i - 1)
-      local valid = i > 1 and def("pred", "setp.lt.s64 %s, %s, %s;", ri, rows) or nil
-      local ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mx[i])
-      local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mx[i], ninf)
-      -- softmax: exp(x - M) / Z (0 in a -inf row); log_softmax: x - M - ln Z (-inf there)
-      local iz = not is_log and def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(z[i]), ninf)
-      local lz = is_log and rowsm_ptx.logf(P, z[i])
-      local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, H * zy, gy)
-      local out = {}
-      pass(i - 1, nil, function(k, j, v)
-        if j == 0 then out = {} end
-        if is_log then
-          local d = def("b32", "sub.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mx[i]), lz)
-          out[j + 1] = def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", d, ninf)
-        else
-          out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", exp_from(v, mb), iz)
-        end
-        if j == V - 1 then P:store(ST, gyr, k * KSTEP(zy), P:pack(out, yt.dtype), valid) end
-      end)
-      -- the row's statistics (as rowsm_ptx.lua's), by the cluster's first thread
-      if one then
-        local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
-        local lse = rowsm_ptx.lse(P, mx[i], z[i], a.attrs.stats_use_log2)
-        put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.Stats), lse)
+    sq = allreduce(E, acc, 1)
+  end
+  for i, q in ipairs(sq) do
+    rstd[i] = def("b32", "rsqrt.approx.f32 %s, %s;", def("b32", "fma.rn.f32 %s, %s, %s, %s;", q, inv, ptx.f32(E.a.attrs.epsilon)))
+  end
+  return mean, rstd
+end
+
+-- y = (x - mean) * rstd * scale (+ bias), and the row's statistics
+local function layernorm_rows(E)
+  local P, put, def, V, stats = E.P, E.put, E.def, E.V, E.stats
+  local mean, rstd = layernorm_statistics(E)
+  local one = first_thread(E)
+  for i = 1, E.R do
+    local ri, valid = meeting_row(E, i)
+    -- y = (x - mean) * rstd * scale (+ bias)
+    local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, E.H * E.zy, E.gy)
+    local out, rw, rbias = {}, nil, nil
+    pass(E, i - 1, nil, function(k, j, v)
+      if j == 0 then
+        out, rw = {}, P:reader(E.ww[k], E.w.dtype)
+        rbias = E.gb and P:reader(E.wb[k], E.b.dtype)
+      end
+      local xh = def("b32", "mul.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mean[i]), rstd[i])
+      out[j + 1] = rbias and def("b32", "fma.rn.f32 %s, %s, %s, %s;", xh, rw(j), rbias(j))
+        or def("b32", "mul.f32 %s, %s, %s;", xh, rw(j))
+      if j == V - 1 then P:store(E.ST, gyr, k * kstep(E, E.zy), P:pack(out, E.yt.dtype), valid) end
+    end)
+    -- the row's statistics, by the cluster's first thread
+    if one then
+      local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
+      if stats.MEAN then put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.MEAN), mean[i]) end
+      if stats.INV_VARIANCE then
+        put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, stats.INV_VARIANCE), rstd[i])
       end
     end
   end
-  if is_ln then layernorm_rows() else softmax_rows() end
-  do
-    local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, S - 1)
-    put("selp.b32 %s, 0, %s, %s;", buf, def("b32", "add.s32 %s, %s, 1;", buf), pl)
-    put("xor.b32 %s, %s, 1;", par, par)
-    if R == 1 then put("add.s64 %s, %s, %s;", rb, rb, ncl) else put("mad.lo.s64 %s, %s, %d, %s;", rb, ncl, R, rb) end
-    put("@%s bra.uni %s;", def("pred", "setp.lt.s64 %s, %s, %s;", rb, rows), LOOP)
+end
+
+-- Softmax's max and sum of exps of the meeting's rows (lists by row).
+local function softmax_statistics(E)
+  local P, def, R, V = E.P, E.def, E.R, E.V
+  local tm, ts = {}, {}
+  for i = 1, R do
+    tm[i], ts[i] = def("b32", "mov.b32 %s, %s;", NEG_INF), def("b32", "mov.b32 %s, 0f00000000;")
+    local xs = {}
+    pass(E, i - 1, "prmt", function(_, j, v)
+      xs[j] = v
+      if j == V - 1 then rowsm_ptx.online(P, tm[i], ts[i], V, function(q) return xs[q] end) end
+    end)
   end
-  P:at(DONE)
+  if rowptx.one_reduction() then
+    return allreduce_pair(E, tm, ts, function(m, s, lanes) return rowsm_ptx.butterfly(P, m, s, lanes) end)
+  end
+  local mx = allreduce(E, { table.unpack(tm) }, 0, "max.NaN.f32")
+  local zs = {}
+  for i = 1, R do zs[i] = rowsm_ptx.rescaled(P, tm[i], ts[i], mx[i]) end
+  return mx, allreduce(E, zs, 1)
+end
+
+-- y = exp(x - max) / sum exp(x - max); a row of -inf gives y = 0
+local function softmax_rows(E)
+  local P, put, def, V, is_log = E.P, E.put, E.def, E.V, E.is_log
+  local mx, z = softmax_statistics(E)
+  local one = first_thread(E)
+  for i = 1, E.R do
+    local ri, valid = meeting_row(E, i)
+    local ninf = def("pred", "setp.eq.f32 %s, %s, " .. NEG_INF .. ";", mx[i])
+    local mb = def("b32", "selp.f32 %s, 0f00000000, %s, %s;", mx[i], ninf)
+    -- softmax: exp(x - M) / Z (0 in a -inf row); log_softmax: x - M - ln Z (-inf there)
+    local iz = not is_log and def("b32", "selp.f32 %s, 0f00000000, %s, %s;", P:recip(z[i]), ninf)
+    local lz = is_log and rowsm_ptx.logf(P, z[i])
+    local gyr = def("b64", "mad.lo.s64 %s, %s, %d, %s;", ri, E.H * E.zy, E.gy)
+    local out = {}
+    pass(E, i - 1, nil, function(k, j, v)
+      if j == 0 then out = {} end
+      if is_log then
+        local d = def("b32", "sub.f32 %s, %s, %s;", def("b32", "sub.f32 %s, %s, %s;", v, mx[i]), lz)
+        out[j + 1] = def("b32", "selp.f32 %s, " .. NEG_INF .. ", %s, %s;", d, ninf)
+      else
+        out[j + 1] = def("b32", "mul.f32 %s, %s, %s;", rowsm_ptx.exp_from(P, v, mb), iz)
+      end
+      if j == V - 1 then P:store(E.ST, gyr, k * kstep(E, E.zy), P:pack(out, E.yt.dtype), valid) end
+    end)
+    -- the row's statistics (as rowsm_ptx.lua's), by the cluster's first thread
+    if one then
+      local by = valid and def("pred", "and.pred %s, %s, %s;", one, valid) or one
+      local lse = rowsm_ptx.lse(P, mx[i], z[i], E.a.attrs.stats_use_log2)
+      put("@%s st.global.f32 [%s], %s;", by, def("b64", "mad.lo.s64 %s, %s, 4, %s;", ri, E.stats.Stats), lse)
+    end
+  end
+end
+
+-- The row loop's end: the next stage and parity, the next meeting; past the loop, the
+-- copies' wait.
+local function close_loop(E)
+  local P, put, def, buf, rb, ncl = E.P, E.put, E.def, E.buf, E.rb, E.ncl
+  local pl = def("pred", "setp.eq.s32 %s, %s, %d;", buf, E.S - 1)
+  put("selp.b32 %s, 0, %s, %s;", buf, def("b32", "add.s32 %s, %s, 1;", buf), pl)
+  put("xor.b32 %s, %s, 1;", E.par, E.par)
+  if E.R == 1 then put("add.s64 %s, %s, %s;", rb, rb, ncl) else put("mad.lo.s64 %s, %s, %d, %s;", rb, ncl, E.R, rb) end
+  put("@%s bra.uni %s;", def("pred", "setp.lt.s64 %s, %s, %s;", rb, E.rows), E.loop)
+  P:at(E.done)
   put("cp.async.wait_group 0;")
-  K:asm(P)
+end
+
+-- The kernel body (lines into K), for analyze's info with the plan st.
+function M.emit(K, info, group, g, st)
+  local E = state(K, info, g, st)
+  declare(E)
+  operands(E)
+  place(E)
+  load_columns(E)
+  for s = 0, E.S - 2 do issue(E, s == 0 and E.first or E.def("b64", "mad.lo.s64 %s, %s, %d, %s;", E.ncl, s * E.R, E.first), s) end
+  reduction_registers(E)
+  open_loop(E)
+  if E.is_ln then layernorm_rows(E) else softmax_rows(E) end
+  close_loop(E)
+  K:asm(E.P)
 end
 
 return M
