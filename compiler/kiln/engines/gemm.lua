@@ -552,92 +552,102 @@ end
 
 local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2" }
 
--- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row;
--- d0, d1: a dual GEMM's second product there), plus what the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
--- Output `staged` (a uid, or nil) is written to shared memory at sd instead of to C's memory.
-local function epilogue(K, info, group, g, staged, sm90)
-  local src, C, Ed = K.src, info.C, info.Ed
-  local R = #Ed
-  local setup, body, pre, post = {}, {}, {}, {}
-  local full = {}  -- the inputs read per element of C (row-major like C): pointer, element size
-  local value = {}
-  local read_later = pw.read_set(group.nodes)
-  -- inputs
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if not info.operand[uid] then
-      if t.role == "constant" or t.role == "scalar" then
-        value[uid] = K:scalar(uid)
-      else
-        local st = pw.storage(src, t.dtype)
-        local size = dtypes.size(t.dtype)
-        local p = K:ptr(uid)
-        local how = info.access[uid]
-        if how == "once" then
-          setup[#setup + 1] = string.format("  const float q%d = %s;", uid, fmt(st.load, p .. "[0]"))
-          value[uid] = "q" .. uid
-        elseif how == "full" or how == "col" then
-          if how == "full" then full[#full + 1] = { p = p, size = size } end
-          pre[#pre + 1] = string.format("    alignas(%d) %s r%d[2];", 2 * size, st.ctype, uid)
-          pre[#pre + 1] = pw.vector_copy("r" .. uid, string.format("%s + %s", p, how == "full" and "i0" or "col"), st.ctype, 2, size, "    ")
-          body[#body + 1] = string.format("      const float v%d = %s;", uid, fmt(st.load, string.format("r%d[j]", uid)))
-          K:need_align(uid, 2 * size)
-          value[uid] = "v" .. uid
-        elseif how == "row" then
-          local off = pw.offset_expr(t, Ed, "(i0 - col)")
-          pre[#pre + 1] = string.format("    const float v%d = %s;", uid, fmt(st.load, string.format("%s[%s]", p, off)))
-          value[uid] = "v" .. uid
-        else
-          local off = pw.offset_expr(t, Ed, "(i0 + j)")
-          body[#body + 1] = string.format("      const float v%d = %s;", uid, fmt(st.load, string.format("%s[%s]", p, off)))
-          value[uid] = "v" .. uid
-        end
-      end
-    end
+-- The epilogue's steps share one table `e`: the kernel K and its source, the plan's info, the
+-- group and graph, and the lines they make: setup (once), pre (per pair), body (per element of
+-- the pair), post (per pair, after it), full (the inputs read per element of C: pointer,
+-- element size), value (each uid's value as an expression).
+
+-- One input's read: a scalar parameter, once, per pair (a full or column input), per row, or
+-- per element.
+local function epilogue_input(e, uid)
+  local K, t = e.K, e.g.by_uid[uid]
+  if t.role == "constant" or t.role == "scalar" then
+    e.value[uid] = K:scalar(uid)
+    return
   end
-  -- the accumulators (C, and a dual GEMM's C2 from d0, d1), each rounded to its dtype first
-  -- if it is stored narrower and read again
-  for _, acc in ipairs({ { C, "c" }, info.C2 and { info.C2, "d" } or nil }) do
+  local st = pw.storage(e.src, t.dtype)
+  local size = dtypes.size(t.dtype)
+  local p = K:ptr(uid)
+  local how = e.info.access[uid]
+  local pre, body = e.pre, e.body
+  if how == "once" then
+    e.setup[#e.setup + 1] = string.format("  const float q%d = %s;", uid, fmt(st.load, p .. "[0]"))
+    e.value[uid] = "q" .. uid
+  elseif how == "full" or how == "col" then
+    if how == "full" then e.full[#e.full + 1] = { p = p, size = size } end
+    pre[#pre + 1] = string.format("    alignas(%d) %s r%d[2];", 2 * size, st.ctype, uid)
+    pre[#pre + 1] = pw.vector_copy("r" .. uid, string.format("%s + %s", p, how == "full" and "i0" or "col"), st.ctype, 2, size, "    ")
+    body[#body + 1] = string.format("      const float v%d = %s;", uid, fmt(st.load, string.format("r%d[j]", uid)))
+    K:need_align(uid, 2 * size)
+    e.value[uid] = "v" .. uid
+  elseif how == "row" then
+    local off = pw.offset_expr(t, e.info.Ed, "(i0 - col)")
+    pre[#pre + 1] = string.format("    const float v%d = %s;", uid, fmt(st.load, string.format("%s[%s]", p, off)))
+    e.value[uid] = "v" .. uid
+  else
+    local off = pw.offset_expr(t, e.info.Ed, "(i0 + j)")
+    body[#body + 1] = string.format("      const float v%d = %s;", uid, fmt(st.load, string.format("%s[%s]", p, off)))
+    e.value[uid] = "v" .. uid
+  end
+end
+
+-- the accumulators (C, and a dual GEMM's C2 from d0, d1), each rounded to its dtype first
+-- if it is stored narrower and read again
+local function epilogue_accumulators(e)
+  local info, body = e.info, e.body
+  for _, acc in ipairs({ { info.C, "c" }, info.C2 and { info.C2, "d" } or nil }) do
     local t, v = acc[1], acc[2]
     body[#body + 1] = string.format("      float v%d = j ? %s1 : %s0;", t.uid, v, v)
-    if t.dtype ~= "fp32" and lower.written(t) and read_later[t.uid] then
-      local st = pw.storage(src, t.dtype)
+    if t.dtype ~= "fp32" and lower.written(t) and e.read_later[t.uid] then
+      local st = pw.storage(e.src, t.dtype)
       body[#body + 1] = string.format("      v%d = %s;", t.uid, fmt(st.load, fmt(st.store, "v" .. t.uid)))
     end
-    value[t.uid] = "v" .. t.uid
+    e.value[t.uid] = "v" .. t.uid
   end
-  pw.emit_nodes(group.epilogue or {}, value, body, { g = g, src = src, space = Ed, index = "(i0 + j)", indent = "      ",
-                                                     read_later = read_later })
-  -- outputs: element outputs as pairs, amax outputs as a running max of |value| bits
-  local amax = {}
-  for _, uid in ipairs(group.outputs) do
-    local t = g.by_uid[uid]
-    local r = info.amax_of[uid]
+end
+
+-- An element output's store: its pair packed, then written to shared memory at sd (the
+-- staged output) or to its memory.
+local function epilogue_store(e, uid, staged)
+  local K, t, pre, post = e.K, e.g.by_uid[uid], e.pre, e.post
+  local st = pw.storage(e.src, t.dtype)
+  local size = dtypes.size(t.dtype)
+  local p = K:ptr(uid, true)
+  local o = pw.out_regs(st, 2, "w" .. uid, 2 * size)
+  pre[#pre + 1] = "    " .. o.decl
+  e.body[#e.body + 1] = "      " .. o.set(e.value[uid])
+  if o.pack then post[#post + 1] = "    " .. o.pack end
+  local words = string.format("reinterpret_cast<const kiln_u32 *>(w%d)", uid)
+  if uid == staged and size == 2 then
+    post[#post + 1] = string.format("    kiln_st_shared_b32(sd, %s[0]);", words)
+  elseif uid == staged then
+    post[#post + 1] = string.format("    kiln_st_shared_v2(sd, %s[0], %s[1]);", words, words)
+  else
+    post[#post + 1] = "    if (live)"
+    post[#post + 1] = pw.vector_copy(string.format("%s + i0", p), "w" .. uid, st.ctype, 2, size, "    ")
+  end
+  K:need_align(uid, 2 * size)
+end
+
+-- outputs: element outputs as pairs, amax outputs as a running max of |value| bits (the amax
+-- accumulators, as a list)
+local function epilogue_outputs(e, staged)
+  local amax, body = {}, e.body
+  for _, uid in ipairs(e.group.outputs) do
+    local r = e.info.amax_of[uid]
     if r then
       local var = "am" .. #amax
       amax[#amax + 1] = { var = var, out = uid }
-      body[#body + 1] = string.format("      if (live) %s = max(%s, __float_as_uint(fabsf(%s)));", var, var, value[r.inputs.input])
+      body[#body + 1] = string.format("      if (live) %s = max(%s, __float_as_uint(fabsf(%s)));", var, var, e.value[r.inputs.input])
     else
-      local st = pw.storage(src, t.dtype)
-      local size = dtypes.size(t.dtype)
-      local p = K:ptr(uid, true)
-      local o = pw.out_regs(st, 2, "w" .. uid, 2 * size)
-      pre[#pre + 1] = "    " .. o.decl
-      body[#body + 1] = "      " .. o.set(value[uid])
-      if o.pack then post[#post + 1] = "    " .. o.pack end
-      local words = string.format("reinterpret_cast<const kiln_u32 *>(w%d)", uid)
-      if uid == staged and size == 2 then
-        post[#post + 1] = string.format("    kiln_st_shared_b32(sd, %s[0]);", words)
-      elseif uid == staged then
-        post[#post + 1] = string.format("    kiln_st_shared_v2(sd, %s[0], %s[1]);", words, words)
-      else
-        post[#post + 1] = "    if (live)"
-        post[#post + 1] = pw.vector_copy(string.format("%s + i0", p), "w" .. uid, st.ctype, 2, size, "    ")
-      end
-      K:need_align(uid, 2 * size)
+      epilogue_store(e, uid, staged)
     end
   end
-  local lines = {}
+  return amax
+end
+
+-- The epilogue lambda's lines, from the pre, body and post lines.
+local function epilogue_lambda(e, lines, staged)
   lines[#lines + 1] = "  // the fused epilogue of columns col, col + 1 of one row of C (fp32 accumulators c0, c1)"
   -- sd: where the staged output's pair goes in shared memory (the sm90 kernel names it either way);
   -- live: the pair is inside C (the staged loop computes the pairs past M and N too, at clamped
@@ -646,34 +656,53 @@ local function epilogue(K, info, group, g, staged, sm90)
     .. ", float d0 = 0.0f, float d1 = 0.0f) {"
   if not staged then lines[#lines + 1] = "    (void)sd;" end
   lines[#lines + 1] = "    (void)live, (void)d0, (void)d1;"
-  lines[#lines + 1] = string.format("    const kiln_i64 i0 = (bt * M + row) * %dLL + col;  // flat index in C", info.N)
-  for _, l in ipairs(pre) do lines[#lines + 1] = l end
+  lines[#lines + 1] = string.format("    const kiln_i64 i0 = (bt * M + row) * %dLL + col;  // flat index in C", e.info.N)
+  for _, l in ipairs(e.pre) do lines[#lines + 1] = l end
   lines[#lines + 1] = "#pragma unroll"
   lines[#lines + 1] = "    for (int j = 0; j < 2; j++) {"
-  for _, l in ipairs(body) do lines[#lines + 1] = l end
+  for _, l in ipairs(e.body) do lines[#lines + 1] = l end
   lines[#lines + 1] = "    }"
-  for _, l in ipairs(post) do lines[#lines + 1] = l end
+  for _, l in ipairs(e.post) do lines[#lines + 1] = l end
   lines[#lines + 1] = "  };"
-  if sm90 then
-    -- the tile's rows of the per-element inputs go to L2 while its mainloop runs: the epilogue's
-    -- loads then wait on L2, not DRAM (thread t < 64 of a consumer warpgroup: row t of its half;
-    -- a hint, so a row that is not 16-byte aligned is skipped and a ragged end left out)
-    lines[#lines + 1] = "  auto kiln_epilogue_prefetch = [&](kiln_i64 bt, kiln_i64 m0, kiln_i64 n0) {"
-    if #full == 0 then
-      lines[#lines + 1] = "    (void)bt, (void)m0, (void)n0;"
-    else
-      lines[#lines + 1] = "    const kiln_i64 row = m0 + half * 64 + t;"
-      lines[#lines + 1] = "    if (t >= 64 || row >= M) return;"
-      lines[#lines + 1] = "    const kiln_i64 cols = N - n0 < BNO ? N - n0 : BNO;"
-      for _, f in ipairs(full) do
-        lines[#lines + 1] = string.format("    { const auto r_ = %s + ((bt * M + row) * %dLL + n0); const kiln_u32 b_ = (kiln_u32)(cols * %d) & ~15u;",
-          f.p, info.N, f.size)
-        lines[#lines + 1] = "      if (b_ && !(reinterpret_cast<kiln_u64>(r_) & 15)) kiln_prefetch_l2_bulk(r_, b_); }"
-      end
+end
+
+-- the tile's rows of the per-element inputs go to L2 while its mainloop runs: the epilogue's
+-- loads then wait on L2, not DRAM (thread t < 64 of a consumer warpgroup: row t of its half;
+-- a hint, so a row that is not 16-byte aligned is skipped and a ragged end left out)
+local function epilogue_prefetch(e, lines)
+  lines[#lines + 1] = "  auto kiln_epilogue_prefetch = [&](kiln_i64 bt, kiln_i64 m0, kiln_i64 n0) {"
+  if #e.full == 0 then
+    lines[#lines + 1] = "    (void)bt, (void)m0, (void)n0;"
+  else
+    lines[#lines + 1] = "    const kiln_i64 row = m0 + half * 64 + t;"
+    lines[#lines + 1] = "    if (t >= 64 || row >= M) return;"
+    lines[#lines + 1] = "    const kiln_i64 cols = N - n0 < BNO ? N - n0 : BNO;"
+    for _, f in ipairs(e.full) do
+      lines[#lines + 1] = string.format("    { const auto r_ = %s + ((bt * M + row) * %dLL + n0); const kiln_u32 b_ = (kiln_u32)(cols * %d) & ~15u;",
+        f.p, e.info.N, f.size)
+      lines[#lines + 1] = "      if (b_ && !(reinterpret_cast<kiln_u64>(r_) & 15)) kiln_prefetch_l2_bulk(r_, b_); }"
     end
-    lines[#lines + 1] = "  };"
   end
-  return { setup = setup, lambda = table.concat(lines, "\n"), amax = amax }
+  lines[#lines + 1] = "  };"
+end
+
+-- The epilogue: a lambda over a pair of accumulator values (columns col, col + 1 of one row;
+-- d0, d1: a dual GEMM's second product there), plus what the kernel sets up for it. Returns { setup = lines, lambda = text, amax = {..} }.
+-- Output `staged` (a uid, or nil) is written to shared memory at sd instead of to C's memory.
+local function epilogue(K, info, group, g, staged, sm90)
+  local e = { K = K, src = K.src, info = info, group = group, g = g, setup = {}, body = {}, pre = {}, post = {},
+              full = {}, value = {}, read_later = pw.read_set(group.nodes) }
+  for _, uid in ipairs(group.inputs) do
+    if not info.operand[uid] then epilogue_input(e, uid) end
+  end
+  epilogue_accumulators(e)
+  pw.emit_nodes(group.epilogue or {}, e.value, e.body, { g = g, src = e.src, space = info.Ed, index = "(i0 + j)", indent = "      ",
+                                                         read_later = e.read_later })
+  local amax = epilogue_outputs(e, staged)
+  local lines = {}
+  epilogue_lambda(e, lines, staged)
+  if sm90 then epilogue_prefetch(e, lines) end
+  return { setup = e.setup, lambda = table.concat(lines, "\n"), amax = amax }
 end
 
 -- Runtime sizes and operand addressing (bytes), as kernel-body lines.
@@ -815,7 +844,6 @@ local function tma_output(K, info, uid, g, ewg)
   return decl, store
 end
 
--- The element loader's element read: one element of A or B converted to the 16-bit smem type.
 -- The k between the mma kernel's promotions of block-scaled products: the largest range within
 -- one scale block of each operand (the gcd of their depths, whole k16 steps: E.dequantizes).
 local function scale_k(info)
@@ -825,6 +853,7 @@ local function scale_k(info)
   return k
 end
 
+-- The element loader's element read: one element of A or B converted to the 16-bit smem type.
 local function elem_fns(src, info, smem_t)
   local out = {}
   for _, which in ipairs({ "a", "b" }) do
@@ -842,171 +871,235 @@ local function elem_fns(src, info, smem_t)
   return table.concat(out, "\n")
 end
 
-function E.build(plan, group, g, target, symbol)
-  local info = plan.info
-  local knobs = plan.knobs
-  local K = rowgen.kernel(g, symbol)
-  local src = K.src
-  src:need("common/cp_async.cuh")
-  src:need("common/gemm_groups.cuh")
-  -- parameters in a readable order: inputs by uid, then outputs by uid
-  for _, uid in ipairs(group.inputs) do
-    local t = g.by_uid[uid]
-    if t.role ~= "constant" and t.role ~= "scalar" then K:ptr(uid) end
+-- E.build's steps share one table `b`: the plan, its info and knobs, the group, graph and
+-- symbol, the kernel K and its source, and what the steps before made.
+
+-- parameters in a readable order: inputs by uid, then outputs by uid
+local function pointer_params(b)
+  for _, uid in ipairs(b.group.inputs) do
+    local t = b.g.by_uid[uid]
+    if t.role ~= "constant" and t.role ~= "scalar" then b.K:ptr(uid) end
   end
-  for _, uid in ipairs(group.outputs) do
-    if not info.amax_of[uid] then K:ptr(uid, true) end
+  for _, uid in ipairs(b.group.outputs) do
+    if not b.info.amax_of[uid] then b.K:ptr(uid, true) end
   end
-  -- tensor maps for the sm90 kernel; every SM's kernel takes them (one parameter list per plan)
-  local tmaps, tma_load, tma_prefetch
+end
+
+-- tensor maps for the sm90 kernel; every SM's kernel takes them (one parameter list per plan):
+-- b.tmaps, b.tma_load, b.tma_prefetch, and b.store_chunk, the staged output's store
+local function tensor_maps(b)
+  local K, info, knobs = b.K, b.info, b.knobs
   if knobs.tma then
-    src:need("common/tma.cuh")
-    tmaps, tma_load, tma_prefetch = tma_operands(K, info, knobs.tma_bn, knobs.cm, settings.get("l2hint"))
+    b.src:need("common/tma.cuh")
+    b.tmaps, b.tma_load, b.tma_prefetch = tma_operands(K, info, knobs.tma_bn, knobs.cm, settings.get("l2hint"))
   end
-  local store_chunk = "(void)c0, (void)c1;  // nothing is staged"
+  b.store_chunk = "(void)c0, (void)c1;  // nothing is staged"
   if knobs.staged then
     local decl
-    decl, store_chunk = tma_output(K, info, knobs.staged, g, knobs.ewg)
-    tmaps = tmaps .. "\n" .. decl
+    decl, b.store_chunk = tma_output(K, info, knobs.staged, b.g, knobs.ewg)
+    b.tmaps = b.tmaps .. "\n" .. decl
   end
-  local setup = setup_lines(K, info)
-  local epi = epilogue(K, info, group, g, knobs.path == "sm90" and knobs.staged or nil, knobs.path == "sm90")
-  for _, l in ipairs(epi.setup) do setup[#setup + 1] = l end
-  local amax_decl = #epi.amax > 0 and ("  kiln_u32 " .. (function()
-    local t = {}
-    for _, acc in ipairs(epi.amax) do t[#t + 1] = acc.var .. " = 0u" end
-    return table.concat(t, ", ")
-  end)() .. ";") or ""
-  local amax_publish = {}
-  if #epi.amax > 0 then
-    src:need("common/amax.cuh")
-    src:need("common/pdl.cuh")
-    amax_publish[1] = "  kiln_pdl_wait();  // launched early (pdl): the init kernel's zeros are in place past this point"
-    for _, acc in ipairs(epi.amax) do
-      amax_publish[#amax_publish + 1] = string.format("  %s = kiln_warp_max_u32(%s);", acc.var, acc.var)
-      amax_publish[#amax_publish + 1] = string.format("  if ((threadIdx.x & 31) == 0) kiln_amax_publish(%s, %s);",
-        K:ptr(acc.out, true), acc.var)
-    end
+end
+
+-- The amax accumulators' declaration and the lines that publish them ("" without amax outputs).
+local function amax_lines(b)
+  local amax = b.epi.amax
+  if #amax == 0 then return "", "" end
+  local vars, publish = {}, {}
+  for _, acc in ipairs(amax) do vars[#vars + 1] = acc.var .. " = 0u" end
+  b.src:need("common/amax.cuh")
+  b.src:need("common/pdl.cuh")
+  publish[1] = "  kiln_pdl_wait();  // launched early (pdl): the init kernel's zeros are in place past this point"
+  for _, acc in ipairs(amax) do
+    publish[#publish + 1] = string.format("  %s = kiln_warp_max_u32(%s);", acc.var, acc.var)
+    publish[#publish + 1] = string.format("  if ((threadIdx.x & 31) == 0) kiln_amax_publish(%s, %s);",
+      b.K:ptr(acc.out, true), acc.var)
   end
-  -- the stream-K and epilogue-warp workspace (the mma kernel takes it too and ignores it:
-  -- one parameter list)
-  local sk = knobs.sk
-  local ws = (sk or knobs.ewg) and K:workspace(0)
-  local C = info.C
-  local what = string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
-    info.B.dtype, C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
+  return "  kiln_u32 " .. table.concat(vars, ", ") .. ";", table.concat(publish, "\n")
+end
+
+-- The kernel's one-line description in its source.
+local function description(info, group)
+  return string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
+    info.B.dtype, info.C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
     next(info.scales) and ", block-scaled" or "", #(group.epilogue or {}) > 0 and string.format(", epilogue of %d op%s", #group.epilogue, #group.epilogue == 1 and "" or "s") or "")
-  local kernel
-  -- what both sm90 templates take
-  local function sm90_vars(bn, stages)
-    return {
-      what = what, symbol = symbol, params = K:finish_params(), BN = bn, STAGES = stages, ESZ = info.esz,
-      N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
-      REG_CONSUMER = knobs.ewg and E.EWG.reg_consumer or E.REG_CONSUMER,
-      REG_PRODUCER = knobs.ewg and E.EWG.reg_producer or E.REG_PRODUCER,
-      tmaps = tmaps or "", load = tma_load, prefetch = tma_prefetch,
-      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
-      amax_publish = table.concat(amax_publish, "\n"),
-      GROUPED = info.grouped and "true" or "false", GROUPS = info.grouped and info.grouped.groups or 1,
-    }
-  end
-  if knobs.path == "sm90" then
-    src:need("common/mbarrier.cuh")
-    src:need("common/wgmma.cuh")
-    src:need("common/cluster.cuh")
-    src:need("common/flag.cuh")
-    src:need("common/pdl.cuh")
-    src:need("common/named_barrier.cuh")
-    local bn, stages = knobs.bn, knobs.stages
-    src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
-    src:add(scale_fns(src, info))
-    local vars = sm90_vars(bn, stages)
-    vars.BSCALE, vars.SCALE_BN = next(info.scales) and "true" or "false", info.scales.B and info.scales.B.mn or 0
-    if knobs.note ~= "" then src:add(knobs.note) end
-    vars.PROMOTE, vars.CM = knobs.promote and "true" or "false", plan.launch.cluster[2]
-    vars.EPI, vars.OSZ = knobs.staged and "true" or "false", knobs.staged and dtypes.size(g.by_uid[knobs.staged].dtype) or 2
-    vars.EPI_BYTES = knobs.staged and E.EPI_BYTES or 0
-    vars.store_chunk = store_chunk
-    vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SLOTS, E.STREAMK.pieces
-    vars.SK_FILL_PCT, vars.SK_MIN_SAVED = tonumber(settings.get("fill")), E.STREAMK.min_saved
-    vars.SK_ONE_WAVE = knobs.sk_mode == "first" and "true" or "false"
-    vars.SK_ADAPT = knobs.sk_fixed and "false" or "true"
-    vars.DUAL = knobs.dual and "true" or "false"
-    vars.EWG = knobs.ewg and "true" or "false"
-    vars.GROUP_M = tonumber(settings.get("group"))
-    local decl = { sk and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
-      .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
-      or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;" }
-    decl[2] = knobs.ewg and string.format("  float *const ewg_buf = %s + %d + (kiln_i64)blockIdx.x * (128 * BN);  // this CTA's sums",
-      ws, sk and streamk_bytes(knobs.sk_bn) // 4 or 0) or "  float *const ewg_buf = nullptr;"
-    vars.sk_decl = table.concat(decl, "\n")
-    src:add(render.fill(render.template("gemm_sm90.cuh"), vars, "gemm_sm90.cuh"))
-    kernel = { source = src:text() }
-  elseif knobs.path == "sm90pp" then
-    src:need("common/mbarrier.cuh")
-    src:need("common/wgmma.cuh")
-    src:need("common/named_barrier.cuh")
-    local bn, stages = knobs.bn, knobs.stages
-    src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
-    local vars = sm90_vars(bn, stages)
-    vars.GROUP_M = tonumber(settings.get("group"))
-    src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), vars, "gemm_sm90_pingpong.cuh"))
-    kernel = { source = src:text() }
-  else
-    src:need("common/gemm_tile.cuh")
-    src:need("common/mma_sm80.cuh")
-    local smem_t = info.fp8 and "f16" or SIXTEEN[info.A.dtype]
-    src:add(scale_fns(src, info))
-    src:add(elem_fns(src, info, smem_t))
-    local params = K:finish_params()
-    -- the element loader stores both operands K-major (its reads need no alignment anyway)
-    local elem = knobs.loader == "elem"
-    src:add(render.fill(render.template("gemm_sm80.cuh"), {
-      A_KMAJOR = (elem or info.oa.kmajor) and "true" or "false", B_KMAJOR = (elem or info.ob.kmajor) and "true" or "false",
-      what = what, symbol = symbol, params = params, STAGES = knobs.stages, ESZ = info.esz, tmaps = tmaps or "",
-      N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
-      BSCALE = next(info.scales) and "true" or "false", SCALE_K = next(info.scales) and scale_k(info) or 16,
-      GROUPED = info.grouped and "true" or "false", GROUPS = info.grouped and info.grouped.groups or 1,
-      DUAL = knobs.dual and "true" or "false",
-      setup = table.concat(setup, "\n"), epilogue = epi.lambda, amax_decl = amax_decl,
-      amax_publish = table.concat(amax_publish, "\n"),
-    }, "gemm_sm80.cuh"))
-    kernel = { source = src:text() }
-  end
+end
+
+-- what both sm90 templates take
+local function sm90_vars(b, bn, stages)
+  local info, knobs = b.info, b.knobs
+  return {
+    what = b.what, symbol = b.symbol, params = b.K:finish_params(), BN = bn, STAGES = stages, ESZ = info.esz,
+    N = info.N, K = info.K, A_KMAJOR = info.oa.kmajor and "true" or "false", B_KMAJOR = info.ob.kmajor and "true" or "false",
+    REG_CONSUMER = knobs.ewg and E.EWG.reg_consumer or E.REG_CONSUMER,
+    REG_PRODUCER = knobs.ewg and E.EWG.reg_producer or E.REG_PRODUCER,
+    tmaps = b.tmaps or "", load = b.tma_load, prefetch = b.tma_prefetch,
+    setup = table.concat(b.setup, "\n"), epilogue = b.epi.lambda, amax_decl = b.amax_decl,
+    amax_publish = b.amax_publish,
+    GROUPED = info.grouped and "true" or "false", GROUPS = info.grouped and info.grouped.groups or 1,
+  }
+end
+
+-- The sm90 kernel's stream-K flags and partial sums and its epilogue warps' sums, in the
+-- workspace (null pointers where the plan has none).
+local function sm90_workspace_decl(b)
+  local sk, ws, knobs = b.sk, b.ws, b.knobs
+  local decl = { sk and string.format("  kiln_u32 *const sk_flags = reinterpret_cast<kiln_u32 *>(%s);\n"
+    .. "  float *const sk_part = %s + %d;  // slot b: 128 x BN floats", ws, ws, E.SK_FLAG_WORDS)
+    or "  kiln_u32 *const sk_flags = nullptr;\n  float *const sk_part = nullptr;" }
+  decl[2] = knobs.ewg and string.format("  float *const ewg_buf = %s + %d + (kiln_i64)blockIdx.x * (128 * BN);  // this CTA's sums",
+    ws, sk and streamk_bytes(knobs.sk_bn) // 4 or 0) or "  float *const ewg_buf = nullptr;"
+  return table.concat(decl, "\n")
+end
+
+-- The sm90 template's variables beyond sm90_vars: block scales, promotion, cluster, staged
+-- epilogue, stream-K and the epilogue warps.
+local function sm90_only_vars(b, vars)
+  local info, knobs, sk = b.info, b.knobs, b.sk
+  vars.BSCALE, vars.SCALE_BN = next(info.scales) and "true" or "false", info.scales.B and info.scales.B.mn or 0
+  vars.PROMOTE, vars.CM = knobs.promote and "true" or "false", b.plan.launch.cluster[2]
+  vars.EPI, vars.OSZ = knobs.staged and "true" or "false", knobs.staged and dtypes.size(b.g.by_uid[knobs.staged].dtype) or 2
+  vars.EPI_BYTES = knobs.staged and E.EPI_BYTES or 0
+  vars.store_chunk = b.store_chunk
+  vars.SK, vars.SK_SLOTS, vars.SK_PIECES = sk and "true" or "false", E.SLOTS, E.STREAMK.pieces
+  vars.SK_FILL_PCT, vars.SK_MIN_SAVED = tonumber(settings.get("fill")), E.STREAMK.min_saved
+  vars.SK_ONE_WAVE = knobs.sk_mode == "first" and "true" or "false"
+  vars.SK_ADAPT = knobs.sk_fixed and "false" or "true"
+  vars.DUAL = knobs.dual and "true" or "false"
+  vars.EWG = knobs.ewg and "true" or "false"
+  vars.GROUP_M = tonumber(settings.get("group"))
+  vars.sk_decl = sm90_workspace_decl(b)
+end
+
+-- The sm90 kernel (warp-specialized: a producer warp group, consumer warp groups): its source.
+local function sm90_source(b)
+  local src, info, knobs = b.src, b.info, b.knobs
+  src:need("common/mbarrier.cuh")
+  src:need("common/wgmma.cuh")
+  src:need("common/cluster.cuh")
+  src:need("common/flag.cuh")
+  src:need("common/pdl.cuh")
+  src:need("common/named_barrier.cuh")
+  local bn, stages = knobs.bn, knobs.stages
+  src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
+  src:add(scale_fns(src, info))
+  local vars = sm90_vars(b, bn, stages)
+  if knobs.note ~= "" then src:add(knobs.note) end
+  sm90_only_vars(b, vars)
+  src:add(render.fill(render.template("gemm_sm90.cuh"), vars, "gemm_sm90.cuh"))
+  return src:text()
+end
+
+-- The sm90 ping-pong kernel: its source.
+local function sm90pp_source(b)
+  local src, info, knobs = b.src, b.info, b.knobs
+  src:need("common/mbarrier.cuh")
+  src:need("common/wgmma.cuh")
+  src:need("common/named_barrier.cuh")
+  local bn, stages = knobs.bn, knobs.stages
+  src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
+  local vars = sm90_vars(b, bn, stages)
+  vars.GROUP_M = tonumber(settings.get("group"))
+  src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), vars, "gemm_sm90_pingpong.cuh"))
+  return src:text()
+end
+
+-- The mma (sm80) kernel: its source.
+local function sm80_source(b)
+  local src, info, knobs = b.src, b.info, b.knobs
+  src:need("common/gemm_tile.cuh")
+  src:need("common/mma_sm80.cuh")
+  local smem_t = info.fp8 and "f16" or SIXTEEN[info.A.dtype]
+  src:add(scale_fns(src, info))
+  src:add(elem_fns(src, info, smem_t))
+  local params = b.K:finish_params()
+  -- the element loader stores both operands K-major (its reads need no alignment anyway)
+  local elem = knobs.loader == "elem"
+  src:add(render.fill(render.template("gemm_sm80.cuh"), {
+    A_KMAJOR = (elem or info.oa.kmajor) and "true" or "false", B_KMAJOR = (elem or info.ob.kmajor) and "true" or "false",
+    what = b.what, symbol = b.symbol, params = params, STAGES = knobs.stages, ESZ = info.esz, tmaps = b.tmaps or "",
+    N = info.N, K = info.K, ASYNC = knobs.loader == "async" and "true" or "false", MMA_T = smem_t,
+    BSCALE = next(info.scales) and "true" or "false", SCALE_K = next(info.scales) and scale_k(info) or 16,
+    GROUPED = info.grouped and "true" or "false", GROUPS = info.grouped and info.grouped.groups or 1,
+    DUAL = knobs.dual and "true" or "false",
+    setup = table.concat(b.setup, "\n"), epilogue = b.epi.lambda, amax_decl = b.amax_decl,
+    amax_publish = b.amax_publish,
+  }, "gemm_sm80.cuh"))
+  return src:text()
+end
+
+-- the kernel source of each plan path (any other: the mma kernel)
+local SOURCE_OF_PATH = { sm90 = sm90_source, sm90pp = sm90pp_source }
+
+-- The GEMM kernel's entry in the kernels list: its source, launch and parameters.
+local function gemm_kernel(b)
+  local K, info, plan = b.K, b.info, b.plan
+  local kernel = { source = (SOURCE_OF_PATH[b.knobs.path] or sm80_source)(b) }
   -- 16-byte aligned operands whenever some SM's plan copies 16-byte chunks (one pack, all SMs)
   if info.aligned then
     K:need_align(info.A.uid, 16)
     K:need_align(info.B.uid, 16)
   end
   local l = plan.launch
-  kernel.symbol, kernel.engine, kernel.plan_id, kernel.options = symbol, E.id, plan.id, E.OPTIONS
+  kernel.symbol, kernel.engine, kernel.plan_id, kernel.options = b.symbol, E.id, plan.id, E.OPTIONS
   kernel.block, kernel.grid, kernel.smem, kernel.cluster = l.block, l.grid, l.smem, l.cluster
   kernel.params, kernel.align = K.mparams, K.align
-  local bytes = ws and (sk and streamk_bytes(knobs.sk_bn) or 0) + (knobs.ewg and ewg_bytes(knobs.tma_bn) or 0)
-  local workspace = ws and { rule = { mul = { bytes }, div = 1, max = 0 }, bytes_max = bytes } or nil
-  if #epi.amax == 0 and not sk then return { kernels = { kernel }, workspace = workspace } end
-  -- amax outputs are raised with atomicMax and stream-K flags are set once: a one-CTA kernel
-  -- zeroes them first; the GEMM launches at once (pdl) and waits for it only before those
-  kernel.pdl = true
-  local init, threads = rowgen.kernel(g, symbol .. "_init"), sk and 256 or 32
+  return kernel
+end
+
+-- The stream-K and epilogue-warp workspace's size rule (nil without one).
+local function workspace_rule(b)
+  local knobs = b.knobs
+  local bytes = b.ws and (b.sk and streamk_bytes(knobs.sk_bn) or 0) + (knobs.ewg and ewg_bytes(knobs.tma_bn) or 0)
+  return b.ws and { rule = { mul = { bytes }, div = 1, max = 0 }, bytes_max = bytes } or nil
+end
+
+-- amax outputs are raised with atomicMax and stream-K flags are set once: a one-CTA kernel
+-- zeroes them first (this kernel's entry)
+local function init_kernel(b)
+  local symbol, amax = b.symbol .. "_init", b.epi.amax
+  local init, threads = rowgen.kernel(b.g, symbol), b.sk and 256 or 32
   init.src:need("common/pdl.cuh")
-  if #epi.amax > 0 then
+  if #amax > 0 then
     local stores = {}
-    for _, acc in ipairs(epi.amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
+    for _, acc in ipairs(amax) do stores[#stores + 1] = string.format("%s[0] = 0.0f;", init:ptr(acc.out, true)) end
     init:add("  if (threadIdx.x == 0) { %s }", table.concat(stores, " "))
   end
-  if sk then
+  if b.sk then
     init:add("  for (int i = threadIdx.x; i < %d; i += %d) reinterpret_cast<kiln_u32 *>(%s)[i] = 0u;", E.SK_FLAG_WORDS, threads,
       init:workspace(0))
   end
-  init.src:add(render.fill(render.template("gemm_init.cuh"), { symbol = symbol .. "_init", params = init:finish_params(),
+  init.src:add(render.fill(render.template("gemm_init.cuh"), { symbol = symbol, params = init:finish_params(),
     THREADS = threads, body = table.concat(init.lines, "\n") }, "gemm_init.cuh"))
-  return { kernels = {
-    { symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", source = init.src:text(), options = {},
-      block = { threads, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
-      pdl_entry = true },
-    kernel,
-  }, workspace = workspace }
+  return { symbol = symbol, engine = E.id, plan_id = b.plan.id .. ":init", source = init.src:text(), options = {},
+    block = { threads, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
+    pdl_entry = true }
+end
+
+function E.build(plan, group, g, target, symbol)
+  local K = rowgen.kernel(g, symbol)
+  local b = { plan = plan, info = plan.info, knobs = plan.knobs, group = group, g = g, symbol = symbol, K = K, src = K.src }
+  local info, knobs = b.info, b.knobs
+  b.src:need("common/cp_async.cuh")
+  b.src:need("common/gemm_groups.cuh")
+  pointer_params(b)
+  tensor_maps(b)
+  b.setup = setup_lines(K, info)
+  b.epi = epilogue(K, info, group, g, knobs.path == "sm90" and knobs.staged or nil, knobs.path == "sm90")
+  for _, l in ipairs(b.epi.setup) do b.setup[#b.setup + 1] = l end
+  b.amax_decl, b.amax_publish = amax_lines(b)
+  -- the stream-K and epilogue-warp workspace (the mma kernel takes it too and ignores it:
+  -- one parameter list)
+  b.sk = knobs.sk
+  b.ws = (b.sk or knobs.ewg) and K:workspace(0)
+  b.what = description(info, group)
+  local kernel = gemm_kernel(b)
+  local workspace = workspace_rule(b)
+  if #b.epi.amax == 0 and not b.sk then return { kernels = { kernel }, workspace = workspace } end
+  -- the GEMM launches at once (pdl) and waits for the init kernel only before the amax
+  -- publication and the stream-K flags
+  kernel.pdl = true
+  return { kernels = { init_kernel(b), kernel }, workspace = workspace }
 end
 
 return E
