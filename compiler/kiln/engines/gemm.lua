@@ -920,7 +920,7 @@ end
 
 -- The kernel's one-line description in its source.
 local function description(info, group)
-  return string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s", info.anchor.name, info.A.dtype,
+  return string.format("%s %s x %s -> %s, N %d, K %d, A %s-major, B %s-major%s%s", info.anchor.name, info.A.dtype,
     info.B.dtype, info.C.dtype, info.N, info.K, info.oa.kmajor and "K" or "M", info.ob.kmajor and "K" or "N",
     next(info.scales) and ", block-scaled" or "", #(group.epilogue or {}) > 0 and string.format(", epilogue of %d op%s", #group.epilogue, #group.epilogue == 1 and "" or "s") or "")
 end
