@@ -22,13 +22,14 @@ local function sorted_keys(t)
   return keys
 end
 
--- The settings of `set` that differ from engine's defaults ("" where none), for labels.
+-- The settings of `set` that differ from engine's defaults: NAME -> value (what a lock entry
+-- keeps), and as "NAME=value" items in name order (for labels).
 local function changed(engine, set)
-  local out = {}
+  local map, items = {}, {}
   for _, name in ipairs(sorted_keys(engine.settings)) do
-    if set[name] ~= engine.settings[name][1] then out[#out + 1] = name .. "=" .. set[name] end
+    if set[name] ~= engine.settings[name][1] then map[name] = set[name]; items[#items + 1] = name .. "=" .. set[name] end
   end
-  return out
+  return map, items
 end
 
 -- The candidates of group grp: { engine =, id =, settings = (full), label = }, the router's
@@ -36,11 +37,11 @@ end
 local function candidates(grp, g, target)
   local out, seen = {}, {}
   local function add(engine, set, p)
-    local diff = changed(engine, set or {})
+    local map, diff = changed(engine, set or {})
     local key = engine.id .. " " .. p.id .. " " .. table.concat(diff, ",")
     if seen[key] then return end
     seen[key] = true
-    out[#out + 1] = { engine = engine.id, id = p.id, settings = set or {}, changed = diff,
+    out[#out + 1] = { engine = engine.id, id = p.id, settings = set or {}, changed = map,
                       label = p.id .. (#diff > 0 and (" [" .. table.concat(diff, " ") .. "]") or "") }
   end
   local function propose(engine, set)
@@ -154,9 +155,7 @@ local function entry_of(g, target, dims, trials, results, groups)
     for t, trial in ipairs(trials) do
       local r = results[t]
       if trial.gi == gi and r.mismatched_outputs == 0 then
-        local set = {}
-        for _, kv in ipairs(trial.cand.changed) do local k, v = kv:match("^(.-)=(.*)$"); set[k] = v end
-        list[#list + 1] = { id = trial.cand.id, engine = trial.cand.engine, settings = set, median_us = r.median_ms * 1e3,
+        list[#list + 1] = { id = trial.cand.id, engine = trial.cand.engine, settings = trial.cand.changed, median_us = r.median_ms * 1e3,
                             samples = r.samples }
       end
     end

@@ -526,9 +526,15 @@ end
 -- ---------------------------------------------------------------------------------------
 -- build
 
+-- PTX type names of the operand dtypes
+local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2" }
+
 -- The wgmma calls for one m64 x BN x k tile: d += A * B (kiln_wgmma_tile) and d = A * B
--- (kiln_wgmma_tile_first), d being BN/2 fp32 registers per thread.
-local function wgmma_fn(bn, atype, btype, ta, tb)
+-- (kiln_wgmma_tile_first), d being BN/2 fp32 registers per thread; the operands' types and
+-- majorness from info.
+local function wgmma_fn(bn, info)
+  local atype, btype = PTX_T[info.A.dtype], PTX_T[info.B.dtype]
+  local ta, tb = info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1
   local k = (atype == "e4m3" or atype == "e5m2") and 32 or 16
   local n = bn // 2
   local regs, outs = {}, {}
@@ -549,8 +555,6 @@ __device__ __forceinline__ void kiln_wgmma_%s(float (&d)[%d], kiln_u64 da, kiln_
   end
   return table.concat(out, "\n")
 end
-
-local PTX_T = { bf16 = "bf16", fp16 = "f16", fp8_e4m3 = "e4m3", fp8_e5m2 = "e5m2" }
 
 -- The epilogue's steps share one table `e`: the kernel K and its source, the plan's info, the
 -- group and graph, and the lines they make: setup (once), pre (per pair), body (per element of
@@ -981,7 +985,7 @@ local function sm90_source(b)
   src:need("common/pdl.cuh")
   src:need("common/named_barrier.cuh")
   local bn, stages = knobs.bn, knobs.stages
-  src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
+  src:add(wgmma_fn(bn, info))
   src:add(scale_fns(src, info))
   local vars = sm90_vars(b, bn, stages)
   if knobs.note ~= "" then src:add(knobs.note) end
@@ -997,7 +1001,7 @@ local function sm90pp_source(b)
   src:need("common/wgmma.cuh")
   src:need("common/named_barrier.cuh")
   local bn, stages = knobs.bn, knobs.stages
-  src:add(wgmma_fn(bn, PTX_T[info.A.dtype], PTX_T[info.B.dtype], info.oa.kmajor and 0 or 1, info.ob.kmajor and 0 or 1))
+  src:add(wgmma_fn(bn, info))
   local vars = sm90_vars(b, bn, stages)
   vars.GROUP_M = tonumber(settings.get("group"))
   src:add(render.fill(render.template("gemm_sm90_pingpong.cuh"), vars, "gemm_sm90_pingpong.cuh"))

@@ -95,16 +95,26 @@ end
 -- The settings engine builds under (nil: it has none) as KILN_PLAN's forced knobs `want` give
 -- them (ENGINE.NAME, or *.NAME for every engine with that setting), the others at their
 -- defaults; a value outside a setting's values is E_USAGE.
+-- Engine's settings with the values of `own` (NAME -> value), else of `all`, else the defaults;
+-- nil and the first name and value outside its setting's values where there is one.
+local function settings_with(engine, own, all)
+  local set = {}
+  for name, values in pairs(engine.settings) do
+    local v = own[name] or all[name]
+    v = v ~= nil and tostring(v) or values[1]
+    if not settings.accepts(values, v) then return nil, name, v end
+    set[name] = v
+  end
+  return set
+end
+
 function M.settings_of(engine, want)
   if not engine.settings then return nil end
-  local all, own, set = want.knobs["*"] or {}, want.knobs[engine.id] or {}, {}
-  for name, values in pairs(engine.settings) do
-    local v = own[name] or all[name] or values[1]
-    if not settings.accepts(values, v) then
-      errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: %s.%s=%s: want %s", own[name] and engine.id or "*", name, v,
-        settings.describe(values))
-    end
-    set[name] = v
+  local all, own = want.knobs["*"] or {}, want.knobs[engine.id] or {}
+  local set, name, v = settings_with(engine, own, all)
+  if not set then
+    errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: %s.%s=%s: want %s", own[name] and engine.id or "*", name, v,
+      settings.describe(engine.settings[name]))
   end
   return set
 end
@@ -144,16 +154,10 @@ local function pinned(pin, group, g, target)
   local engine
   for _, e in ipairs(M.list) do if e.id == pin.engine then engine = e end end
   if not engine then return nil, "no engine '" .. tostring(pin.engine) .. "'" end
-  local set = nil
+  local set, name, v = nil, nil, nil
   if engine.settings then
-    set = {}
-    for name, values in pairs(engine.settings) do
-      local v = pin.settings[name]
-      if v ~= nil and not settings.accepts(values, tostring(v)) then
-        return nil, string.format("%s.%s=%s is not a value of the setting", engine.id, name, tostring(v))
-      end
-      set[name] = v ~= nil and tostring(v) or values[1]
-    end
+    set, name, v = settings_with(engine, pin.settings, {})
+    if not set then return nil, string.format("%s.%s=%s is not a value of the setting", engine.id, name, v) end
   end
   local plans, reason = settings.during(set, engine.propose, group, g, target)
   for _, p in ipairs(plans or {}) do
