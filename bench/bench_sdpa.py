@@ -5,9 +5,13 @@ Shapes of the attention issue (BHSD bf16, scale 1/sqrt(D), inference: no Stats);
 is compared with cuDNN's (both bf16 outputs of fp32 math: max abs difference) before timing.
 Times are medians of CUDA-graph replays (bench.side_by_side); TFLOP/s count 4 B Hq Sq Skv D,
 halved under a causal mask. Decode cases (1 or 4 new tokens against a cache of Skv keys, no
-mask) count GB/s of K and V read once (2 B Hkv Skv D x 2 bytes) and go to sdpa_decode.csv. Usage:
+mask) count GB/s of K and V read once (2 B Hkv Skv D x 2 bytes) and go to sdpa_decode.csv.
+Backward cases (dQ, dK, dV from kiln's forward O and Stats and a random dO) beside torch's
+backward through autograd on each backend, 2.5x the forward's FLOPs, checked against an fp32
+autograd reference on a slice of heads, go to sdpa_bwd.csv; the deterministic plan is timed
+beside the default one. Usage:
 
-    python3 bench/bench_sdpa.py --pack build/sdpa.kpack --out DIR [--rounds N] [--only prefill|decode]
+    python3 bench/bench_sdpa.py --pack build/sdpa.kpack --out DIR [--rounds N] [--only prefill|decode|backward]
 """
 import os
 import sys
@@ -34,6 +38,15 @@ CASES = [
     ("sdpa_full", 32, 16, 16, 1024, 64, False),
 ]
 
+# backward: (graph, B, Hq, Hkv, S, D, causal)
+BACKWARD = [
+    ("sdpa_train_full", 4, 16, 16, 4096, 128, False),
+    ("sdpa_train_causal", 4, 16, 16, 4096, 128, True),
+    ("sdpa_train_full", 8, 16, 16, 2048, 64, False),
+    ("sdpa_train_causal", 1, 16, 16, 16384, 128, True),
+    ("sdpa_train_gqa_causal", 1, 64, 8, 8192, 128, True),
+]
+
 # (B, Hq, Hkv, Sq, Skv): Llama-3 8B (32/8) from one sequence to a batch of 64, 70B (64/8), MHA
 DECODE = [
     (1, 32, 8, 1, 8192),
@@ -58,10 +71,10 @@ def peer(backend, q, k, v, causal, gqa):
 
 def main():
     args = bench.pack_args(__doc__, out="build/bench-sdpa",
-                           extra=[("--only", {"choices": ["prefill", "decode"], "help": "one half of the cases"})])
+                           extra=[("--only", {"choices": ["prefill", "decode", "backward"], "help": "one half of the cases"})])
     pack = kiln.Pack(args.pack)
     rows = []
-    for graph, B, H, HK, S, D, causal in (CASES if args.only != "decode" else []):
+    for graph, B, H, HK, S, D, causal in (CASES if args.only in (None, "prefill") else []):
         inst = "D=%d,H=%d,HK=%d" % (D, H, HK)
         plan = pack.plan(graph, inst)
         q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
@@ -103,10 +116,92 @@ def main():
         torch.cuda.empty_cache()
     if rows:
         bench.write_csv(args.out, "sdpa.csv", rows)
-    drows = decode_cases(pack, args.rounds) if args.only != "prefill" else []
+    drows = decode_cases(pack, args.rounds) if args.only in (None, "decode") else []
     if drows:
         bench.write_csv(args.out, "sdpa_decode.csv", drows)
-    return 0 if all(r["check"] == "ok" for r in rows + drows) else 1
+    brows = backward_cases(pack, args.rounds) if args.only in (None, "backward") else []
+    if brows:
+        bench.write_csv(args.out, "sdpa_bwd.csv", brows)
+    return 0 if all(r["check"] == "ok" for r in rows + drows + brows) else 1
+
+
+def reference_grads(q, k, v, dO, causal, heads=2):
+    """dQ, dK, dV of the first `heads` k/v heads' q heads in fp32 autograd (the math backend)."""
+    G = q.shape[1] // k.shape[1]
+    qs = q[:, :heads * G].float().requires_grad_(True)
+    ks = k[:, :heads].float().requires_grad_(True)
+    vs = v[:, :heads].float().requires_grad_(True)
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=G > 1)
+    return torch.autograd.grad(o, (qs, ks, vs), dO[:, :heads * G].float())
+
+
+def rel_err(got, ref):
+    """max |got - ref| over max |ref|."""
+    return ((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def backward_cases(pack, rounds):
+    rows = []
+    for graph, B, H, HK, S, D, causal in BACKWARD:
+        inst = "D=%d,H=%d,HK=%d" % (D, H, HK)
+        fwd, bwd, det = (pack.plan(graph + x, inst) for x in ("_fwd", "_bwd", "_bwd_det"))
+        q, dO = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(B, HK, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o = torch.empty(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+        stats = torch.empty(B, H, S, 1, device="cuda", dtype=torch.float32)
+        fwd(q=q, kk=k, v=v, o=o, stats=stats)
+        grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+
+        def run(plan):
+            return lambda: plan(q=q, kk=k, v=v, o=o, dO=dO, stats=stats, dq=grads[0], dk=grads[1], dv=grads[2])
+        run_kiln, run_det = run(bwd), run(det)
+        run_kiln()
+        ref = reference_grads(q, k, v, dO, causal)
+        G = H // HK
+        err = max(rel_err(g[:, :2 * G] if i == 0 else g[:, :2], r) for i, (g, r) in enumerate(zip(grads, ref)))
+        first = [g.clone() for g in grads]
+        run_det()
+        det_a = [g.clone() for g in grads]
+        run_det()
+        same = all(torch.equal(a, b) for a, b in zip(det_a, grads))
+        err = max(err, max(rel_err(g, f.float()) for g, f in zip(grads, first)))
+        ok = err < 2e-2 and same and not any(torch.isnan(g).any().item() for g in grads)
+        peers = []
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+            qq, kk, vv = (x.detach().requires_grad_(True) for x in (q, k, v))
+            try:
+                with sdpa_kernel(backend):
+                    out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=H != HK)
+
+                def fn(out=out, qq=qq, kk=kk, vv=vv):
+                    return torch.autograd.grad(out, (qq, kk, vv), dO, retain_graph=True)
+                fn()
+                torch.cuda.synchronize()
+                peers.append((name, fn))
+            except RuntimeError:
+                pass
+        times = bench.side_by_side([run_kiln, run_det] + [p[1] for p in peers], rounds)
+        flops = 2.5 * 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+        tf = [flops / (t * 1e-3) / 1e12 for t in times]
+        got = {p[0]: i + 2 for i, p in enumerate(peers)}
+        name = "bwd %s B%d H%d/%d S%d d%d" % ("causal" if causal else "full", B, H, HK, S, D)
+        row = {"case": name, "plan": bwd.kernels[1].plan_id, "kiln_ms": "%.4f" % times[0], "kiln_TFLOPs": "%.0f" % tf[0],
+               "det_ms": "%.4f" % times[1], "det_vs_default": "%.3f" % (times[0] / times[1])}
+        for n in ("cudnn", "fa2"):
+            i = got.get(n)
+            row.update({n + "_ms": "%.4f" % times[i] if i else "", n + "_TFLOPs": "%.0f" % tf[i] if i else "",
+                        "x_" + n: "%.3f" % (times[i] / times[0]) if i else ""})
+        row["rel_err_vs_fp32"] = "%.3g" % err
+        row["deterministic"] = "bitwise" if same else "DIFFERS"
+        row["check"] = "ok" if ok else "MISMATCH"
+        rows.append(row)
+        print("%-32s kiln %7.3f ms %4.0f TFLOP/s (det %.3f ms)  cuDNN %s (%sx)  FA2 %s (%sx)  err %.3g %s %s  [%s]" % (
+            name, times[0], tf[0], times[1], row["cudnn_TFLOPs"] or "-", row["x_cudnn"] or "-", row["fa2_TFLOPs"] or "-",
+            row["x_fa2"] or "-", err, row["deterministic"], row["check"], row["plan"]), flush=True)
+        del q, k, v, o, dO, stats, grads, first, det_a, peers
+        torch.cuda.empty_cache()
+    return rows
 
 
 def paged_inputs(k, v):

@@ -11,25 +11,6 @@
 // then copied), so V's copy runs under S and K's under P V. Rows are padded by 16 bytes
 // (ldmatrix's 8 rows fall in distinct banks); Q stays in registers up to D = 128.
 
-// Rows [r0, r0 + ROWS) of a (batch, head) slice (COLS elements, row stride ss) into shared
-// rows PITCH bytes apart, by 128 threads; rows at or past `valid` are zero-filled unread.
-template <int ROWS, int COLS, int PITCH>
-__device__ __forceinline__ void kiln_sdpa_load_rows(kiln_u32 dst, const kiln_u16 *src, kiln_i64 ss, int r0, int valid,
-                                                    int t) {
-  constexpr int CH = COLS / 8, N = ROWS * CH;
-  asm volatile("" : "+r"(t));  // addresses computed here, not hoisted into registers the mma warps hold
-#pragma unroll
-  for (int i = 0; i < (N + 127) / 128; i++) {
-    const int c = t + 128 * i;
-    if (N % 128 == 0 || c < N) {
-      const int r = c / CH, k = c % CH;
-      const bool in = r0 + r < valid;
-      kiln_cp_async16(dst + (kiln_u32)(r * PITCH + k * 16), src + (in ? (kiln_i64)(r0 + r) * ss : 0) + k * 8,
-                      in ? 16u : 0u);
-    }
-  }
-}
-
 ${tmaps}
 extern "C" __global__ void __launch_bounds__(384, 1) ${symbol}(${params}) {
   constexpr int BM = ${BM}, BN = ${BN}, STAGES = ${STAGES}, D = ${D}, DV = ${DV};

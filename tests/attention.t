@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
-# The attention engine (forward sdpa): every attention spec, shipped and test, builds for sm_80,
-# sm_90a and sm_100a; sm_90a takes the wgmma kernel (its SASS holds HGMMA, ptxas spills nothing
-# below D = 256), other SMs the mma.sync kernel; each option the kernels do not take is declined
-# by name (and the build fails with E_NO_ENGINE naming it); KILN_PLAN forces a candidate; cold
-# compile time per kernel. Correctness runs on the GPU (tests/gpu/run: every graph of
-# tests/specs/attention/forward.lua against the fp64 reference, both kernels).
+# The attention engine (sdpa and sdpa_backward): every attention spec, shipped and test, builds
+# for sm_80, sm_90a and sm_100a; sm_90a takes the wgmma kernel for the forward (ptxas spills
+# nothing below D = 256), other SMs the mma.sync kernel, every SM the mma.sync backward; each
+# option the kernels do not take is declined by name (and the build fails with E_NO_ENGINE
+# naming it); KILN_PLAN forces a candidate; cold compile time per kernel. Correctness runs on the
+# GPU (tests/gpu/run: every graph of tests/specs/attention/{forward,decode,backward}.lua against
+# the fp64 reference).
 . "$(dirname "$0")/lib.sh"
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
-specs=(specs/sdpa_*.lua tests/specs/attention/forward.lua tests/specs/attention/decode.lua tests/specs/bench/sdpa.lua)
+specs=(specs/sdpa_*.lua tests/specs/attention/forward.lua tests/specs/attention/decode.lua tests/specs/attention/backward.lua
+  tests/specs/bench/sdpa.lua)
 declined=(
   "bias|an additive bias \('bias'\)"
   "alibi|ALiBi \('use_alibi_mask'\)"
   "head_dim_80|head dims \(D 80, Dv 80\) are not built"
   "strided_head_dim|q's head dim is not contiguous"
   "dropout|dropout \('seed'\)"
-  "backward|sdpa_backward has no kiln kernel yet"
+  "backward_d256|head dims \(D 256, Dv 256\) are not built for the backward"
   "o_fp32|O is fp32 but q is bf16"
   "paged_prefill|paged K/V is taken by the decode kernels only"
 )
-plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 10 ))
+plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 14 ))
 
 for s in "${specs[@]}"; do
   KILN_DUMP_DIR=$TMP/dump run_kiln build "$s" --sm 80 --sm 90a --sm 100a -o "$TMP/$(basename "$s" .lua).kpack" -j 2
   expect_rc 0 "build $s for sm_80 sm_90a sm_100a"
   # decode shapes (static S of 16 or fewer) take the split decode kernels on every SM
   kind=sm90 other=mma
-  case $s in *decode*) kind=decode other=decode ;; */bench/*) kind="(sm90|decode)" other="(mma|decode)" ;; esac
+  case $s in
+    *decode*) kind=decode other=decode ;;
+    */bench/* | *backward*) kind="(sm90|decode|bwd)" other="(mma|decode|bwd)" ;;
+  esac
   run_kiln explain "$s" --sm 90a
   groups=$(grep -c '^  group' "$OUTF"); wg=$(grep -E -c "plan attention:v1:$kind:" "$OUTF")
   ok "explain $s: the attention engine takes all $groups groups with a $kind plan on sm_90a" test "$groups" -gt 0 -a "$wg" = "$groups"
@@ -64,6 +69,20 @@ KILN_PLAN=attention:v1:decode:k16:s2 run_kiln explain specs/sdpa_decode.lua --sm
 expect_out "plan attention:v1:decode:k16:s2$" "KILN_PLAN forces another candidate"
 "$KILN" pack inspect "$TMP/sdpa_decode.kpack" > "$OUTF" 2>&1
 ok "the decode pack holds the split and combine kernels" grep -q '_combine' "$OUTF"
+
+# backward: the widest tile without spills first (D 128: 32 query rows a step; D 64: 64), the
+# deterministic plan named, another forced for the backward's group; the pre-pass, the main
+# kernel and the dQ pass in the pack
+B=tests/specs/attention/backward.lua
+run_kiln explain $B --graph d128_causal --sm 90a
+expect_out "plan attention:v1:bwd:128x32$" "D 128: 128 keys by 32 query rows first"
+run_kiln explain $B --graph d64_causal_det --sm 80
+expect_out "plan attention:v1:bwd:128x64:det$" "D 64, deterministic: 128 keys by 64 query rows, :det"
+KILN_PLAN=1=attention:v1:bwd:64x32 run_kiln explain $B --graph d128_causal --sm 90a
+expect_out "plan attention:v1:bwd:64x32$" "KILN_PLAN=1=ID forces the backward group's 64x32 plan"
+"$KILN" pack inspect "$TMP/backward.kpack" > "$OUTF" 2>&1
+ok "the backward pack holds the pre-pass, main and dQ kernels" \
+  bash -c "grep -q 'd128_causal_k1_prep' '$OUTF' && grep -q 'd128_causal_k1_dq' '$OUTF' && grep -q 'd128_causal_k1 ' '$OUTF'"
 
 # cold compile per attention kernel, one at a time (target 1.5 s on this machine)
 KILN_CACHE_DIR=$TMP/cold run_kiln build specs/sdpa_prefill.lua specs/sdpa_window_sink.lua --sm 90a --sm 80 -v -j 1

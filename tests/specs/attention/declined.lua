@@ -1,7 +1,7 @@
 -- sdpa graphs kiln's attention kernels decline, each by name in `kiln explain` (tests/attention.t):
 -- an additive bias, ALiBi, a head dim that is not built, a head dim that is not contiguous,
--- Philox dropout, the backward, O in another dtype than q, and paged K/V for a prefill (S
--- dynamic: the decode kernels take paged K/V).
+-- Philox dropout, the backward at a head dim it is not built for, O in another dtype than q,
+-- and paged K/V for a prefill (S dynamic: the decode kernels take paged K/V).
 local kiln = require "kiln"
 local dims = { B = kiln.dynamic, S = kiln.dynamic }
 local function graph(name, inputs, body)
@@ -32,7 +32,8 @@ return {
       return { o = g:sdpa(q, k, v, nil, nil, nil, nil, nil, nil, nil, seed, offset,
         { attn_scale = 0.088, generate_stats = false, dropout_probability = 0.1 }) }
     end),
-  graph("backward", with { o = { "B", 4, "S", 128 }, dO = { "B", 4, "S", 128 }, stats = { "B", 4, "S", 1, dtype = "fp32" } },
+  graph("backward_d256", { q = { "B", 4, "S", 256 }, k = { "B", 4, "S", 256 }, v = { "B", 4, "S", 256 },
+                          o = { "B", 4, "S", 256 }, dO = { "B", 4, "S", 256 }, stats = { "B", 4, "S", 1, dtype = "fp32" } },
     function(g, q, k, v, o, dO, stats)
       local dq, dk, dv = g:sdpa_backward(q, k, v, o, dO, stats, { attn_scale = 0.088 })
       return { dq = dq, dk = dk, dv = dv }

@@ -18,6 +18,7 @@ local pw = require "kiln.engines.pwexpr"
 local problem = require "kiln.engines.attention.problem"
 local tile = require "kiln.engines.attention.tile"
 local decode = require "kiln.engines.attention.decode"
+local backward = require "kiln.engines.attention.backward"
 
 local E = { id = "attention", version = 1 }
 
@@ -82,6 +83,7 @@ function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
   local P, why = problem.of(group, g)
   if not P then return nil, why end
+  if P.backward then return backward.propose(P, target) end
   -- few query positions against many keys: the decode kernels first where they fit
   local plans = decode.propose(P, target, 200)
   if P.paged then
@@ -186,6 +188,11 @@ end
 
 function E.build(plan, group, g, target, symbol)
   local P, knobs = plan.P, plan.knobs
+  if knobs.path == "bwd" then
+    local what = string.format("%s %s, k/v heads %d, D %d%s%s", P.node.name, P.dtype, P.Hk, P.D, tile.describe(P),
+      P.deterministic and ", deterministic" or "")
+    return backward.build(plan, g, symbol, what, function(src) need_common(src, P) end)
+  end
   if knobs.path == "decode" then
     local vars = { what = "", BM = E.BM, D = P.D, DV = P.Dv, options = E.OPTIONS,
                    MMA_T = P.dtype == "bf16" and "bf16" or "f16",
@@ -220,6 +227,7 @@ function E.build(plan, group, g, target, symbol)
     src:add(render.fill(render.template("sdpa_sm90.cuh"), vars, "sdpa_sm90.cuh"))
   else
     src:need("common/mma_sm80.cuh")
+    src:need("common/sdpa_rows.cuh")
     vars.MMA_T = P.dtype == "bf16" and "bf16" or "f16"
     src:add(render.fill(render.template("sdpa_sm80.cuh"), vars, "sdpa_sm80.cuh"))
   end

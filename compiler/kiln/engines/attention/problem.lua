@@ -45,21 +45,39 @@ local function band(a)
   return { right = right, left = left, bottom_right = br }
 end
 
+-- The options forward and backward share: the band, softcap, the scale (a constant, or a
+-- runtime scalar or 1-element tensor: scale_uid, scale_mem), the padding mask's lengths, the sink.
+local function options(P, ins, at, by)
+  P.band = band(at)
+  P.softcap = at.softcap
+  P.scale = at.attn_scale
+  if ins.attn_scale then
+    local s = by[ins.attn_scale]
+    P.scale_uid = s.uid
+    P.scale_mem = s.role ~= "constant" and s.role ~= "scalar"
+    if s.role == "constant" then P.scale, P.scale_uid = s.value, nil end
+  end
+  P.scale = P.scale_uid and nil or (P.scale or 1.0)
+  P.padding = at.use_padding_mask
+  P.seq_len_q, P.seq_len_kv = ins.seq_len_q and by[ins.seq_len_q], ins.seq_len_kv and by[ins.seq_len_kv]
+  P.sink = ins.sink_token and by[ins.sink_token]
+end
+
 -- Returns the problem of an sdpa group, or nil and why it is declined.
 function M.of(group, g)
   local a = group.anchor
   if not a or group.family ~= "sdpa" then
     return fail("group is a %s op (%s), not attention", group.family, (group.anchor or group.nodes[1]).op)
   end
-  if a.op ~= "sdpa" then return fail("%s has no kiln kernel yet (the forward sdpa has)", a.op) end
+  if a.op == "sdpa_backward" then return M.backward(group, g) end
+  if a.op ~= "sdpa" then return fail("%s has no kiln kernel yet (sdpa and sdpa_backward have)", a.op) end
   if #group.nodes ~= 1 then return fail("ops fused around sdpa are not taken yet (%d nodes in the group)", #group.nodes) end
-  local ins, at = a.inputs, a.attrs
+  local ins, at, by = a.inputs, a.attrs, g.by_uid
   for _, p in ipairs(UNTAKEN_PORTS) do
     if ins[p[1]] then return fail("%s ('%s') is not supported by kiln's attention kernels", p[2], p[1]) end
   end
   if at.use_alibi_mask then return fail("ALiBi ('use_alibi_mask') is not supported by kiln's attention kernels") end
   if at.dropout_probability ~= nil then return fail("dropout is not supported by kiln's attention kernels") end
-  local by = g.by_uid
   local q, k, v = by[ins.q], by[ins.k], by[ins.v]
   local o = by[a.outputs.O]
   if not SIXTEEN[q.dtype] then return fail("q is %s: the kernels take bf16 or fp16", q.dtype) end
@@ -85,23 +103,59 @@ function M.of(group, g)
     local ok, why = layout(p[2], p[1])
     if not ok then return nil, why end
   end
-  P.band = band(at)
-  P.softcap = at.softcap
-  P.scale = at.attn_scale
-  if ins.attn_scale then
-    local s = by[ins.attn_scale]
-    P.scale_uid = s.uid
-    P.scale_mem = s.role ~= "constant" and s.role ~= "scalar"
-    if s.role == "constant" then P.scale, P.scale_uid = s.value, nil end
-  end
-  P.scale = P.scale_uid and nil or (P.scale or 1.0)
-  P.padding = at.use_padding_mask
-  P.seq_len_q, P.seq_len_kv = ins.seq_len_q and by[ins.seq_len_q], ins.seq_len_kv and by[ins.seq_len_kv]
-  P.sink = ins.sink_token and by[ins.sink_token]
+  options(P, ins, at, by)
   P.stats = a.outputs.Stats and by[a.outputs.Stats]
   P.max = a.outputs.Max and by[a.outputs.Max]
   P.sum_exp = a.outputs.Sum_exp and by[a.outputs.Sum_exp]
   P.stats_log2 = at.stats_use_log2
+  return P
+end
+
+-- Head dims (D = Dv) the backward kernels are built for: dK and dV of a warp's 16 keys stay in
+-- registers beside the score tiles.
+M.BWD_HEAD_DIMS = { [64] = true, [96] = true, [128] = true }
+
+-- Backward ports and attributes no kernel of kiln takes yet, with the reason's words.
+local UNTAKEN_BWD = {
+  { "bias", "an additive bias (and dBias)" }, { "cu_seq_len_q", "ragged (THD) q" },
+  { "cu_seq_len_kv", "ragged (THD) k/v" }, { "seed", "dropout" }, { "dropout_mask", "dropout" },
+}
+
+-- The problem of an sdpa_backward group (OPS.md §7.6), or nil and why it is declined: the
+-- forward's operands and mask, o, dO, the forward's Stats (natural log), the gradients dQ, dK,
+-- dV (q's, k's and v's dims), DSINK_TOKEN, and whether the sums must be bitwise reproducible.
+function M.backward(group, g)
+  local a = group.anchor
+  if #group.nodes ~= 1 then return fail("ops fused around sdpa_backward are not taken yet (%d nodes in the group)", #group.nodes) end
+  local ins, at, by = a.inputs, a.attrs, g.by_uid
+  for _, p in ipairs(UNTAKEN_BWD) do
+    if ins[p[1]] then return fail("%s ('%s') is not supported by kiln's attention backward", p[2], p[1]) end
+  end
+  if at.use_alibi_mask then return fail("ALiBi ('use_alibi_mask') is not supported by kiln's attention backward") end
+  if at.dropout_probability ~= nil then return fail("dropout is not supported by kiln's attention backward") end
+  local P = { backward = true, node = a, deterministic = at.use_deterministic_algorithm and true or false }
+  for _, n in ipairs { "q", "k", "v", "o", "dO", "stats" } do P[n] = by[ins[n]] end
+  P.dq, P.dk, P.dv = by[a.outputs.dQ], by[a.outputs.dK], by[a.outputs.dV]
+  P.dsink = a.outputs.DSINK_TOKEN and by[a.outputs.DSINK_TOKEN]
+  P.dtype = P.q.dtype
+  if not SIXTEEN[P.dtype] then return fail("q is %s: the kernels take bf16 or fp16", P.dtype) end
+  for _, n in ipairs { "k", "v", "o", "dO", "dq", "dk", "dv" } do
+    if P[n].dtype ~= P.dtype then return fail("%s is %s but q is %s: the backward takes one dtype", n, P[n].dtype, P.dtype) end
+  end
+  P.B, P.Hq, P.Sq, P.D = P.q.dims[1], P.q.dims[2], P.q.dims[3], P.q.dims[4]
+  P.Hk, P.Hv, P.Skv, P.Dv = P.k.dims[2], P.v.dims[2], P.k.dims[3], P.v.dims[4]
+  for _, n in ipairs { "Hq", "Hk", "Hv", "D", "Dv" } do
+    if math.type(P[n]) ~= "integer" then return fail("%s (%s) must be specialized (compile-time)", n, tostring(P[n])) end
+  end
+  if P.D ~= P.Dv or not M.BWD_HEAD_DIMS[P.D] then
+    return fail("head dims (D %d, Dv %d) are not built for the backward: it takes D = Dv = 64, 96 or 128", P.D, P.Dv)
+  end
+  if P.Hk ~= P.Hv then return fail("k heads %d and v heads %d differ: the backward takes one k/v head count", P.Hk, P.Hv) end
+  for _, n in ipairs { "q", "k", "v", "o", "dO", "dq", "dk", "dv" } do
+    local ok, why = layout(P[n], n)
+    if not ok then return nil, why end
+  end
+  options(P, ins, at, by)
   return P
 end
 

@@ -33,7 +33,7 @@ function M.describe(P)
   if P.softcap then parts[#parts + 1] = "softcap " .. P.softcap end
   if P.padding then parts[#parts + 1] = "padding" end
   if P.sink then parts[#parts + 1] = "sink" end
-  if P.stats then parts[#parts + 1] = "stats" end
+  if P.stats and not P.backward then parts[#parts + 1] = "stats" end
   return #parts > 0 and (", " .. table.concat(parts, ", ")) or ""
 end
 
@@ -52,7 +52,7 @@ end
 -- The scale of the scores into log2 units (sl2) and the score transform: identity with the
 -- scale folded into the exponent where it is a positive constant, else x * scale (a runtime
 -- scale) or the softcap c * tanh(x * scale / c), whose results sl2 = log2(e) takes.
-local function scale_lines(K, P, L)
+function M.scale_lines(K, P, L)
   local scale
   if P.scale_uid and P.scale_mem then
     local t = K.g.by_uid[P.scale_uid]
@@ -87,40 +87,9 @@ local function length_expr(K, t, S)
   return string.format("(kiln_i64)%s[(kiln_i64)b * %s]", K:ptr(t.uid), cdim(t.strides[1]))
 end
 
--- group: tiles in groups of heads whose K and V fit in L2 (else one group of every head)
-function M.setup(K, P, group)
-  local L = {}
-  local esz = "kiln_u16"
-  local q, k, v, o = K:ptr(P.q.uid), K:ptr(P.k.uid), K:ptr(P.v.uid), K:ptr(P.o.uid, true)
-  K:need_align(P.q.uid, 16); K:need_align(P.k.uid, 16); K:need_align(P.v.uid, 16); K:need_align(P.o.uid, 16)
-  L[#L + 1] = string.format("  constexpr int HQ = %d, HK = %d, HV = %d;", P.Hq, P.Hk, P.Hv)
-  L[#L + 1] = string.format("  const kiln_i64 B = %s, SQ = %s, SKV = %s;", cdim(P.B), cdim(P.Sq), cdim(P.Skv))
-  K:note_dyn({ P.B, P.Sq, P.Skv })
-  L[#L + 1] = string.format("  const %s *__restrict__ gq = %s, *__restrict__ gk = %s, *__restrict__ gv = %s;", esz, q, k, v)
-  L[#L + 1] = string.format("  %s *__restrict__ go = %s;", esz, o)
-  L[#L + 1] = strides("q", P.q); L[#L + 1] = strides("k", P.k); L[#L + 1] = strides("v", P.v); L[#L + 1] = strides("o", P.o)
-  L[#L + 1] = "  (void)gq; (void)gk; (void)gv; (void)q_sb; (void)q_sh; (void)q_ss; (void)k_sb; (void)k_sh; (void)k_ss;"
-  L[#L + 1] = "  (void)v_sb; (void)v_sh; (void)v_ss; (void)SKV;"
-  scale_lines(K, P, L)
-  -- tiles: (batch, head) pairs in groups whose K and V fit in L2_BYTES (a GQA group's q heads
-  -- count once), and in a group the m blocks from the last (the longest under a causal mask)
-  -- down, heads fastest: every key block a wave reads is read again from L2
-  L[#L + 1] = string.format("  constexpr kiln_i64 L2_BYTES = %d;  // 0: one group", group and M.L2_BYTES or 0)
-  L[#L + 1] = "  const kiln_i64 n_m = (SQ + BM - 1) / BM, n_bh = B * HQ, n_tiles = n_bh * n_m;"
-  L[#L + 1] = "  const kiln_i64 kv_head = SKV * (D + DV) * 2 + 1;"
-  L[#L + 1] = "  const kiln_i64 grp = L2_BYTES == 0 ? n_bh : L2_BYTES / kv_head > 0 ? L2_BYTES / kv_head * (HQ / HK) : 1;"
-  L[#L + 1] = "  auto tile_of = [&](kiln_i64 t, int &b, int &hq, int &m0) {"
-  L[#L + 1] = "    const kiln_i64 first = t / (grp * n_m) * grp, size = n_bh - first < grp ? n_bh - first : grp;"
-  L[#L + 1] = "    const kiln_i64 r = t - first * n_m, bh = first + r % size;"
-  L[#L + 1] = "    b = (int)(bh / HQ); hq = (int)(bh % HQ); m0 = (int)((n_m - 1 - r / size) * BM);"
-  L[#L + 1] = "  };"
-  if P.band.bottom_right then L[#L + 1] = string.format("  constexpr kiln_i64 BAND_MAX = %d;", M.BAND_MAX) end
-  L[#L + 1] = "  // the CTA's tile of wave w: waves of gridDim.x tiles, every other one dealt in reverse, so a"
-  L[#L + 1] = "  // CTA dealt a wave's longest tile is dealt the next one's shortest; n_tiles or past: none"
-  L[#L + 1] = "  const kiln_i64 n_waves = (n_tiles + gridDim.x - 1) / gridDim.x;"
-  L[#L + 1] = "  auto wave_tile = [&](kiln_i64 w) -> kiln_i64 {"
-  L[#L + 1] = "    return w * gridDim.x + ((w & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);"
-  L[#L + 1] = "  };"
+-- lengths(b, lq, lk, delta): batch entry b's query and key lengths (within the tensors) and the
+-- band's shift
+function M.length_lines(K, P, L)
   L[#L + 1] = "  auto lengths = [&](int b, int &lq, int &lk, int &delta) {"
   L[#L + 1] = string.format("    const kiln_i64 rq = %s, rk = %s;", length_expr(K, P.seq_len_q, "SQ"), length_expr(K, P.seq_len_kv, "SKV"))
   L[#L + 1] = "    // lengths past the tensors are read no further than the tensors; the shift is the lengths' own"
@@ -130,6 +99,11 @@ function M.setup(K, P, group)
     P.band.bottom_right and "(int)(rk - rq > BAND_MAX ? BAND_MAX : rk - rq < -BAND_MAX ? -BAND_MAX : rk - rq)" or "0")
   L[#L + 1] = "    (void)b;"
   L[#L + 1] = "  };"
+end
+
+-- HAS_RIGHT, HAS_LEFT, RIGHT, LEFT, kv_blocks, needs_mask and keep: the diagonal band of keys
+-- a query row sees (BM: the rows of a tile)
+function M.band_lines(P, L)
   local R, W = P.band.right, P.band.left
   L[#L + 1] = string.format("  constexpr bool HAS_RIGHT = %s, HAS_LEFT = %s;", R and "true" or "false", W and "true" or "false")
   -- bounds and shifts past 2^28 act as 2^28 (sequences are shorter): sums stay within an int
@@ -156,6 +130,44 @@ function M.setup(K, P, group)
   auto keep = [&](int row, int col, int lk, int delta) -> bool {
     return col < lk && (!HAS_RIGHT || col <= row + delta + RIGHT) && (!HAS_LEFT || col > row + delta - LEFT);
   };]]
+end
+
+-- group: tiles in groups of heads whose K and V fit in L2 (else one group of every head)
+function M.setup(K, P, group)
+  local L = {}
+  local esz = "kiln_u16"
+  local q, k, v, o = K:ptr(P.q.uid), K:ptr(P.k.uid), K:ptr(P.v.uid), K:ptr(P.o.uid, true)
+  K:need_align(P.q.uid, 16); K:need_align(P.k.uid, 16); K:need_align(P.v.uid, 16); K:need_align(P.o.uid, 16)
+  L[#L + 1] = string.format("  constexpr int HQ = %d, HK = %d, HV = %d;", P.Hq, P.Hk, P.Hv)
+  L[#L + 1] = string.format("  const kiln_i64 B = %s, SQ = %s, SKV = %s;", cdim(P.B), cdim(P.Sq), cdim(P.Skv))
+  K:note_dyn({ P.B, P.Sq, P.Skv })
+  L[#L + 1] = string.format("  const %s *__restrict__ gq = %s, *__restrict__ gk = %s, *__restrict__ gv = %s;", esz, q, k, v)
+  L[#L + 1] = string.format("  %s *__restrict__ go = %s;", esz, o)
+  L[#L + 1] = strides("q", P.q); L[#L + 1] = strides("k", P.k); L[#L + 1] = strides("v", P.v); L[#L + 1] = strides("o", P.o)
+  L[#L + 1] = "  (void)gq; (void)gk; (void)gv; (void)q_sb; (void)q_sh; (void)q_ss; (void)k_sb; (void)k_sh; (void)k_ss;"
+  L[#L + 1] = "  (void)v_sb; (void)v_sh; (void)v_ss; (void)SKV;"
+  M.scale_lines(K, P, L)
+  -- tiles: (batch, head) pairs in groups whose K and V fit in L2_BYTES (a GQA group's q heads
+  -- count once), and in a group the m blocks from the last (the longest under a causal mask)
+  -- down, heads fastest: every key block a wave reads is read again from L2
+  L[#L + 1] = string.format("  constexpr kiln_i64 L2_BYTES = %d;  // 0: one group", group and M.L2_BYTES or 0)
+  L[#L + 1] = "  const kiln_i64 n_m = (SQ + BM - 1) / BM, n_bh = B * HQ, n_tiles = n_bh * n_m;"
+  L[#L + 1] = "  const kiln_i64 kv_head = SKV * (D + DV) * 2 + 1;"
+  L[#L + 1] = "  const kiln_i64 grp = L2_BYTES == 0 ? n_bh : L2_BYTES / kv_head > 0 ? L2_BYTES / kv_head * (HQ / HK) : 1;"
+  L[#L + 1] = "  auto tile_of = [&](kiln_i64 t, int &b, int &hq, int &m0) {"
+  L[#L + 1] = "    const kiln_i64 first = t / (grp * n_m) * grp, size = n_bh - first < grp ? n_bh - first : grp;"
+  L[#L + 1] = "    const kiln_i64 r = t - first * n_m, bh = first + r % size;"
+  L[#L + 1] = "    b = (int)(bh / HQ); hq = (int)(bh % HQ); m0 = (int)((n_m - 1 - r / size) * BM);"
+  L[#L + 1] = "  };"
+  if P.band.bottom_right then L[#L + 1] = string.format("  constexpr kiln_i64 BAND_MAX = %d;", M.BAND_MAX) end
+  L[#L + 1] = "  // the CTA's tile of wave w: waves of gridDim.x tiles, every other one dealt in reverse, so a"
+  L[#L + 1] = "  // CTA dealt a wave's longest tile is dealt the next one's shortest; n_tiles or past: none"
+  L[#L + 1] = "  const kiln_i64 n_waves = (n_tiles + gridDim.x - 1) / gridDim.x;"
+  L[#L + 1] = "  auto wave_tile = [&](kiln_i64 w) -> kiln_i64 {"
+  L[#L + 1] = "    return w * gridDim.x + ((w & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);"
+  L[#L + 1] = "  };"
+  M.length_lines(K, P, L)
+  M.band_lines(P, L)
   -- the end of a row: statistics outputs and O's factor
   local sink = P.sink and string.format("%s[(kiln_i64)hq * %s] * %s", K:ptr(P.sink.uid), cdim(P.sink.strides[2]),
     render.float_literal(LOG2E))
