@@ -23,6 +23,9 @@ local function spec_location(level)
   end
 end
 
+-- The spec file and line running now (nil outside spec code): for errors found later.
+function M.location() return spec_location(3) end
+
 function M.new(code, msg, file, line)
   return setmetatable({ code = code, msg = msg, file = file, line = line }, Error)
 end

@@ -110,9 +110,11 @@ M.Absent = Absent
 
 function M.is_absent(x) return getmetatable(x) == Absent end
 
--- node: the op's node; port: the absent output; position: its place among the returned values.
+-- node: the op's node; port: the absent output; position: its place among the returned values;
+-- file and line: the op call's, where an error found once the body has returned points.
 function M.absent(node, port, position)
-  return setmetatable({ node = node, port = port, position = position }, Absent)
+  local file, line = errors.location()
+  return setmetatable({ node = node, port = port, position = position, file = file, line = line }, Absent)
 end
 
 -- The attribute that generates an optional output (generate_stats for Stats, has_dbias for
@@ -403,7 +405,9 @@ function Graph:finish(outputs)
   if #names == 0 then errors.raise("E_SPEC", "graph '%s' has no outputs (the body returned none)", self.name) end
   for _, name in ipairs(names) do
     local t = outputs[name]
-    if M.is_absent(t) then errors.raise("E_SPEC", "output '%s' is the %s", name, M.describe_absent(t)) end
+    if M.is_absent(t) then
+      errors.raise_at(t.file, t.line, "E_SPEC", "output '%s' is the %s", name, M.describe_absent(t))
+    end
     if not M.is_tensor(t) then errors.raise("E_SPEC", "output '%s' is not a tensor", name) end
     if t.role == "input" then errors.raise("E_SPEC", "output '%s' is the input '%s' itself", name, t.name) end
     if t.role == "constant" then errors.raise("E_SPEC", "output '%s' is a constant", name) end
