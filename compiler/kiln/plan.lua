@@ -57,15 +57,33 @@ function M.route(spec_graph, target)
   return (route_groups(g, target, { pins = pins })), g
 end
 
+-- Whether an engine declined a group only for its kind ("group is a norm op (rmsnorm), not
+-- pointwise"): a reason that says nothing about what to change in the spec.
+local function other_kind(reason) return reason:find("^group is an? .- op %(.-%), not ") ~= nil end
+
+-- "row: scale 'w' ... (the other 8 engines build other kinds of group)": the reasons of the
+-- engines that build this kind of group, else every engine's.
+local function reasons(report)
+  local why, others = {}, 0
+  for _, r in ipairs(report) do
+    if other_kind(r.reason) then others = others + 1 else why[#why + 1] = r.engine .. ": " .. r.reason end
+  end
+  if #why == 0 then
+    for _, r in ipairs(report) do why[#why + 1] = r.engine .. ": " .. r.reason end
+  elseif others > 0 then
+    why[#why] = string.format("%s (the other %d engine%s build other kinds of group)", why[#why], others,
+      others == 1 and "" or "s")
+  end
+  return table.concat(why, "; ")
+end
+
 -- Groups are numbered from 0, as `kiln explain` and KILN_PLAN number them.
 local function no_engine(g, grp, target)
-  local why = {}
-  for _, r in ipairs(grp.report) do why[#why + 1] = r.engine .. ": " .. r.reason end
   local ops = {}
   for _, n in ipairs(grp.nodes) do ops[#ops + 1] = n.op end
   errors.raise("E_NO_ENGINE", "graph '%s'%s: no engine for kernel group %d (%s) on %s: %s", g.name,
     g:instance_key() ~= "" and (" [" .. g:instance_key() .. "]") or "", grp.index - 1, table.concat(ops, ", "),
-    target.arch, table.concat(why, "; "))
+    target.arch, reasons(grp.report))
 end
 
 -- Raises E_NO_ENGINE for the first kernel group of the graph that no engine takes on target
