@@ -43,7 +43,7 @@ function M.load_all(args, opts)
   local spec, out, found = require "kiln.spec", {}, {}
   local names = {}
   for _, n in ipairs(args.graph or {}) do
-    if not found[n] then found[n] = false; names[#names + 1] = n end
+    if found[n] == nil then found[n] = false; names[#names + 1] = n end
   end
   for _, path in ipairs(args.positional) do
     local ok, graphs = pcall(function()
