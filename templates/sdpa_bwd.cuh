@@ -9,21 +9,8 @@
 // DETERMINISTIC in key-block order behind a per-tile counter). Q, dO, L2 and Dsum of the next
 // query block are copied under the current one's products (two buffers).
 
-__device__ __forceinline__ void kiln_cp_async4(kiln_u32 dst, const void *src, kiln_u32 src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-// a += (v0, v1) at p (8-byte aligned), one vector reduction on sm_90
-__device__ __forceinline__ void kiln_red_add2(float *p, float v0, float v1) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(v0), "f"(v1) : "memory");
-#else
-  atomicAdd(p, v0);
-  atomicAdd(p + 1, v1);
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(${BN} * 2, 1) ${symbol}(${params}) {
-  constexpr int BM = ${BM}, BN = ${BN}, D = ${D}, THREADS = BN * 2, WARPS = BN / 16;
+extern "C" __global__ void __launch_bounds__(${THREADS}, 1) ${symbol}(${params}) {
+  constexpr int BM = ${BM}, BN = ${BN}, D = ${D}, THREADS = ${THREADS}, WARPS = BN / 16;
   constexpr bool DETERMINISTIC = ${DETERMINISTIC};
 ${setup}
   constexpr int P_ = (D + 8) * 2, SP = (BM + 8) * 2;  // shared row pitches (bytes): K V Q dO, dS^T
@@ -58,7 +45,7 @@ ${setup}
     for (int e = 0; e < 4; e++) dk[nb][e] = dv[nb][e] = 0.0f;
   const kiln_i64 rows = B * HQ * SQ;
   const float *l2g = ws + rows * D, *dsg = l2g + rows;
-  int *sem = reinterpret_cast<int *>(ws + rows * (D + 3));
+  kiln_u32 *sem = reinterpret_cast<kiln_u32 *>(ws + rows * (D + 3));
   (void)sem;
   // step s: q head hk G + s / nm, query block mlo + s % nm, into buffer buf
   auto load_step = [&](int s, int buf) {
@@ -190,28 +177,19 @@ ${setup}
       // key blocks add into a query block's dQ in their order: block jlo first, each after the last
       int jlo, jhi;
       kv_blocks(m0, lq, lk, delta, BN, jlo, jhi);
-      int *turn = sem + ((kiln_i64)b * HQ + hq) * n_m + mb;
-      if (t == 0) {
-        int v;
-        do {
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(turn) : "memory");
-        } while (v != n - jlo);
-      }
+      kiln_u32 *turn = sem + ((kiln_i64)b * HQ + hq) * n_m + mb;
+      if (t == 0) kiln_turn_wait(turn, n - jlo);
       __syncthreads();
 #pragma unroll
       for (int nb = 0; nb < DC / 8; nb++)
 #pragma unroll
         for (int r = 0; r < 2; r++)
           if (8 * r < live) {
-            float2 *p = reinterpret_cast<float2 *>(acc + (kiln_i64)8 * r * D + nb * 8);
-            float2 x = __ldcg(p);
-            x.x += dq[nb][2 * r];
-            x.y += dq[nb][2 * r + 1];
-            __stcg(p, x);
+            kiln_add2_cg(acc + (kiln_i64)8 * r * D + nb * 8, dq[nb][2 * r], dq[nb][2 * r + 1]);
           }
       __threadfence();
       __syncthreads();
-      if (t == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" :: "l"(turn), "r"(n - jlo + 1) : "memory");
+      if (t == 0) kiln_turn_pass(turn, n - jlo + 1);
     } else {
 #pragma unroll
       for (int nb = 0; nb < DC / 8; nb++)

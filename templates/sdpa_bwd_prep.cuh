@@ -34,6 +34,6 @@ ${setup}
     ws[rows * (D + 1) + row] = live ? acc : 0.0f;
     ws[rows * (D + 2) + row] = live ? sink_term(hq, L, acc) : 0.0f;
     if (DETERMINISTIC && i % BM == 0)
-      reinterpret_cast<int *>(ws + rows * (D + 3))[((kiln_i64)b * HQ + hq) * ((SQ + BM - 1) / BM) + i / BM] = 0;
+      reinterpret_cast<kiln_u32 *>(ws + rows * (D + 3))[((kiln_i64)b * HQ + hq) * ((SQ + BM - 1) / BM) + i / BM] = 0u;
   }
 }

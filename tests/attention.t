@@ -20,7 +20,7 @@ declined=(
   "o_fp32|O is fp32 but q is bf16"
   "paged_prefill|paged K/V is taken by the decode kernels only"
 )
-plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 14 ))
+plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 15 ))
 
 for s in "${specs[@]}"; do
   KILN_DUMP_DIR=$TMP/dump run_kiln build "$s" --sm 80 --sm 90a --sm 100a -o "$TMP/$(basename "$s" .lua).kpack" -j 2
@@ -83,6 +83,16 @@ expect_out "plan attention:v1:bwd:64x32$" "KILN_PLAN=1=ID forces the backward gr
 "$KILN" pack inspect "$TMP/backward.kpack" > "$OUTF" 2>&1
 ok "the backward pack holds the pre-pass, main and dQ kernels" \
   bash -c "grep -q 'd128_causal_k1_prep' '$OUTF' && grep -q 'd128_causal_k1_dq' '$OUTF' && grep -q 'd128_causal_k1 ' '$OUTF'"
+
+# the backward's three kernels on the CPU emulator against the fp64 reference (one case; the
+# matrix of graphs, plans and lengths is tests/slow/attention_emu.t)
+if command -v g++ >/dev/null && [ -f /usr/include/jansson.h ] && [ -f build/obj/ref.o ]; then
+  out=$(tests/gemm_emu/run_plan.sh tests/specs/attention/backward_emu.lua band_softcap_sink 90a B=1 S=70 SK=150 2>&1); rc=$?
+  ok "emulated backward (band, softcap, sink gradient) matches the reference: $(head -1 <<<"$out" | sed 's/^# //')" test "$rc" = 0
+  [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -10
+else
+  fail "the CPU emulator needs g++, jansson and ninja's objects"
+fi
 
 # cold compile per attention kernel, one at a time (target 1.5 s on this machine)
 KILN_CACHE_DIR=$TMP/cold run_kiln build specs/sdpa_prefill.lua specs/sdpa_window_sink.lua --sm 90a --sm 80 -v -j 1

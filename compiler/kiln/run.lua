@@ -20,14 +20,22 @@ end
 
 -- Integer inputs that index their tensors, drawn over their whole range rather than as small
 -- random integers: sdpa's lengths (0 to S) and page tables (any block of the container), the
--- sequence boundaries of gdn and the experts' offsets of moe_grouped_matmul.
+-- sequence boundaries of gdn and the experts' offsets of moe_grouped_matmul. And sdpa_backward's
+-- Stats, drawn where a forward's log-sum-exp lies (whole numbers from ln(Skv) up by 2), not as
+-- normals: below the scores' own log-sum-exp, P = e^(s - Stats) grows past what the forward
+-- gives (1 at most) and bf16 rounding of P outgrows the check's tolerance.
 function M.index_ranges(g, dims)
   local function value(d) return math.type(d) == "integer" and d or dims[d] end
   local ranges = {}
-  local function add(uid, hi, kind)
-    if uid and hi then ranges[#ranges + 1] = { uid = uid, lo = 0, hi = hi, kind = kind } end
+  local function add(uid, hi, kind, lo)
+    if uid and hi then ranges[#ranges + 1] = { uid = uid, lo = lo or 0, hi = hi, kind = kind } end
   end
   for _, n in ipairs(g.nodes) do
+    if n.op == "sdpa_backward" then
+      local skv = value(g.by_uid[n.inputs.k].dims[3])
+      local lo = skv and math.floor(math.log(math.max(skv, 1)))
+      add(n.inputs.stats, lo and lo + 2, 0, lo)
+    end
     if n.op == "sdpa" then
       local ins, by = n.inputs, g.by_uid
       local q, k = by[ins.q], by[ins.k]

@@ -26,3 +26,7 @@ __device__ __forceinline__ void kiln_st_shared_b32(kiln_u32 dst, kiln_u32 a) {
 __device__ __forceinline__ void kiln_st_shared_v2(kiln_u32 dst, kiln_u32 a, kiln_u32 b) {
   asm volatile("st.shared.v2.b32 [%0], {%1, %2};" :: "r"(dst), "r"(a), "r"(b) : "memory");
 }
+// 4 bytes (an fp32 row statistic; zero-filled where src_bytes is 0): .ca, the only form of that size
+__device__ __forceinline__ void kiln_cp_async4(kiln_u32 dst, const void *src, kiln_u32 src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}

@@ -59,8 +59,10 @@ typedef long long kiln_i64;
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__
+#define __shared__ static  // (a CTA's threads share it; CTAs run one after another)
 
 struct uint2 { unsigned x, y; };
+struct float2 { float x, y; };
 struct uint4 { unsigned x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
@@ -136,6 +138,7 @@ inline float kiln_bf16hi_to_f32(kiln_u32 w) { return __uint_as_float(w & 0xffff0
 inline kiln_u32 kiln_f32x2_to_bf16x2(float lo, float hi) { return kiln_f32_to_bf16(lo) | ((kiln_u32)kiln_f32_to_bf16(hi) << 16); }
 inline float kiln_fp16_to_f32(kiln_u16 h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
 inline kiln_u16 kiln_f32_to_fp16(float f) { _Float16 x = (_Float16)f; kiln_u16 h; memcpy(&h, &x, 2); return h; }
+inline kiln_u32 kiln_f32x2_to_fp16x2(float lo, float hi) { return kiln_f32_to_fp16(lo) | ((kiln_u32)kiln_f32_to_fp16(hi) << 16); }
 inline float kiln_fmax_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a > b ? a : b); }
 inline float kiln_fmin_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (a < b ? a : b); }
 inline float kiln_exp2(float x) { return exp2f(x); }
@@ -161,6 +164,10 @@ inline int emu_shfl(int v, int src) {
   return r;
 }
 inline int __shfl_sync(unsigned, int v, int src) { return emu_shfl(v, src); }
+inline float __shfl_sync(unsigned, float v, int src) { return __int_as_float(emu_shfl(__float_as_int(v), src)); }
+inline float __shfl_xor_sync(unsigned, float v, int m) {
+  return __int_as_float(emu_shfl(__float_as_int(v), (int)(threadIdx.x % 32) ^ m));
+}
 inline int __shfl_up_sync(unsigned, int v, unsigned d) {
   const int lane = (int)(threadIdx.x % 32);
   const int r = emu_shfl(v, lane >= (int)d ? lane - (int)d : lane);
@@ -184,6 +191,18 @@ inline void kiln_cp_async16(kiln_u32 dst, const void *src, kiln_u32 src_bytes) {
     memcpy(d, src, 16);
   } else if (src_bytes == 0) {
     memset(d, 0, 16);
+  } else {
+    emu_fail("cp.async src_bytes %u", src_bytes);
+  }
+}
+inline void kiln_cp_async4(kiln_u32 dst, const void *src, kiln_u32 src_bytes) {
+  kiln_u8 *d = emu_sh(dst, 4);
+  if (dst % 4 || (src_bytes && (uintptr_t)src % 4)) emu_fail("cp.async of 4 bytes misaligned (%u, %p)", dst, src);
+  if (src_bytes == 4) {
+    emu_check_global(src, 4);
+    memcpy(d, src, 4);
+  } else if (src_bytes == 0) {
+    memset(d, 0, 4);
   } else {
     emu_fail("cp.async src_bytes %u", src_bytes);
   }
@@ -372,6 +391,32 @@ inline void kiln_flag_wait(const kiln_u32 *flag) {
   if (!emu_flag_released(flag, false))
     emu_fail("flag %p holds %#x that this launch did not set", (const void *)flag, v);
 }
+
+// ---- red.cuh: sums every CTA adds into (atomically), and the turns of the ordered form
+inline void kiln_red_add2(float *p, float v0, float v1) {
+  emu_check_global(p, 8);
+  if ((uintptr_t)p % 8) emu_fail("red.add.v2 at %p not 8-byte aligned", (void *)p);
+  std::atomic_ref<float>(p[0]).fetch_add(v0);
+  std::atomic_ref<float>(p[1]).fetch_add(v1);
+}
+inline void kiln_add2_cg(float *p, float v0, float v1) {
+  emu_check_global(p, 8);
+  p[0] += v0;
+  p[1] += v1;
+}
+inline void kiln_turn_wait(const kiln_u32 *p, int turn) {
+  emu_check_global(p, 4);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::atomic_ref<kiln_u32>(*const_cast<kiln_u32 *>(p)).load(std::memory_order_acquire) != (kiln_u32)turn) {
+    if (std::chrono::steady_clock::now() > until) emu_fail("turn counter %p never reached %d: deadlock", (const void *)p, turn);
+    std::this_thread::yield();
+  }
+}
+inline void kiln_turn_pass(kiln_u32 *p, int turn) {
+  emu_check_global(p, 4);
+  std::atomic_ref<kiln_u32>(*p).store((kiln_u32)turn, std::memory_order_release);
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 // ---- pdl.cuh: the init kernel runs to its end before the GEMM starts
 inline void kiln_pdl_launch_dependents() {}

@@ -24,7 +24,7 @@ def snippet(name):
 desc_fn = re.search(r"__device__ __forceinline__ kiln_u64 kiln_wgmma_desc\(.*?\n}\n", snippet("wgmma.cuh"), re.S).group(0)
 for name in ["prelude.cuh", "bf16.cuh", "fp16.cuh", "nanmax.cuh", "exp2.cuh", "amax.cuh", "cp_async.cuh",
              "mma_sm80.cuh", "mbarrier.cuh", "wgmma.cuh", "tma.cuh", "cluster.cuh", "flag.cuh", "pdl.cuh",
-             "named_barrier.cuh"]:
+             "named_barrier.cuh", "red.cuh"]:
     text = snippet(name)
     if text in src:
         src = src.replace(text, desc_fn if name == "wgmma.cuh" else "")

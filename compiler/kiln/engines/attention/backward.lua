@@ -116,7 +116,7 @@ end
 function M.build(plan, g, symbol, what, need)
   local P, kn = plan.P, plan.knobs
   local mma = P.dtype == "bf16" and "bf16" or "f16"
-  local vars = { what = what, BM = kn.bm, BN = kn.bn, D = P.D, MMA_T = mma, DETERMINISTIC = tostring(P.deterministic),
+  local vars = { what = what, BM = kn.bm, BN = kn.bn, THREADS = 2 * kn.bn, D = P.D, MMA_T = mma, DETERMINISTIC = tostring(P.deterministic),
                  PACK = "kiln_f32x2_to_" .. (P.dtype == "bf16" and "bf16x2" or "fp16x2"),
                  TO_F32 = "kiln_" .. P.dtype .. "_to_f32", LOG2E = render.float_literal(LOG2E), SINK = P.dsink and 1 or 0 }
   local function kernel(sym, template, setup, extra, launch, suffix)
@@ -135,7 +135,7 @@ function M.build(plan, g, symbol, what, need)
   local rows = rowgen.with_const({ P.B, P.Sq }, P.Hq)
   local prep = kernel(symbol .. "_prep", "sdpa_bwd_prep.cuh", prep_setup, {},
     { block = { 256, 1, 1 }, grid = { { mul = rows, div = 16 }, 1, 1 }, smem = 0 }, ":prep")
-  local main = kernel(symbol, "sdpa_bwd.cuh", main_setup, { "common/mma_sm80.cuh", "common/sdpa_rows.cuh" }, plan.launch, "")
+  local main = kernel(symbol, "sdpa_bwd.cuh", main_setup, { "common/mma_sm80.cuh", "common/sdpa_rows.cuh", "common/red.cuh" }, plan.launch, "")
   local post = kernel(symbol .. "_dq", "sdpa_bwd_post.cuh", post_setup, {},
     { block = { 256, 1, 1 }, smem = 0,
       grid = { { mul = rowgen.with_const({ P.B, P.Sq }, P.Hq * P.D // 8), div = 256, add = P.dsink and P.Hq or nil }, 1, 1 } },
