@@ -2,7 +2,7 @@
 """bench/RESULTS.md from the CSV files of a device run (tests/gpu/run writes them under its $OUT).
 
 Reads the CSV files each benchmark writes (bench.csv, bench_gemm.csv, gemm_shapes.csv, axes.csv, axis_ops.csv,
-scratch.csv, norm_bwd.csv, stream_bound.csv, sdpa.csv, sdpa_decode.csv) from each DIR, with the run's gpu.log
+scratch.csv, norm_bwd.csv, stream_bound.csv, sdpa.csv, sdpa_decode.csv, sdpa_bwd.csv) from each DIR, with the run's gpu.log
 (`kiln env`: the device) and summary.txt (each step's ok / FAIL) where they are there, and
 writes one Markdown section a family: a table of kiln beside its peers, the ratios, the misses
 (ratio < 1, in bold and named in the miss column) and their counts. A family whose CSV is
@@ -475,6 +475,26 @@ FAMILIES = [
         "(a dash: the backend refuses that case). check: kiln's O against an fp32 SDPA (max abs "
         "difference under 2e-2).",
         bad=lambda r: None if r["check"] == "ok" else "O differs from the fp32 reference"),
+    Family(
+        "sdpa_bwd.csv", "Attention backward beside cuDNN and FlashAttention-2", "bench/bench_sdpa.py", "bench-sdpa",
+        "%s build tests/specs/bench/sdpa.lua --sm 90a -o sdpa.kpack && python3 bench/bench_sdpa.py "
+        "--pack sdpa.kpack --only backward --out DIR" % KILN,
+        ["case", "kiln_ms", "kiln_TFLOPs", "det_ms", "cudnn_ms", "cudnn_TFLOPs", "x_cudnn", "fa2_TFLOPs", "x_fa2",
+         "deterministic", "check"],
+        attention_cols("TFLOPs", "TFLOP/s", "rel_err_vs_fp32", "rel err vs fp32")[:2]
+        + [("deterministic ms", lambda r: fixed(r["det_ms"], 4)), ("det / default", lambda r: r["det_vs_default"])]
+        + attention_cols("TFLOPs", "TFLOP/s", "rel_err_vs_fp32", "rel err vs fp32")[2:]
+        + [("bitwise", lambda r: r["deterministic"])],
+        ATTENTION_RATIOS, lambda r: r["case"],
+        "kiln's attention backward (dQ, dK, dV from kiln's forward O and Stats and a random dO; BHSD "
+        "bf16, scale 1/sqrt(D)) beside torch's SDPA backward on the cuDNN and FlashAttention-2 "
+        "backends (autograd.grad of the backend's forward, CUDA-graph replays), in one process on the "
+        "same tensors; times are medians over interleaved rounds. TFLOP/s count 2.5 x 4·B·H·S·S·D, "
+        "halved under a causal mask. x = the peer's time over kiln's: > 1, kiln faster. deterministic: "
+        "the `:det` plan's time, its ratio to the default plan's (det / default: default time over "
+        "det time), and whether two of its runs gave bitwise equal gradients. check: kiln's gradients "
+        "against fp32 autograd on two k/v heads (max abs difference over max abs under 2e-2).",
+        bad=lambda r: None if r["check"] == "ok" else "gradients differ from fp32 autograd"),
     Family(
         "decoder.csv", "A decoder block's training step with kiln's modules", "bench/decoder_block.py", "bench-decoder",
         "python3 bench/decoder_block.py --out DIR",
