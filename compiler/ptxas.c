@@ -93,7 +93,7 @@ int kiln_ptxas_open(kiln_ptxas **out, const char *nvrtc_dir, kiln_err *e) {
   free(p);
   return kiln_err_set(e, "E_NVRTC", "nvJitLink (ptxas for kiln's PTX modules) not found beside NVRTC in "
                       "%s or on the loader's path%s; install the CUDA toolkit's libnvJitLink, or build "
-                      "with KILN_PTX_MODULE=off", nvrtc_dir && nvrtc_dir[0] ? nvrtc_dir : "(unknown)", why);
+                      "with KILN_PLAN=*.module=off", nvrtc_dir && nvrtc_dir[0] ? nvrtc_dir : "(unknown)", why);
 }
 
 void kiln_ptxas_close(kiln_ptxas *p) {

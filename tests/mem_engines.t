@@ -28,7 +28,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "specs/rmsnorm_fp8_block.lua rmsnorm block_scale_quantize"
        "tests/specs/mem/quantize.lua add rmsnorm block_scale_quantize" "tests/specs/mem/quantize.lua layernorm block_scale_quantize"
        "tests/specs/mem/quantize.lua rmsnorm swish mul block_scale_quantize")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 20 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 25 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -187,10 +187,17 @@ expect_out "grid \[T, 1, 1\].*  pdl$" "the fp8 kernel starts with its init kerne
 run_kiln explain specs/rmsnorm_bwd.lua --set H=2048 --sm 90a
 expect_out "rmsnorm_backward:p128n2v8r4:staged-async" "rmsnorm_bwd at H = 2048 builds the staged kernel"
 # a misspelt build-time setting is a typed error, not the default build
-KILN_FAST_COMPILE=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
-expect_err "E_USAGE.*KILN_FAST_COMPILE=fast" "KILN_FAST_COMPILE=fast is E_USAGE"
+KILN_PLAN=*.fast_compile=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
+expect_err "E_USAGE: KILN_PLAN: \*.fast_compile=fast: want 0, min, mid or max" "*.fast_compile=fast is E_USAGE, by name"
+# (the kernel's NVRTC options are part of its cache key: cache why names them)
+KILN_PLAN=*.code=cuda run_kiln build specs/rmsnorm.lua --graph rmsnorm --set H=4096 --sm 90a
+KILN_PLAN=*.code=cuda,*.fast_compile=min run_kiln cache why specs/rmsnorm.lua --graph rmsnorm --set H=4096 --sm 90a
+ok "*.fast_compile=min: the CUDA form through NVRTC at --Ofast-compile=min" \
+  grep -q 'differs in: options (cached \[-minimal\], now \[-minimal --Ofast-compile=min\])$' "$OUTF"
+KILN_FAST_COMPILE=min KILN_PLAN=*.code=cuda run_kiln cache why specs/rmsnorm.lua --graph rmsnorm --set H=4096 --sm 90a
+ok "the environment variable KILN_FAST_COMPILE is no longer read" grep -q 'is cached (a lookup hits)$' "$OUTF"
 # layernorm's row held in registers compiles at ptxas -O1 (measured faster), the rest at -O3;
-# KILN_PTXAS_OPT sets every module's level (for measuring), a bad one is named
+# the setting *.ptxas_opt sets every module's level (for measuring), a bad one is named
 run_kiln source specs/layernorm.lua specs/rmsnorm.lua specs/layernorm_bwd.lua --set H=4096 --sm 90a --ptx
 ok "layernorm and layernorm_train at ptxas -O1, rmsnorm and layernorm_bwd at its default" \
   test "$(grep -c '^// ---- layernorm.* at -O1$' "$OUTF") $(grep -c ' at -O' "$OUTF")" = "2 2"
@@ -201,12 +208,14 @@ run_kiln source specs/softmax_bwd.lua --set H=4096 --sm 90a --ptx
 ok "the softmax backwards' rows held by one CTA at ptxas -O1" test "$(grep -c '^// ---- .*softmax_bwd .* at -O1$' "$OUTF")" = 2
 run_kiln source specs/softmax_bwd.lua --set H=65536 --sm 90a --ptx
 ok "and over a cluster at its default" test "$(grep -c ' at -O' "$OUTF")" = 0
+KILN_PLAN=*.ptxas_opt=3 run_kiln source specs/layernorm.lua --set H=4096 --sm 90a --ptx
+ok "*.ptxas_opt=3: layernorm at ptxas's default" test "$(grep -c ' at -O' "$OUTF")" = 0
+KILN_PLAN=row.ptxas_opt=2 run_kiln source specs/rmsnorm.lua --set H=4096 --sm 90a --ptx
+ok "row.ptxas_opt=2: rmsnorm at -O2" test "$(grep -c '^// ---- rmsnorm.* at -O2$' "$OUTF")" = 2
+KILN_PLAN=*.ptxas_opt=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
+expect_err "E_USAGE: KILN_PLAN: \*.ptxas_opt=fast: want auto, 0, 1, 2 or 3" "*.ptxas_opt=fast is E_USAGE, by name"
 KILN_PTXAS_OPT=3 run_kiln source specs/layernorm.lua --set H=4096 --sm 90a --ptx
-ok "KILN_PTXAS_OPT=3: layernorm at ptxas's default" test "$(grep -c ' at -O' "$OUTF")" = 0
-KILN_PTXAS_OPT=2 run_kiln source specs/rmsnorm.lua --set H=4096 --sm 90a --ptx
-ok "KILN_PTXAS_OPT=2: rmsnorm at -O2" test "$(grep -c '^// ---- rmsnorm.* at -O2$' "$OUTF")" = 2
-KILN_PTXAS_OPT=fast run_kiln build specs/rmsnorm.lua --set H=4096 --sm 90a
-expect_err "E_USAGE.*KILN_PTXAS_OPT=fast: want 0, 1, 2 or 3" "KILN_PTXAS_OPT=fast is E_USAGE, by name"
+ok "the environment variable KILN_PTXAS_OPT is no longer read" test "$(grep -c ' at -O1$' "$OUTF")" = 2
 # the row engine's n setting sets the forward kernels' vectors per thread; a bad value is named
 KILN_PLAN=row.n=8 run_kiln explain specs/rmsnorm.lua --set H=8192 --sm 90a
 expect_out "plan row:v1:rmsnorm:p128n8v8r1:regs" "row.n=8: rmsnorm at H = 8192 takes 8 vectors per thread"
@@ -449,7 +458,7 @@ ok "the shipped softmax kernels' bodies are in PTX" test "$(grep -c 'body in PTX
 # PTX modules (docs/INTERNALS.md): by default every kernel with its body in PTX through kiln's
 # PTX compiler library (of the toolkit ptxas's version), or the toolkit's ptxas executable
 # (KILN_PTXAS=exe); through nvJitLink (KILN_PTXAS=nvjitlink) the finalize and the amax init
-# kernel only, unless KILN_PTX_MODULE=all
+# kernel only, unless the module setting is all
 SPX="specs/layernorm_bwd.lua specs/rmsnorm_residual_fp8.lua"
 PTXC_VERSION=$(sed -n 's/^ptxc_version = //p' config.ninja)
 BY_LIB="compiled as a PTX module by nvptxcompiler/$PTXC_VERSION"
@@ -462,28 +471,32 @@ ok "KILN_PTXAS=exe: all four by the toolkit's ptxas executable" test "$(grep -c 
 KILN_PTXC_PATH=/nonexistent/libkilnptx.so run_kiln source $SPX --set H=4096 --sm 90a
 ok "a KILN_PTXC_PATH that names nothing: the ptxas executable, not another library" \
   test "$(grep -c 'compiled as a PTX module by ptxas$' "$OUTF")" = 4
-KILN_PTX_MODULE=own run_kiln source $SPX --set H=4096 --sm 90a
-ok "KILN_PTX_MODULE=own: the finalize and the amax init kernel only" \
+KILN_PLAN=*.module=own run_kiln source $SPX --set H=4096 --sm 90a
+ok "*.module=own: the finalize and the amax init kernel only" \
   bash -c "test \$(grep -c 'compiled as a PTX module' '$OUTF') = 2 && grep -q '_final.*compiled as a PTX module' '$OUTF' &&
            grep -q '_init.*compiled as a PTX module' '$OUTF'"
 KILN_PTXAS=nvjitlink run_kiln source $SPX --set H=4096 --sm 90a
 ok "KILN_PTXAS=nvjitlink: the finalize and the amax init kernel through nvJitLink, the row kernels from CUDA" \
   bash -c "test \$(grep -c 'compiled as a PTX module by nvjitlink$' '$OUTF') = 2 && grep -q '_final.*by nvjitlink' '$OUTF' &&
            grep -q '_init.*by nvjitlink' '$OUTF'"
-KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln source $SPX --set H=4096 --sm 90a
-ok "KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all: all four through nvJitLink" \
+KILN_PTXAS=nvjitlink KILN_PLAN=*.module=all run_kiln source $SPX --set H=4096 --sm 90a
+ok "KILN_PTXAS=nvjitlink, *.module=all: all four through nvJitLink" \
   test "$(grep -c 'compiled as a PTX module by nvjitlink$' "$OUTF")" = 4
+KILN_PLAN=*.module=off run_kiln source specs/layernorm_bwd.lua --set H=4096 --sm 90a
+ok "*.module=off: none" bash -c "! grep -q 'compiled as a PTX module' '$OUTF'"
+KILN_PLAN=*.module=off run_kiln explain specs/layernorm_bwd.lua --set H=4096 --sm 90a
+ok "... and explain says why" grep -q 'kernel kiln_layernorm_bwd_k0: CUDA through NVRTC, PTX modules not wanted here (the module setting)$' "$OUTF"
+KILN_PLAN=*.module=on run_kiln build specs/layernorm.lua --sm 90a
+expect_err "E_USAGE: KILN_PLAN: \*.module=on: want auto, all, own or off" "*.module=on is refused by name"
 KILN_PTX_MODULE=off run_kiln source specs/layernorm_bwd.lua --set H=4096 --sm 90a
-ok "KILN_PTX_MODULE=off: none" bash -c "! grep -q 'compiled as a PTX module' '$OUTF'"
-KILN_PTX_MODULE=on run_kiln build specs/layernorm.lua --sm 90a
-expect_err "E_USAGE.*KILN_PTX_MODULE=on: want all, own or off" "KILN_PTX_MODULE=on is refused by name"
+ok "the environment variable KILN_PTX_MODULE is no longer read" test "$(grep -c 'compiled as a PTX module' "$OUTF")" = 2
 KILN_PTXAS=ptxas run_kiln build specs/layernorm.lua --sm 90a
 expect_err "E_USAGE.*KILN_PTXAS=ptxas: want exe or nvjitlink" "KILN_PTXAS=ptxas is refused by name"
 run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod.kpack"
 ok "modules through the PTX compiler library build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod.kpack"
 KILN_PTXAS=exe run_kiln build $SPX --sm 80 --sm 100a -o "$TMP/mod_exe.kpack"
 ok "modules through the ptxas executable build for sm_80 and sm_100a" test -s "$TMP/mod_exe.kpack"
-KILN_PTXAS=nvjitlink KILN_PTX_MODULE=all run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod_jl.kpack"
+KILN_PTXAS=nvjitlink KILN_PLAN=*.module=all run_kiln build $SPX specs/softmax.lua --sm 80 --sm 90a --sm 100a -o "$TMP/mod_jl.kpack"
 ok "modules through nvJitLink build for sm_80, sm_90a and sm_100a" test -s "$TMP/mod_jl.kpack"
 # pointwise kernels with their bodies in PTX (pointwise_ptx.lua), modules by the PTX compiler library
 run_kiln source specs/swiglu.lua specs/scale_residual_cast.lua tests/specs/mem/pointwise.lua --sm 90a
@@ -635,9 +648,9 @@ run_kiln source tests/specs/mem/masks.lua --graph mask_chain_bf16 --sm 90a --ptx
 ok "a bool vector of 8 is two words of bytes inserted in order, stored as one v2" \
   bash -c "test \$(grep -c 'bfi.b32 %kr[0-9]*, %kr[0-9]*, %kr[0-9]*, 24, 8;' '$OUTF') = 6 && test \$(grep -c 'st.global.v2.b32' '$OUTF') = 3"
 ok "x^-1 and x^-2 divide once (IEEE), the other powers multiply" test "$(grep -c 'div.rn.f32 %kr[0-9]*, 0f3F800000' "$OUTF")" = 16
-KILN_PTXAS_OPT=fast run_kiln explain tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
+KILN_PTXAS=ptxas run_kiln explain tests/specs/mem/wide.lua --graph wide_softmax_sink_stats --sm 90a
 ok "kiln explain: the groups still listed where the kernels cannot be generated, and why" \
-  bash -c "grep -q 'group 0 (softmax): plan row:' '$OUTF' && grep -q '^  kernels not generated: E_USAGE: KILN_PTXAS_OPT=fast: want 0, 1, 2 or 3$' '$OUTF'"
+  bash -c "grep -q 'group 0 (softmax): plan row:' '$OUTF' && grep -q '^  kernels not generated: E_USAGE: KILN_PTXAS=ptxas: want exe or nvjitlink$' '$OUTF'"
 # a re-read row's trips software pipelined: each loads the next one's vectors before its own work
 run_kiln source specs/softmax.lua --graph softmax --set H=65536 --sm 90a --ptx
 ok "softmax re-read at 65536: each of a pass's 2 trips of 4 vectors loads the next trip's first (4 predicated loads a pass, 16 words moved on)" \

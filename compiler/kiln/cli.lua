@@ -50,8 +50,9 @@ common options:
 
 environment: KILN_CACHE_DIR, KILN_CACHE_MAXSIZE, KILN_JIT=on|off|strict, KILN_DUMP_DIR,
              KILN_LUA_PATH, KILN_TEMPLATE_PATH, KILN_SPEC_MAX_INSTR, KILN_SPEC_MAX_MEM,
-             KILN_PTX_MODULE=all|own|off, KILN_PTXAS=exe|nvjitlink, KILN_PTXC_PATH,
-             KILN_PTXAS_OPT=0|1|2|3, KILN_RECORD=FILE (every build appends what it built);
+             KILN_PTXAS=exe|nvjitlink, KILN_PTXC_PATH,
+             KILN_PLAN (forced plans, engine settings: *.module=off, *.ptxas_opt=1, ...),
+             KILN_RECORD=FILE (every build appends what it built);
              all of them with their defaults: docs/ENV.md
 ]]
 

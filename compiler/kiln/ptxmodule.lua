@@ -63,21 +63,21 @@ local function pick()
   return compiler
 end
 
--- The ptxas (above) that compiles this kernel's PTX module, or nil for its CUDA form. By
--- default every kernel with its body in PTX when a whole-program ptxas is there (the same SASS
--- as NVRTC's), else only those written for a module (`own`: the column sums' finalize, the amax
--- init kernel, tuned on nvJitLink's code). KILN_PTX_MODULE (build time): =all every kernel with
--- its body in PTX through whichever ptxas there is (an error without one), =own only the own
--- kernels, =off none.
+-- The ptxas (above) that compiles this kernel's PTX module, or nil for its CUDA form, as the
+-- engine's module setting (rowgen.SETTINGS) says: auto, every kernel with its body in PTX when
+-- a whole-program ptxas is there (the same SASS as NVRTC's), else only those written for a
+-- module (`own`: the column sums' finalize, the amax init kernel, tuned on nvJitLink's code);
+-- all, every kernel with its body in PTX through whichever ptxas there is (an error without
+-- one); own, only the own kernels; off, none.
 function M.wanted(own)
-  local v = settings.pick("KILN_PTX_MODULE", { "all", "own", "off" })
+  local v = settings.get("module")
   if v == "off" then return nil end
   local cc = pick()
   if not cc and v == "all" then
-    errors.raise_at(nil, nil, "E_NVRTC", "KILN_PTX_MODULE=all: no PTX compiler library, and neither ptxas nor nvJitLink in NVRTC's toolkit (see kiln env)")
+    errors.raise_at(nil, nil, "E_NVRTC", "the module setting all (KILN_PLAN): no PTX compiler library, and neither ptxas nor nvJitLink in NVRTC's toolkit (see kiln env)")
   end
   if not cc then return nil end
-  if own or v == "all" or (v == "" and cc ~= "nvjitlink") then return cc end
+  if own or v == "all" or (v == "auto" and cc ~= "nvjitlink") then return cc end
   return nil
 end
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every plan of packs of the same specs, built with every kernel it can as a PTX module
-(kiln.ptxmodule: by the ptxas executable, or through nvJitLink) and one with KILN_PTX_MODULE=off
+(kiln.ptxmodule: by the ptxas executable, or through nvJitLink) and one with KILN_PLAN=*.module=off
 (the CUDA forms through NVRTC, the last pack), run on the same random inputs at an odd row
 count: every output must have the same bits as the last pack's (outputs poisoned with NaN
 first). TAP on stdout. Usage: ptx_module.py MODULES.kpack [MODULES.kpack ...] CUDA.kpack"""

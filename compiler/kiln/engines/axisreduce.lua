@@ -423,7 +423,7 @@ local function strided_final(S, factors)
     block = B, minb = "", symbol = symbol .. "_final", params = fparams, shared = "", body = table.concat(F.lines, "\n"),
   }))
   local final = {
-    symbol = symbol .. "_final", engine = E.id, plan_id = S.plan.id .. ":final", options = rowgen.OPTIONS,
+    symbol = symbol .. "_final", engine = E.id, plan_id = S.plan.id .. ":final", options = rowgen.options(),
     block = { B, 1, 1 }, grid = { sms.rule(factors, B, sms.cap(E.STRIDED_PER_SM)), 1, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = F.mparams, align = F.align, pdl = true,
   }
@@ -517,7 +517,7 @@ local function build_inner(plan, group, g, target, symbol)
     body = table.concat(K.lines, "\n"),
   }))
   local main = {
-    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.options(),
     block = { B, 1, 1 }, grid = { sms.rule(info.Ro_f, 1, info.cap), info.K, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }

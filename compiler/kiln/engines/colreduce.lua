@@ -282,7 +282,7 @@ function E.build(plan, group, g, target, symbol)
     block = L.block, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   local main = {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.OPTIONS,
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = rowgen.options(),
     block = { L.block, 1, 1 }, grid = { sms.rule(info.row_factors, info.grid_div, info.cap), info.tiles or 1, 1 },
     smem = dyn_smem and info.smem or 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }

@@ -82,7 +82,7 @@ local function build_ptx(plan, group, g, target, symbol, space)
     what = string.format("%d elements a thread, %d threads a CTA, body in PTX", vec, block),
   }, "pointwise_ptx.cuh"))
   return rowgen.with_source({
-    symbol = symbol, engine = E.id, plan_id = plan.id, options = pw.OPTIONS,
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = pw.options(),
     block = { block, 1, 1 }, grid = grid_of(space, block, vec),
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   }, K, K.src:text())
@@ -172,7 +172,7 @@ function E.build(plan, group, g, target, symbol)
     prologue = table.concat(prologue, "\n"), body = table.concat(body, "\n"), epilogue = table.concat(epilogue, "\n"),
   }, "pointwise.cuh"))
   return {
-    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = pw.OPTIONS,
+    symbol = symbol, engine = E.id, plan_id = plan.id, source = src:text(), options = pw.options(),
     block = { block, 1, 1 }, grid = grid_of(space, block, vec),
     smem = 0, cluster = { 1, 1, 1 }, params = manifest_params, align = align, pdl_entry = true, cuda_why = cuda_why,
   }

@@ -3,21 +3,19 @@
 -- fp32 C statements of a list of pointwise nodes (narrow values rounded where read later).
 local render = require "kiln.render"
 local shape = require "kiln.shape"
+local settings = require "kiln.settings"
 
 local M = {}
 
 -- NVRTC options of the kernels built from these expressions (pointwise, row, colreduce):
 -- `-minimal` leaves out the builtin header's texture, device-runtime and launch declarations
--- that header-free sources never use (the same SASS, 2-4 ms less per compile here).
--- KILN_FAST_COMPILE=min|mid|max (read at build time) adds NVRTC's --Ofast-compile level:
+-- that header-free sources never use (the same SASS, 2-4 ms less per compile here). The
+-- fast_compile setting (rowgen.SETTINGS) min, mid or max adds NVRTC's --Ofast-compile level:
 -- docs/MEMORY_BOUND.md has its compile times and the bandwidth measured with it.
-M.OPTIONS = { "-minimal" }
-do
-  local fast = require("kiln.c").getenv("KILN_FAST_COMPILE")
-  if fast == "min" or fast == "mid" or fast == "max" then M.OPTIONS[2] = "--Ofast-compile=" .. fast
-  elseif fast ~= nil and fast ~= "" and fast ~= "0" then
-    require("kiln.errors").raise_at(nil, nil, "E_USAGE", "KILN_FAST_COMPILE=%s: want 0, min, mid or max", fast)
-  end
+function M.options()
+  local fast = settings.get("fast_compile")
+  if fast == "0" then return { "-minimal" } end
+  return { "-minimal", "--Ofast-compile=" .. fast }
 end
 
 -- How each dtype is stored, read into fp32 and written back.

@@ -78,7 +78,7 @@ E.FULL_OCCUPANCY_OPS = { softmax = true, log_softmax = true, rmsnorm = true }
 -- compile at -O1 for layernorm (one CTA's, no fused ops), whose stores -O1 leaves after each
 -- vector's values instead of sinking all four to the kernel's end, and RMSNorm's wide rows (in
 -- 1024 threads or over a cluster) with a fused prologue (a residual add) and nothing else fused.
--- On an H200 (graph replays, bf16, KILN_PTXAS_OPT=1 against the default): layernorm 1.02-1.06x
+-- On an H200 (graph replays, bf16, ptxas_opt=1 against the default): layernorm 1.02-1.06x
 -- at 4096 rows of 1024-16384, 1.00-1.04x at 16384 rows; rmsnorm_residual 1.04-1.07x at
 -- H = 24576, 32768 and 65536 (level at 2048-16384). Not plain
 -- RMSNorm (0.94-1.03x), the re-read or staged layernorm (0.73-0.77x, 0.99x), fused rows that spill
@@ -744,7 +744,7 @@ local function staged_kernel(plan, symbol, K, what)
   local grid = sms.rule(CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, info.grid_div,
                         sms.cap(info.cap.sm_mul * CL, info.cap.sm_div))
   return rowgen.with_source({
-    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.options(),
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 },
     smem = info.smem, cluster = { CL, 1, 1 }, params = K.mparams, align = K.align, pdl_entry = true,
   }, K, K.src:text(), info.per_sm)
@@ -793,7 +793,7 @@ local function amax_init(plan, g, symbol, amax, target)
   init:add("  kiln_pdl_entry();")
   init:asm(P)
   return rowgen.with_source({
-    symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", options = rowgen.OPTIONS,
+    symbol = symbol .. "_init", engine = E.id, plan_id = plan.id .. ":init", options = rowgen.options(),
     block = { 32, 1, 1 }, grid = { 1, 1, 1 }, smem = 0, cluster = { 1, 1, 1 }, params = init.mparams, align = init.align,
     pdl_entry = true,
   }, init, cuda, nil, true)
@@ -823,7 +823,7 @@ local function assemble(plan, symbol, K, kernels, workspace, o)
   local grid = o.persistent and sms.rule(info.row_factors, info.grid_div, info.cap)
     or { mul = CL > 1 and rowgen.with_const(info.row_factors, CL) or info.row_factors, div = L.RPC, max = 0 }
   kernels[#kernels + 1] = rowgen.with_source({
-    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.OPTIONS,
+    symbol = symbol, engine = E.id, plan_id = plan.id, options = rowgen.options(),
     block = { L.block, 1, 1 }, grid = { grid, 1, 1 }, smem = o.persistent and info.smem or 0, cluster = { CL, 1, 1 },
     params = K.mparams, align = K.align, pdl = o.pdl, pdl_entry = o.entry,
   }, K, src:text(), min_blocks)

@@ -123,7 +123,7 @@ function M.build(info, g, symbol, plan_id, engine_id)
     block = M.BLOCK, symbol = symbol, params = params, shared = table.concat(K.shared, "\n"), body = table.concat(K.lines, "\n"),
   }))
   return {
-    symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = rowgen.OPTIONS,
+    symbol = symbol, engine = engine_id, plan_id = plan_id, source = src:text(), options = rowgen.options(),
     block = { M.BLOCK, 1, 1 }, grid = { sms.rule(info.row_factors, gr.div, gr.cap), gr.tiles, 1 },
     smem = 0, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }

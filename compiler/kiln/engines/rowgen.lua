@@ -8,7 +8,6 @@ local shape = require "kiln.shape"
 local dtypes = require "kiln.dtypes"
 local pw = require "kiln.engines.pwexpr"
 local settings = require "kiln.settings"
-local errors = require "kiln.errors"
 local sms = require "kiln.engines.sms"
 local ptxmodule = require "kiln.ptxmodule"
 local partials_ptx = require "kiln.engines.partials_ptx"
@@ -16,7 +15,7 @@ local lower = require "kiln.lower"
 
 local M = {}
 
-M.OPTIONS = pw.OPTIONS
+M.options = pw.options
 
 local fmt, cdim = pw.fmt, pw.cdim
 
@@ -523,7 +522,7 @@ function M.columns_kernel(K, plan, engine_id, symbol, Ko_f, Ki_f, TW, block, sme
   for _, f in ipairs(Ko_f) do factors[#factors + 1] = f end
   for _, f in ipairs(Ki_f) do factors[#factors + 1] = f end
   return {
-    symbol = symbol, engine = engine_id, plan_id = plan.id, source = K.src:text(), options = M.OPTIONS,
+    symbol = symbol, engine = engine_id, plan_id = plan.id, source = K.src:text(), options = M.options(),
     block = { block, 1, 1 }, grid = { { mul = factors, div = TW, max = 0 }, 1, 1 },
     smem = smem, cluster = { 1, 1, 1 }, params = K.mparams, align = K.align,
   }
@@ -640,10 +639,19 @@ end
 
 -- The settings of the row kernels' code (kiln.settings), each list led by its default: code
 -- (cuda keeps the CUDA form where a PTX form exists), hint (the PTX forms' cache qualifiers,
--- M.row_hint).
+-- M.row_hint), ptxas_opt (ptxas's level for every kernel with its body in PTX, M.with_source;
+-- auto: the kernel's own), fast_compile (NVRTC's --Ofast-compile level, pwexpr.options),
+-- module (which kernels with a PTX body compile as PTX modules, ptxmodule.wanted).
 M.SETTINGS = {
   code = { "ptx", "cuda" },
   hint = { "auto", "none", "last", "load", "store", "both", "plain" },
+  -- (kiln tune: -O1 and -O3, the levels kernels are measured faster at)
+  ptxas_opt = { "auto", "0", "1", "2", "3", tune = { "1", "3" } },
+  -- (not measured by kiln tune: it saves compile time for slower kernels)
+  fast_compile = { "0", "min", "mid", "max", tune = {} },
+  -- (kiln tune: all, which differs from auto only where nvJitLink is the ptxas; own and off
+  -- give the same SASS, or own kernels measured level through either)
+  module = { "auto", "all", "own", "off", tune = { "all" } },
 }
 
 -- The union of settings tables (an engine's E.settings).
@@ -807,7 +815,7 @@ function M.finalize(g, symbol, plan_id, engine_id, opts)
     partials_ptx.emit(K, g, opts, M.partials_per_slice(opts.G.cap))
   end
   return M.with_source({
-    symbol = symbol, engine = engine_id, plan_id = plan_id, options = M.OPTIONS,
+    symbol = symbol, engine = engine_id, plan_id = plan_id, options = M.options(),
     block = { 256, 1, 1 }, grid = { (opts.C + 31) // 32, 1, 1 }, smem = 0, cluster = { 1, 1, 1 },
     params = K.mparams, align = K.align, pdl = true,
   }, K, cuda, nil, true)
@@ -827,16 +835,14 @@ function M.with_source(k, K, cuda, min_blocks, own)
   end
   k.source, k.cuda = module or cuda, module and cuda or nil
   if not module then
-    k.cuda_why = not K.asm_of and (K.why_cuda or "no PTX form") or not compiler and "PTX modules not wanted here (KILN_PTX_MODULE)"
+    k.cuda_why = not K.asm_of and (K.why_cuda or "no PTX form") or not compiler and "PTX modules not wanted here (the module setting)"
       or "the PTX body does not stand alone: " .. why
   end
   if module then k.options = { "--compiler=" .. compiler } end
-  -- ptxas's optimization level where it is not its default -O3: KILN_PTXAS_OPT (build time,
-  -- every kernel with its body in PTX, for measuring), else the kernel's own (K.ptxas_level);
-  -- the module's option, or the CUDA form's through NVRTC (the same SASS either way)
-  local forced, bad = settings.choice("KILN_PTXAS_OPT", { "0", "1", "2", "3" })
-  if not forced then errors.raise_at(nil, nil, "E_USAGE", "%s", bad) end
-  local level = K.asm_of and (tonumber(forced) or K.ptxas_level)
+  -- ptxas's optimization level where it is not its default -O3: the ptxas_opt setting (every
+  -- kernel with its body in PTX, for measuring), else the kernel's own (K.ptxas_level); the
+  -- module's option, or the CUDA form's through NVRTC (the same SASS either way)
+  local level = K.asm_of and (tonumber(settings.get("ptxas_opt")) or K.ptxas_level)
   if level and level ~= 3 then
     local opts = { table.unpack(k.options) }
     opts[#opts + 1] = string.format(module and "-O%d" or "--ptxas-options=-O%d", level)
