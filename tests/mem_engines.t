@@ -28,7 +28,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "specs/rmsnorm_fp8_block.lua rmsnorm block_scale_quantize"
        "tests/specs/mem/quantize.lua add rmsnorm block_scale_quantize" "tests/specs/mem/quantize.lua layernorm block_scale_quantize"
        "tests/specs/mem/quantize.lua rmsnorm swish mul block_scale_quantize")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 25 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 26 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -507,11 +507,13 @@ ok "the pointwise kernels take the PTX form, a repeating bias too (GELU into fp3
 run_kiln source specs/bias_gelu.lua --sm 90a --ptx
 ok "bias_gelu's bias: its vector masked in 32 bits, the count compared in vectors" \
   bash -c "grep -q 'and.b32 %kr[0-9]*, %kr[0-9]*, 1023;' '$OUTF' && grep -q 'mad.wide.u32 %kd[0-9]*, %kr[0-9]*, 16, %kd' '$OUTF' && grep -q 'mov.b64 %kd[0-9]*, 1024;' '$OUTF'"
-KILN_PW_REPEAT=cuda run_kiln source tests/specs/mem/pointwise.lua specs/bias_gelu.lua --sm 90a
-ok "KILN_PW_REPEAT=cuda: the repeating bias keeps the CUDA form (and bias_gelu)" \
+KILN_PLAN=pointwise.repeat=cuda run_kiln source tests/specs/mem/pointwise.lua specs/bias_gelu.lua --sm 90a
+ok "pointwise.repeat=cuda: the repeating bias keeps the CUDA form (and bias_gelu)" \
   test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 8
-KILN_PW_REPEAT=ptx run_kiln build specs/bias_gelu.lua --sm 90a
-expect_err "E_USAGE.*KILN_PW_REPEAT=ptx: want cuda" "KILN_PW_REPEAT=ptx is E_USAGE, by name"
+KILN_PLAN=pointwise.repeat=cpu run_kiln build specs/bias_gelu.lua --sm 90a
+expect_err "E_USAGE: KILN_PLAN: pointwise.repeat=cpu: want ptx or cuda" "pointwise.repeat=cpu is E_USAGE, by name"
+KILN_PW_REPEAT=cuda run_kiln source specs/bias_gelu.lua --sm 90a
+ok "the environment variable KILN_PW_REPEAT is no longer read" test "$(grep -c "plan pointwise.*$BY_LIB\$" "$OUTF")" = 2
 KILN_PLAN=*.code=cuda run_kiln source specs/swiglu.lua --sm 90a
 ok "*.code=cuda keeps the pointwise CUDA form" bash -c "! grep -q 'body in PTX' '$OUTF' && ! grep -q 'PTX module' '$OUTF'"
 run_kiln source tests/specs/mem/variants.lua --sm 90a --ptx

@@ -9,8 +9,10 @@ local rowptx = require "kiln.engines.rowptx"
 local pointwise_ptx = require "kiln.engines.pointwise_ptx"
 
 local E = { id = "pointwise", version = 1 }
--- The row code's settings its PTX forms read (kiln.settings, rowgen.SETTINGS, rowptx.SETTINGS).
-E.settings = rowgen.settings(rowgen.SETTINGS, rowptx.SETTINGS)
+-- The row code's settings its PTX forms read (kiln.settings, rowgen.SETTINGS, rowptx.SETTINGS),
+-- and repeat: inputs repeating along the leading dims (a bias) in the PTX form (ptx) or the CUDA
+-- form (cuda; pointwise_ptx.accepts).
+E.settings = rowgen.settings(rowgen.SETTINGS, rowptx.SETTINGS, { ["repeat"] = { "ptx", "cuda" } })
 
 local STORAGE = pw.STORAGE
 E.STORAGE = STORAGE

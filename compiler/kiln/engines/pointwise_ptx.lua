@@ -3,7 +3,7 @@
 -- flattened output at its index, 16-byte loads and stores, the fused ops of ptxops. Its PTX
 -- module (kiln.ptxmodule) compiles by ptxas alone, so a JIT of pointwise specs need not load
 -- NVRTC. Takes inputs of the output's shape (row-major), single fp32 values, scalars and
--- constants, inputs repeating along the leading dims (a bias; KILN_PW_REPEAT=cuda declines them),
+-- constants, inputs repeating along the leading dims (a bias; repeat=cuda declines them),
 -- values read once a vector at compile-time places (per-channel: batch norm's scale and mean),
 -- fp32/fp16/bf16 tensors (fp8 outputs from sm_89); anything else keeps the CUDA form, as does
 -- the code setting cuda (rowgen.ptx_wanted).
@@ -34,13 +34,13 @@ local function period(t, space)
   return shape.is_row_major(t.dims, t.strides) and n or nil
 end
 
--- Whether inputs repeating along the leading dims take this form (KILN_PW_REPEAT=cuda, build
--- time, for measuring, keeps them in the CUDA form). The thread's vector counted and masked in
--- 32 bits: bias_gelu 0.988-1.006x the CUDA form at 4096-32768 rows of 4096 and 8192, a bias +
--- GELU + scale 0.985-0.996x, in half its cold compile and without loading NVRTC (on an H200;
--- docs/INTERNALS.md).
+-- Whether inputs repeating along the leading dims take this form (the pointwise engine's
+-- setting repeat=cuda, for measuring, keeps them in the CUDA form). The thread's vector
+-- counted and masked in 32 bits: bias_gelu 0.988-1.006x the CUDA form at 4096-32768 rows of
+-- 4096 and 8192, a bias + GELU + scale 0.985-0.996x, in half its cold compile and without
+-- loading NVRTC (on an H200; docs/INTERNALS.md).
 local function repeat_wanted()
-  return settings.pick("KILN_PW_REPEAT", { "cuda" }) ~= "cuda"
+  return settings.get("repeat") ~= "cuda"
 end
 
 -- The place of a value read once a vector (pwexpr.access "once": a per-channel or per-row
@@ -78,7 +78,7 @@ local function input_kind(t, space, vec)
     local n = period(t, space)
     if n and n % vec == 0 and n // vec <= 65536 then
       if repeat_wanted() then return "suffix", n // vec end
-      return nil, t.name .. " repeats along the leading dims (KILN_PW_REPEAT=cuda)"
+      return nil, t.name .. " repeats along the leading dims (the repeat setting cuda)"
     end
   end
   if rowptx.one_value(t) and t.dtype == "fp32" then return "one" end

@@ -1,7 +1,7 @@
 -- The pointwise kernels with their bodies in PTX (pointwise_ptx.lua): every op with a PTX form,
 -- fp32/fp16/bf16 tensors mixed, a runtime scalar, constants, a single fp32 value, casts, an fp8
 -- output, several outputs, a narrow value read again, GELU into bf16, rows repeating along T (a
--- bias, a [1, H] scale: the CUDA form under KILN_PW_REPEAT=cuda), and one the PTX form declines
+-- bias, a [1, H] scale: the CUDA form under KILN_PLAN=pointwise.repeat=cuda), and one the PTX form declines
 -- (GELU into fp32: erff); relu with clips and the comparisons read as 0/1.
 local k = require "kiln"
 local dims = { T = k.dynamic, H = { 1000, 4096 } }
