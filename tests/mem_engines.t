@@ -28,7 +28,7 @@ fused=("specs/rmsnorm_residual.lua add rmsnorm" "specs/rmsnorm_residual_fp8.lua 
        "specs/rmsnorm_fp8_block.lua rmsnorm block_scale_quantize"
        "tests/specs/mem/quantize.lua add rmsnorm block_scale_quantize" "tests/specs/mem/quantize.lua layernorm block_scale_quantize"
        "tests/specs/mem/quantize.lua rmsnorm swish mul block_scale_quantize")
-plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 26 ))
+plan $(( ${#specs[@]} * 4 + ${#edges[@]} + ${#fused[@]} + 223 + 28 ))
 
 for s in "${specs[@]}"; do
   run_kiln explain "$s"
@@ -592,8 +592,8 @@ return k.graph "dead" {
 EOF
 run_kiln explain "$TMP/dead.lua"
 ok "a value the spec computes and drops builds no kernel" bash -c "grep -q 'group 0 (layernorm): plan row:' '$OUTF' && ! grep -q 'group 1' '$OUTF'"
-KILN_FUSE=strict run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
-ok "KILN_FUSE=strict: no sibling reductions (each reduction its own kernel, for measuring)" \
+KILN_PLAN=*.fuse=strict run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_bf16
+ok "*.fuse=strict: no sibling reductions (each reduction its own kernel, for measuring)" \
   bash -c "test \$(grep -c '^  group [0-9]* (reduction): plan axisreduce:v1:[a-z]*:inner:' '$OUTF') = 4"
 run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph batchnorm_bwd_fp32_2d
 ok "batchnorm_backward over [T, C]: the four column reductions in one kernel (colreduce), then dx" \
@@ -704,15 +704,15 @@ run_kiln explain tests/specs/mem/norm_bwd_axes.lua --graph adaln_bwd_bf16
 ok "adalayernorm_backward: dy * scale and x_hat computed again in each kernel (no scratch), the per-row means and dx in one kernel, the per-sample sums in one" \
   bash -c "grep -q 'group 0 (sub mul mul mul reduction reduction sub mul sub mul mul identity): plan row:v1:reductionx2:[a-z0-9]*:regs' '$OUTF' && grep -q 'group 1 (sub mul mul mul mul reduction reduction): plan axisreduce:v1:add+add:strided:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
 # element ops after row reductions run in the reductions' kernel, the row held (regs) or
-# re-read (wide rows); KILN_FUSE=rowsplit (for measuring) keeps them in a kernel of their own
+# re-read (wide rows); KILN_PLAN=*.fuse=rowsplit (for measuring) keeps them in a kernel of their own
 run_kiln explain tests/specs/mem/row_epilogue.lua --sm 90a
 ok "row_epilogue.lua: every graph one kernel, the row held or (32768 fp32) re-read" \
   bash -c "! grep -q '^  group 1' '$OUTF' && test \$(grep -c '^  group 0 ([a-z ]*): plan row:v1:reduction[x2]*:[a-z0-9]*:regs\$' '$OUTF') = 7 && grep -q '^  group 0 (add reduction sub exp): plan row:v1:reduction:[a-z0-9]*:reread\$' '$OUTF'"
 run_kiln explain tests/specs/mem/row_epilogue.lua --graph layernorm_onepass_fp32 --set H=768 --sm 90a
 ok "layer norm from primitives: sibling means, the per-row ops and the element ops in one kernel" \
   bash -c "grep -q 'group 0 (reduction mul reduction mul sub add rsqrt sub mul mul): plan row:v1:reductionx2:' '$OUTF'"
-KILN_FUSE=rowsplit run_kiln explain tests/specs/mem/row_epilogue.lua --graph rowscale_bf16 --set H=4096 --sm 90a
-ok "KILN_FUSE=rowsplit: the reduction streams its row, the element ops their own kernel" \
+KILN_PLAN=*.fuse=rowsplit run_kiln explain tests/specs/mem/row_epilogue.lua --graph rowscale_bf16 --set H=4096 --sm 90a
+ok "*.fuse=rowsplit: the reduction streams its row, the element ops their own kernel" \
   bash -c "grep -q 'group 0 (reduction): plan row:v1:reduction:[a-z0-9]*:stream' '$OUTF' && grep -q 'group 1 (add div): plan pointwise:' '$OUTF'"
 run_kiln source tests/specs/mem/row_epilogue.lua --graph per_sample_scale_bf16 --sm 90a
 ok "a per-sample scale [B, 1, D] is read by vectors from its row's start, not gathered per element" \
@@ -758,10 +758,15 @@ expect_out "group 1 \(add softmax\): plan row:" "and the second computes it agai
 run_kiln build "$TMP/nofuse.lua" --sm 90a -o "$TMP/nofuse.kpack"
 run_kiln pack inspect "$TMP/nofuse.kpack"
 expect_out "workspace: none" "so the plan needs no scratch"
+KILN_PLAN=*.fuse=strict run_kiln explain "$TMP/nofuse.lua"
+expect_out "group 2 \(softmax\): plan row:" "*.fuse=strict: the sum is a kernel of its own (read from scratch by both)"
+KILN_PLAN=*.fuse=all run_kiln explain "$TMP/nofuse.lua"
+expect_err "E_USAGE: KILN_PLAN: \*.fuse=all: want auto, strict or rowsplit" "a fuse other than auto, strict or rowsplit is refused by name"
+KILN_PLAN=0=*.fuse=strict run_kiln explain "$TMP/nofuse.lua"
+expect_err "E_USAGE: KILN_PLAN: 0=\*.fuse=strict: \*.fuse is the whole graph's setting \(it decides the kernel groups\): give it without a group" \
+  "*.fuse for one group is refused: it decides the groups"
 KILN_FUSE=strict run_kiln explain "$TMP/nofuse.lua"
-expect_out "group 2 \(softmax\): plan row:" "KILN_FUSE=strict: the sum is a kernel of its own (read from scratch by both)"
-KILN_FUSE=all run_kiln explain "$TMP/nofuse.lua"
-expect_err "E_USAGE.*KILN_FUSE=all: want strict or rowsplit" "a KILN_FUSE other than strict or rowsplit is refused by name"
+ok "the environment variable KILN_FUSE is no longer read" bash -c "grep -q 'group 1 (add softmax): plan row:' '$OUTF' && ! grep -q 'group 2' '$OUTF'"
 # every crossing the engines meet: norm -> GEMM (TMA from the workspace), GEMM -> softmax,
 # pointwise -> a row kernel and a GEMM, row -> column reduction, per-row reduction -> pointwise,
 # per-channel statistics -> a reduction's prologue and pointwise (batch norm in training from

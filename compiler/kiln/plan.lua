@@ -38,14 +38,14 @@ end
 -- that graph. Where the default fusion leaves a group without an engine (a prologue from
 -- memory an engine cannot read), the default without element ops after row reductions (nor
 -- block quantizes in norms' epilogues) is taken, else the conservative one, if every group has an engine there; else the default's
--- reasons stand. KILN_FUSE=strict (read at build time, for measuring) takes the conservative
--- fusion always, KILN_FUSE=rowsplit the default without element ops after row reductions.
+-- reasons stand. The graph setting fuse (KILN_PLAN=*.fuse=..., for measuring): strict takes the
+-- conservative fusion always, rowsplit the default without element ops after row reductions.
 -- A group's pinned plan (kiln.engines.route) comes from spec_graph.pins where set (kiln tune),
 -- else from plans.lock (kiln.lock).
 function M.route(spec_graph, target)
   local g = decompose.graph(spec_graph)
   local pins = rawget(spec_graph, "pins") or require("kiln.lock").pins(spec_graph, target.arch)
-  local fuse = require("kiln.settings").pick("KILN_FUSE", { "strict", "rowsplit" })
+  local fuse = engines.graph_setting("fuse")
   if fuse == "strict" then return (route_groups(g, target, { strict = true, pins = pins })), g end
   if fuse == "rowsplit" then return (route_groups(g, target, { no_reduction_epilogue = true, pins = pins })), g end
   local groups, all = route_groups(g, target, { pins = pins })

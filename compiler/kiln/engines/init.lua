@@ -55,9 +55,24 @@ function M.reduction_epilogue(list, g) return some_engine("maps", list, g) end
 -- (lower's quantize epilogue): an engine that builds it there says so (E.quantizes).
 function M.quantize_epilogue(norm, q, g) return some_engine("quantizes", norm, q, g) end
 
+-- The graph's own settings (NAME -> its values, the default first): choices made before any
+-- engine is asked, for every kernel group at once, so set by bare *.NAME=VALUE items only.
+-- fuse: the fusion plan.route takes (auto: the default, falling back where a group has no
+-- engine; strict: the conservative one; rowsplit: no element ops after row reductions).
+M.GRAPH_SETTINGS = { fuse = { "auto", "strict", "rowsplit" } }
+
+-- A graph setting given for one group ("G=*.fuse=strict") is E_USAGE: it decides the groups.
+local function check_graph_item(item, gi, rest)
+  local engine, name = rest:match("^([%w_*]+)%.([%w_]+)=")
+  if gi and engine == "*" and M.GRAPH_SETTINGS[name] then
+    errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: %s: *.%s is the whole graph's setting (it decides the kernel groups): give it without a group", item, name)
+  end
+end
+
 -- KILN_PLAN forces candidates, for measuring: a comma-separated list of items, each a plan id,
 -- ENGINE.KNOB=VALUE (the best-ranked candidate of that engine whose knobs or settings have
--- every such value given for it) or *.SETTING=VALUE (every engine with that setting), bare (any group offered one takes it) or "G=item" (group G only,
+-- every such value given for it) or *.SETTING=VALUE (every engine with that setting, or the
+-- graph setting), bare (any group offered one takes it) or "G=item" (group G only,
 -- counted from 0, as `kiln explain` numbers them; group nil: the bare items only). A group
 -- offered none keeps its ranking.
 function M.forced(group)
@@ -65,6 +80,7 @@ function M.forced(group)
   local want = { ids = {}, knobs = {} }
   for item in v:gmatch("[^,]+") do
     local gi, rest = item:match("^(%d+)=(.+)$")
+    check_graph_item(item, gi, rest or item)
     if not gi or (group and tonumber(gi) == group.index - 1) then
       rest = rest or item
       local engine, knob, value = rest:match("^([%w_*]+)%.([%w_]+)=(.+)$")
@@ -81,7 +97,7 @@ function M.forced(group)
     for _, e in ipairs(M.list) do known = known or e.id == engine end
     if engine == "*" then
       for name, value in pairs(knobs) do
-        local any = false
+        local any = M.GRAPH_SETTINGS[name] ~= nil
         for _, e in ipairs(M.list) do any = any or (e.settings or {})[name] ~= nil end
         if not any then errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: *.%s=%s: no engine has the setting '%s'", name, value, name) end
       end
@@ -90,6 +106,17 @@ function M.forced(group)
     end
   end
   return want
+end
+
+-- Graph setting `name`'s value as KILN_PLAN's bare items give it, else its default; a value
+-- outside its list is E_USAGE.
+function M.graph_setting(name)
+  local values = M.GRAPH_SETTINGS[name]
+  local v = (M.forced(nil).knobs["*"] or {})[name] or values[1]
+  if not settings.accepts(values, v) then
+    errors.raise_at(nil, nil, "E_USAGE", "KILN_PLAN: *.%s=%s: want %s", name, v, settings.describe(values))
+  end
+  return v
 end
 
 -- The settings engine builds under (nil: it has none) as KILN_PLAN's forced knobs `want` give
