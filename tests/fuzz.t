@@ -2,11 +2,11 @@
 # The libFuzzer harnesses of tests/fuzz/: builds them (`ninja fuzz`, clang with
 # ASan + UBSan), replays each one's corpus (tests/fuzz/corpus/NAME, which holds every crash
 # ever found, fixed: a regression run) and fuzzes each for a short smoke run; no input may
-# crash, leak or hang. FUZZ_SECONDS (default 60) is the length of each smoke run (0: none);
-# the four run side by side. Skips without a clang that has libFuzzer.
+# crash, leak or hang. FUZZ_SECONDS (default 10; tests/slow/fuzz.t, `ninja test-slow`: 60) is
+# the length of each smoke run (0: none); the four run side by side. Skips without a clang that has libFuzzer.
 . "$(dirname "$0")/lib.sh"
 HARNESSES="ref pack cache spec"
-SECS=${FUZZ_SECONDS:-60}
+SECS=${FUZZ_SECONDS:-10}
 
 command -v clang >/dev/null || skip_all "no clang (the harnesses need clang's libFuzzer)"
 command -v ninja >/dev/null || skip_all "no ninja"
