@@ -9,6 +9,7 @@
 # pp: the ping-pong kernel: graph, SM, grid, M, the kernel the plan must use.
 # the CPU emulator: generated source vs the reference executor (M = 300: two m tiles, a tail)
 if command -v g++ >/dev/null && command -v python3 >/dev/null && [ -f /usr/include/jansson.h ] && [ -f build/obj/ref.o ]; then
+  export KILN_EMU_HARNESS=$TMP/emu_harness.o   # (compiled by the first case, linked by every one)
   for c in "${emu[@]}"; do
     read -r graph arch tile cluster <<<"$c"
     rows=M; [[ $graph == grouped* ]] && rows=T  # (a grouped GEMM's rows are its tokens)

@@ -4,7 +4,8 @@
 # builds the graph's kernel for ARCH (KILN_PLAN=gemm.tile=BN picks an sm_90a tile), turns its source
 # (and the plan's init kernel's, when it has one) into C++ (transform.py), compiles it with the
 # harness under AddressSanitizer and runs it on GRID persistent CTAs, with the plan's workspace.
-# Needs g++ (C++20), python3, jansson and the objects `ninja` built.
+# Needs g++ (C++20), python3, jansson and the objects `ninja` built. KILN_EMU_HARNESS=FILE: the
+# harness's object, compiled into FILE by the first run that finds none (runs one after another).
 set -euo pipefail
 spec=$1 graph=$2 arch=$3 grid=$4; shift 4
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,7 +48,12 @@ ws=$("$KILN" pack inspect "$work/p.kpack" | sed -n 's/^  workspace: \([0-9]*\) (
 wsarg=(); [ -z "$ws" ] || wsarg=("ws=$(( (ws + 255) / 256 * 256 ))")
 objs=("$root"/build/obj/ref.o "$root"/build/obj/ref_*.o "$root"/build/obj/numeric.o "$root"/build/obj/err.o)
 san=$(sed -n 's/^san = //p' "$root/config.ninja" 2>/dev/null)   # objects built with more sanitizers link with them
-g++ -std=c++20 -O1 -g -fsanitize=address $san -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu" \
-  "$root/tests/gemm_emu/harness.cc" "${srcs[@]}" "${objs[@]}" -o "$work/emu" -ljansson -lm
+cxx=(g++ -std=c++20 -O1 -g -fsanitize=address $san -fno-omit-frame-pointer -w -pthread -I"$root/compiler" -I"$root/tests/gemm_emu")
+harness=$root/tests/gemm_emu/harness.cc
+if [ -n "${KILN_EMU_HARNESS:-}" ]; then
+  [ -s "$KILN_EMU_HARNESS" ] || "${cxx[@]}" -c "$harness" -o "$KILN_EMU_HARNESS"
+  harness=$KILN_EMU_HARNESS
+fi
+"${cxx[@]}" "$harness" "${srcs[@]}" "${objs[@]}" -o "$work/emu" -ljansson -lm
 echo "# $graph $arch ($plan, BN $bn, $stages stages, $smem B smem${init:+, init kernel}${ws:+, workspace $ws B}) grid ${grid}x$cm ${dims[*]}"
 ASAN_OPTIONS=detect_leaks=0 "$work/emu" "$work/graph.json" "${grid}x$cm" "$smem" "${wsarg[@]}" "${dims[@]}"
