@@ -6,6 +6,10 @@ KILN=${KILN:-$PWD/build/kiln}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 export KILN_CACHE_DIR=$TMP/cache   # hermetic: never the caller's cache (a test of a shared one sets its own)
+# use_shared_cache: a test whose checks hold whatever its cache holds already (no compiled/cached
+# counts, no KILN_DUMP_DIR logs, no cold timings) takes the run's warm cache that `ninja test`
+# makes afresh under build/ (KILN_TEST_SHARED_CACHE); run alone, it keeps its own
+use_shared_cache() { if [ -n "${KILN_TEST_SHARED_CACHE:-}" ]; then export KILN_CACHE_DIR=$KILN_TEST_SHARED_CACHE; fi; }
 # A sanitized build (./configure --sanitize=...): the flags to link against build/libkilnrt.a,
 # UBSan stops at its first report with a stack, and `with_san_runtime python3 ...` lets an
 # uninstrumented interpreter load the sanitized libkilnrt.so (its own exit-time heap is not kiln's).

@@ -3,6 +3,7 @@
 # plan introspection, typed errors.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip_all "python3 not installed"
+use_shared_cache
 plan 5
 if with_san_runtime python3 - <<'PY' > "$OUTF" 2>&1; then pass "python binding: build, introspect, errors"; else fail "python binding"; sed 's/^/# /' "$OUTF"; fi
 import sys
