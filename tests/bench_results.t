@@ -65,6 +65,10 @@ cat > "$R/sdpa_decode.csv" <<'EOF'
 case,plan,kiln_ms,kiln_GBs,cudnn_ms,cudnn_GBs,x_cudnn,fa2_ms,fa2_GBs,x_fa2,max_abs_vs_fp32,check
 decode B1 H32/8 Sq1 Skv8192 d128,attention:v1:decode:k32:s3,0.0147,2287,0.0121,2763,0.828,0.0211,1588,1.440,0.00016,ok
 EOF
+cat > "$R/sdpa_bwd.csv" <<'EOF'
+case,plan,kiln_ms,kiln_TFLOPs,det_ms,det_vs_default,cudnn_ms,cudnn_TFLOPs,x_cudnn,fa2_ms,fa2_TFLOPs,x_fa2,rel_err_vs_fp32,deterministic,check
+bwd causal B4 H16/16 S4096 d128,attention:v1:bwd:128x32,2.1000,164,2.3000,0.913,1.0000,344,0.476,1.5000,229,0.714,0.0041,bitwise,ok
+EOF
 cat > "$R/decoder.csv" <<'EOF'
 case,torch_ms,compile_ms,kiln_ms,kiln_compile_ms,vs_torch,vs_compile,max_rel_err
 decoder 4x2048 h4096 heads32 ffn11008,30.100,27.500,28.900,27.000,1.115,1.019,0.0123
@@ -157,7 +161,7 @@ mkdir -p "$R2"
 cp -p "$R"/*.csv "$R2"/
 rm "$R2/axes.csv" "$R2/sdpa.csv" "$R2/extra.csv"
 render "$R2" --date 2026-12-01 -o "$TMP/d.md"
-ok "missing CSVs drop their sections" bash -c "! grep -qE '^## (Reductions over axes|Attention)' '$TMP/d.md' && ! grep -q 'not rendered' '$TMP/d.md'"
+ok "missing CSVs drop their sections" bash -c "! grep -qE '^## (Reductions over axes|Attention beside)' '$TMP/d.md' && ! grep -q 'not rendered' '$TMP/d.md'"
 ok "the other sections stay, --date names the date, no device log: the CSVs' device" \
   has 'Device NVIDIA H200 · commit not given · 2026-12-01 · `tests/gpu/run` · `scratch.csv`.' d.md
 
