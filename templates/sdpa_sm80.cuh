@@ -25,7 +25,7 @@ ${setup}
   const kiln_u32 sq = kiln_smem_u32(kiln_smem), sk = sq + Q_BYTES, sv = sk + STAGES * K_BYTES;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   // the CTA barrier, reached by the copying and the mma warps from different code (not .aligned)
-  auto cta_sync = []() { asm volatile("barrier.sync 0, 384;" ::: "memory"); };
+  auto cta_sync = []() { kiln_cta_sync(384); };
   kiln_u32 it = 0;  // key blocks the CTA has visited: block u of a tile sits in stage (it + u) % STAGES
 #pragma unroll 1
   for (kiln_i64 w = 0; w < n_waves; w++) {

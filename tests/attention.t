@@ -3,7 +3,8 @@
 # for sm_80, sm_90a and sm_100a; sm_90a takes the wgmma kernel for the forward (ptxas spills
 # nothing below D = 256), other SMs the mma.sync kernel, every SM the mma.sync backward; each
 # option the kernels do not take is declined by name (and the build fails with E_NO_ENGINE
-# naming it); KILN_PLAN forces a candidate; the backward's kernels run on the CPU emulator.
+# naming it); KILN_PLAN forces a candidate; the mma.sync forward and the backward run on the
+# CPU emulator.
 # Correctness runs on the GPU too (tests/gpu/run: every graph of
 # tests/specs/attention/{forward,decode,backward}.lua against the fp64 reference); the cold
 # compile time per kernel is tests/timing/compile_times.t's.
@@ -21,7 +22,7 @@ declined=(
   "o_fp32|O is fp32 but q is bf16"
   "paged_prefill|paged K/V is taken by the decode kernels only"
 )
-plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 13 ))
+plan $(( ${#specs[@]} * 3 + ${#declined[@]} * 2 + 14 ))
 
 for s in "${specs[@]}"; do
   KILN_DUMP_DIR=$TMP/dump run_kiln build "$s" --sm 80 --sm 90a --sm 100a -o "$TMP/$(basename "$s" .lua).kpack" -j 2
@@ -85,14 +86,18 @@ expect_out "plan attention:v1:bwd:64x32$" "KILN_PLAN=1=ID forces the backward gr
 ok "the backward pack holds the pre-pass, main and dQ kernels" \
   bash -c "grep -q 'd128_causal_k1_prep' '$OUTF' && grep -q 'd128_causal_k1_dq' '$OUTF' && grep -q 'd128_causal_k1 ' '$OUTF'"
 
-# the backward's three kernels on the CPU emulator against the fp64 reference (one case; the
-# matrix of graphs, plans and lengths is tests/slow/attention_emu.t)
-if command -v g++ >/dev/null && [ -f /usr/include/jansson.h ] && [ -f build/obj/ref.o ]; then
-  out=$(tests/gemm_emu/run_plan.sh tests/specs/attention/backward_emu.lua band_softcap_sink 90a B=1 S=70 SK=150 2>&1); rc=$?
-  ok "emulated backward (band, softcap, sink gradient) matches the reference: $(head -1 <<<"$out" | sed 's/^# //')" test "$rc" = 0
-  [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -10
-else
-  fail "the CPU emulator needs g++, jansson and ninja's objects"
-fi
+# the mma.sync forward and the backward's three kernels on the CPU emulator against the fp64
+# reference (one case each; the matrix of graphs, plans and lengths is tests/slow/attention_emu.t)
+for c in "forward d128_padding_sink 80 B=3 S=70 SK=150" "backward_emu band_softcap_sink 90a B=1 S=70 SK=150"; do
+  read -r spec graph sm dims <<<"$c"
+  if command -v g++ >/dev/null && [ -f /usr/include/jansson.h ] && [ -f build/obj/ref.o ]; then
+    # shellcheck disable=SC2086
+    out=$(tests/gemm_emu/run_plan.sh tests/specs/attention/$spec.lua "$graph" "$sm" $dims 2>&1); rc=$?
+    ok "emulated $spec $graph matches the reference: $(head -1 <<<"$out" | sed 's/^# //')" test "$rc" = 0
+    [ "$rc" = 0 ] || sed 's/^/#   /' <<<"$out" | tail -10
+  else
+    fail "the CPU emulator needs g++, jansson and ninja's objects"
+  fi
+done
 
 done_testing

@@ -7,3 +7,8 @@ __device__ __forceinline__ void kiln_bar_sync(kiln_u32 id, kiln_u32 threads) {
 __device__ __forceinline__ void kiln_bar_arrive(kiln_u32 id, kiln_u32 threads) {
   asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
+// The whole CTA's barrier 0 reached from different code (a warp-specialized kernel's copying and
+// computing warps): barrier.sync without .aligned, which __syncthreads() is not.
+__device__ __forceinline__ void kiln_cta_sync(kiln_u32 threads) {
+  asm volatile("barrier.sync 0, %0;" :: "r"(threads) : "memory");
+}

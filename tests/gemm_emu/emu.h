@@ -370,6 +370,10 @@ inline void emu_named_bar(kiln_u32 id, kiln_u32 threads, bool wait) {
     emu_fail("named barrier %u: thread %u waited 60 s (%u of %u arrived): deadlock", id, threadIdx.x, b.arrived, b.count);
 }
 inline void kiln_bar_sync(kiln_u32 id, kiln_u32 threads) { emu_named_bar(id, threads, true); }
+inline void kiln_cta_sync(kiln_u32 threads) {
+  if (threads != blockDim.x) emu_fail("barrier 0 of %u threads in a CTA of %u", threads, blockDim.x);
+  emu_self->sync->arrive_and_wait();
+}
 inline void kiln_bar_arrive(kiln_u32 id, kiln_u32 threads) { emu_named_bar(id, threads, false); }
 
 // ---- flag.cuh

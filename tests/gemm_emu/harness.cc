@@ -279,6 +279,24 @@ int main(int argc, char **argv) {
       for (size_t j = 0; j < t.numel; j++) kiln_encode(t.dtype.c_str(), &t.logical[j], t.host.data() + physical(t, j) * t.elem, 1);
     }
   }
+  // sdpa's and sdpa_backward's per-batch lengths over their whole range, 0 .. S (as run.lua)
+  json_array_foreach(json_object_get(root, "nodes"), ni, jn) {
+    const char *op = json_string_value(json_object_get(jn, "op"));
+    if (!op || strncmp(op, "sdpa", 4) != 0) continue;
+    json_t *ins = json_object_get(jn, "inputs");
+    const char *ports[][2] = {{"seq_len_q", "q"}, {"seq_len_kv", "k"}};
+    for (auto &pt : ports) {
+      json_t *lu = json_object_get(ins, pt[0]);
+      if (!lu) continue;
+      long long s = 0;
+      for (auto &t : tensors) if (t.uid == json_integer_value(json_object_get(ins, pt[1]))) s = t.dims[2];
+      for (auto &t : tensors) {
+        if (t.uid != json_integer_value(lu)) continue;
+        for (size_t j = 0; j < t.numel; j++) t.logical[j] = (double)(long long)(uniform() * (double)(s + 1));
+        for (size_t j = 0; j < t.numel; j++) kiln_encode(t.dtype.c_str(), &t.logical[j], t.host.data() + physical(t, j) * t.elem, 1);
+      }
+    }
+  }
   // sdpa_backward's Stats where a forward's log-sum-exp lies: whole numbers ln(Skv) .. + 2 (as
   // run.lua draws them; normals put P = e^(s - Stats) far past the forward's)
   json_array_foreach(json_object_get(root, "nodes"), ni, jn) {

@@ -23,8 +23,22 @@ def value(expr):
 
 text = open(inspect_path).read()
 block = re.search(r"^plan %s\n(.*?)(?=^plan |\Z)" % re.escape(graph), text, re.S | re.M).group(1)
-kernels = re.findall(r"^    (\w+)  engine \w+  plan \S+\n      block \[(\d+), 1, 1\]  grid \[(.*?), (.*?), 1\]"
-                     r"  cluster \[1, 1, 1\]  smem (\d+)", block, re.M)
+def axes(grid):
+    """A grid's axes, split at the commas outside parentheses."""
+    out, depth, cur = [], 0, ""
+    for ch in grid:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur.strip()]
+
+
+kernels = [(sym, threads) + tuple(axes(grid)[:2]) + (smem,) for sym, threads, grid, smem in re.findall(
+    r"^    (\w+)  engine \w+  plan \S+\n      block \[(\d+), 1, 1\]  grid \[(.*?)\]  cluster \[1, 1, 1\]  smem (\d+)",
+    block, re.M)]
 ws = re.search(r"^  workspace: (.*?) \(bytes", block, re.M)
 lines = ['#include <vector>', 'struct emu_launch { void (*entry)(); unsigned threads; int gx, gy; unsigned smem; const char *name; };']
 for i, _ in enumerate(kernels):

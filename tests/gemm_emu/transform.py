@@ -56,9 +56,11 @@ for p in [x.strip() for x in params.split(",")]:
         args.append("(%s)emu_ptr(%s)" % (ptype, pname[1:]))
     elif re.match(r"s\d+$", pname):
         args.append("emu_scalar(%s)" % pname[1:])
-    elif re.match(r"tm\d+$", pname):
+    elif re.match(r"tm\d+$", pname) and pname[2:] in tmaps:
         axes, box = tmaps[pname[2:]]
         args.append("emu_tmap(%s, {%s}, {%s})" % (pname[2:], axes, box))
+    elif re.match(r"tm\d+$", pname):  # a map the kernel takes but does not describe (attention's mma form: unused)
+        args.append("kiln_tmap{}")
     elif pname == "ws":
         args.append("(%s)emu_workspace()" % ptype)
     elif pname.startswith("dim_"):

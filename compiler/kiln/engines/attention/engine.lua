@@ -228,6 +228,7 @@ function E.build(plan, group, g, target, symbol)
   else
     src:need("common/mma_sm80.cuh")
     src:need("common/sdpa_rows.cuh")
+    src:need("common/named_barrier.cuh")
     vars.MMA_T = P.dtype == "bf16" and "bf16" or "f16"
     src:add(render.fill(render.template("sdpa_sm80.cuh"), vars, "sdpa_sm80.cuh"))
   end
