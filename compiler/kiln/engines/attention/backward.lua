@@ -60,8 +60,7 @@ end
 local function tensor(K, L, name, t, writable)
   K:need_align(t.uid, 16)
   L[#L + 1] = string.format("  %skiln_u16 *__restrict__ g%s = %s;", writable and "" or "const ", name, K:ptr(t.uid, writable))
-  L[#L + 1] = string.format("  const kiln_i64 %s_sb = %s, %s_sh = %s, %s_ss = %s;", name, cdim(t.strides[1]), name,
-    cdim(t.strides[2]), name, cdim(t.strides[3]))
+  L[#L + 1] = tile.strides(name, t)
   L[#L + 1] = string.format("  (void)g%s; (void)%s_sb; (void)%s_sh; (void)%s_ss;", name, name, name, name)
 end
 

@@ -37,7 +37,8 @@ function M.describe(P)
   return #parts > 0 and (", " .. table.concat(parts, ", ")) or ""
 end
 
-local function strides(name, t)
+-- The element strides of a [B, H, S, D] tensor's batch, head and sequence axes as <name>_{sb,sh,ss}.
+function M.strides(name, t)
   return string.format("  const kiln_i64 %s_sb = %s, %s_sh = %s, %s_ss = %s;", name, cdim(t.strides[1]), name,
     cdim(t.strides[2]), name, cdim(t.strides[3]))
 end
@@ -143,7 +144,7 @@ function M.setup(K, P, group)
   K:note_dyn({ P.B, P.Sq, P.Skv })
   L[#L + 1] = string.format("  const %s *__restrict__ gq = %s, *__restrict__ gk = %s, *__restrict__ gv = %s;", esz, q, k, v)
   L[#L + 1] = string.format("  %s *__restrict__ go = %s;", esz, o)
-  L[#L + 1] = strides("q", P.q); L[#L + 1] = strides("k", P.k); L[#L + 1] = strides("v", P.v); L[#L + 1] = strides("o", P.o)
+  L[#L + 1] = M.strides("q", P.q); L[#L + 1] = M.strides("k", P.k); L[#L + 1] = M.strides("v", P.v); L[#L + 1] = M.strides("o", P.o)
   L[#L + 1] = "  (void)gq; (void)gk; (void)gv; (void)q_sb; (void)q_sh; (void)q_ss; (void)k_sb; (void)k_sh; (void)k_ss;"
   L[#L + 1] = "  (void)v_sb; (void)v_sh; (void)v_ss; (void)SKV;"
   M.scale_lines(K, P, L)
