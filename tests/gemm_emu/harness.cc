@@ -121,6 +121,49 @@ static size_t physical(const tensor &t, size_t j) {
   return off;
 }
 
+// The tensor bound to a node's input port (null: none).
+static tensor *port(json_t *ins, const char *name) {
+  json_t *u = json_object_get(ins, name);
+  if (!u) return nullptr;
+  for (auto &t : tensors) if (t.uid == json_integer_value(u)) return &t;
+  return nullptr;
+}
+
+// t's values drawn anew by draw() (sorted where asked) and encoded into its bytes.
+template <class F> static void redraw(tensor *t, F draw, bool sorted = false) {
+  if (!t) return;
+  for (size_t j = 0; j < t->numel; j++) t->logical[j] = draw();
+  if (sorted) std::sort(t->logical.begin(), t->logical.begin() + (long)t->numel);
+  for (size_t j = 0; j < t->numel; j++) kiln_encode(t->dtype.c_str(), &t->logical[j], t->host.data() + physical(*t, j) * t->elem, 1);
+}
+
+// Inputs drawn as `kiln run` draws them (run.lua's index_ranges), not as normals: a grouped
+// GEMM's expert offsets, sorted rows 0 .. T (not forced to 0 and T: the rows before the first
+// expert's and after the last's are exercised too); sdpa's per-batch lengths over 0 .. S;
+// sdpa_backward's Stats where a forward's log-sum-exp lies, whole numbers ln(Skv) .. + 2
+// (normals put P = e^(s - Stats) far past the forward's).
+static void draw_like_run(json_t *root) {
+  size_t ni;
+  json_t *jn;
+  json_array_foreach(json_object_get(root, "nodes"), ni, jn) {
+    const char *op = json_string_value(json_object_get(jn, "op"));
+    json_t *ins = json_object_get(jn, "inputs");
+    if (!op) continue;
+    auto upto = [](long long n) { return [n] { return (double)(long long)(uniform() * (double)(n + 1)); }; };
+    if (!strcmp(op, "moe_grouped_matmul") && port(ins, "token"))
+      redraw(port(ins, "first_token_offset"), upto(port(ins, "token")->dims[0]), true);
+    if (!strncmp(op, "sdpa", 4)) {
+      if (port(ins, "q")) redraw(port(ins, "seq_len_q"), upto(port(ins, "q")->dims[2]));
+      if (port(ins, "k")) redraw(port(ins, "seq_len_kv"), upto(port(ins, "k")->dims[2]));
+    }
+    if (!strcmp(op, "sdpa_backward") && port(ins, "k")) {
+      const long long skv = port(ins, "k")->dims[2];
+      const double lo = floor(log((double)(skv > 1 ? skv : 1)));
+      redraw(port(ins, "stats"), [lo] { return lo + (double)(long long)(uniform() * 3.0); });
+    }
+  }
+}
+
 // emu_entry's accessors
 void *emu_ptr(long long uid) {
   for (auto &t : tensors) if (t.uid == uid) return t.host.data();
@@ -260,60 +303,7 @@ int main(int argc, char **argv) {
     }
     tensors.push_back(std::move(t));
   }
-  // a grouped GEMM's expert offsets: sorted rows 0 .. T (not forced to 0 and T: the rows before
-  // the first expert's and the last expert's rows are exercised too)
-  size_t ni;
-  json_t *jn;
-  json_array_foreach(json_object_get(root, "nodes"), ni, jn) {
-    const char *op = json_string_value(json_object_get(jn, "op"));
-    if (!op || strcmp(op, "moe_grouped_matmul") != 0) continue;
-    json_t *ins = json_object_get(jn, "inputs");
-    const long long off_uid = json_integer_value(json_object_get(ins, "first_token_offset"));
-    const long long tok_uid = json_integer_value(json_object_get(ins, "token"));
-    long long rows = 0;
-    for (auto &t : tensors) if (t.uid == tok_uid) rows = t.dims[0];
-    for (auto &t : tensors) {
-      if (t.uid != off_uid) continue;
-      for (size_t j = 0; j < t.numel; j++) t.logical[j] = (double)(long long)(uniform() * (double)(rows + 1));
-      std::sort(t.logical.begin(), t.logical.begin() + (long)t.numel);
-      for (size_t j = 0; j < t.numel; j++) kiln_encode(t.dtype.c_str(), &t.logical[j], t.host.data() + physical(t, j) * t.elem, 1);
-    }
-  }
-  // sdpa's and sdpa_backward's per-batch lengths over their whole range, 0 .. S (as run.lua)
-  json_array_foreach(json_object_get(root, "nodes"), ni, jn) {
-    const char *op = json_string_value(json_object_get(jn, "op"));
-    if (!op || strncmp(op, "sdpa", 4) != 0) continue;
-    json_t *ins = json_object_get(jn, "inputs");
-    const char *ports[][2] = {{"seq_len_q", "q"}, {"seq_len_kv", "k"}};
-    for (auto &pt : ports) {
-      json_t *lu = json_object_get(ins, pt[0]);
-      if (!lu) continue;
-      long long s = 0;
-      for (auto &t : tensors) if (t.uid == json_integer_value(json_object_get(ins, pt[1]))) s = t.dims[2];
-      for (auto &t : tensors) {
-        if (t.uid != json_integer_value(lu)) continue;
-        for (size_t j = 0; j < t.numel; j++) t.logical[j] = (double)(long long)(uniform() * (double)(s + 1));
-        for (size_t j = 0; j < t.numel; j++) kiln_encode(t.dtype.c_str(), &t.logical[j], t.host.data() + physical(t, j) * t.elem, 1);
-      }
-    }
-  }
-  // sdpa_backward's Stats where a forward's log-sum-exp lies: whole numbers ln(Skv) .. + 2 (as
-  // run.lua draws them; normals put P = e^(s - Stats) far past the forward's)
-  json_array_foreach(json_object_get(root, "nodes"), ni, jn) {
-    const char *op = json_string_value(json_object_get(jn, "op"));
-    if (!op || strcmp(op, "sdpa_backward") != 0) continue;
-    json_t *ins = json_object_get(jn, "inputs");
-    const long long k_uid = json_integer_value(json_object_get(ins, "k"));
-    const long long st_uid = json_integer_value(json_object_get(ins, "stats"));
-    long long skv = 1;
-    for (auto &t : tensors) if (t.uid == k_uid) skv = t.dims[2];
-    const double lo = floor(log((double)(skv > 1 ? skv : 1)));
-    for (auto &t : tensors) {
-      if (t.uid != st_uid) continue;
-      for (size_t j = 0; j < t.numel; j++) t.logical[j] = lo + (double)(long long)(uniform() * 3.0);
-      for (size_t j = 0; j < t.numel; j++) kiln_encode(t.dtype.c_str(), &t.logical[j], t.host.data() + physical(t, j) * t.elem, 1);
-    }
-  }
+  draw_like_run(root);
   // the reference
   std::vector<kiln_ref_buffer> bufs;
   for (auto &t : tensors)
