@@ -7,11 +7,17 @@
 [ -f /usr/local/cuda/lib64/libnvrtc.so.13 ] || [ -n "${KILN_NVRTC_PATH:-}" ] || ldconfig -p | grep -q libnvrtc || skip_all "NVRTC not installed"
 plan 13
 
+# The last build's per-kernel compile times (ms; lines matching $2 left out) into `times`, told
+# under the label $1, and the slowest into `worst`.
+cold_times() {
+  times=$(grep -v -e "${2:-^\$}" "$OUTF" | grep -o 'compiled in [0-9.]*' | awk '{print $3}')
+  echo "# cold NVRTC compile per $1 (ms, -j 1): $(echo $times)"
+  worst=$(printf '%s\n' $times | sort -n | tail -1)
+}
+
 # cold compile time per pointwise kernel, one kernel at a time (target 60 ms on this machine)
 KILN_CACHE_DIR=$TMP/cold run_kiln build specs/swiglu.lua --sm 90a -v -j 1
-times=$(grep -o 'compiled in [0-9.]*' "$OUTF" | awk '{print $3}')
-echo "# cold NVRTC compile per pointwise kernel (ms, -j 1): $(echo $times)"
-worst=$(printf '%s\n' $times | sort -n | tail -1)
+cold_times "pointwise kernel"
 ok "cold compiles were timed" test -n "$worst"
 ok "cold compile per pointwise kernel stays near the 60 ms target (worst ${worst} ms; bound 250 ms for a loaded CI box)" \
   awk "BEGIN { exit !($worst <= 250) }"
@@ -31,9 +37,7 @@ ok "cold compile per memory-bound kernel stays near the 60 ms target (worst ${wo
 
 # cold compile per GEMM kernel, one at a time (target 1.5 s on this machine)
 KILN_CACHE_DIR=$TMP/cold run_kiln build specs/gemm_swiglu.lua specs/gemm.lua --sm 90a -v -j 1
-times=$(grep -v _init_ "$OUTF" | grep -o 'compiled in [0-9.]*' | awk '{print $3}')
-echo "# cold NVRTC compile per GEMM kernel, sm_90a (ms, -j 1): $(echo $times)"
-worst=$(printf '%s\n' $times | sort -n | tail -1)
+cold_times "GEMM kernel, sm_90a" _init_
 ok "cold compiles were timed" test -n "$worst"
 ok "cold compile per GEMM kernel within the 1.5 s target (worst ${worst} ms; bound 3 s for a loaded CI box)" \
   awk "BEGIN { exit !($worst <= 3000) }"
@@ -41,9 +45,7 @@ ok "cold compile per GEMM kernel within the 1.5 s target (worst ${worst} ms; bou
 # cold compile per conv1d kernel, one at a time (target 1.5 s on this machine)
 KILN_CACHE_DIR=$TMP/cold run_kiln build specs/causal_conv1d.lua specs/causal_conv1d_bwd.lua tests/specs/conv1d/decode.lua \
   --set B=1 --set D=8192 --graph causal_conv1d --graph causal_conv1d_bwd --graph cl_bf16_w4_l1 --sm 90a -v -j 1
-times=$(grep -o 'compiled in [0-9.]*' "$OUTF" | awk '{print $3}')
-echo "# cold compile per conv1d kernel, sm_90a (ms, -j 1: forward tile, backward tile, reduce, decode): $(echo $times)"
-worst=$(printf '%s\n' $times | sort -n | tail -1)
+cold_times "conv1d kernel, sm_90a (forward tile, backward tile, reduce, decode)"
 ok "cold compiles were timed" test -n "$worst"
 ok "cold compile per conv1d kernel within the 1.5 s target (worst ${worst} ms; bound 3 s for a loaded CI box)" \
   awk "BEGIN { exit !($worst <= 3000) }"
@@ -69,9 +71,7 @@ ok "cold compile per chunk kernel within 4 s on a loaded CI box (worst ${worst} 
 
 # cold compile per attention kernel (forward and backward), one at a time (target 1.5 s on this machine)
 KILN_CACHE_DIR=$TMP/cold run_kiln build specs/sdpa_prefill.lua specs/sdpa_window_sink.lua specs/sdpa_prefill_backward.lua --sm 90a --sm 80 -v -j 1
-times=$(grep -o 'compiled in [0-9.]*' "$OUTF" | awk '{print $3}')
-echo "# cold compile per attention kernel, sm_90a and sm_80 (ms, -j 1): $(echo $times)"
-worst=$(printf '%s\n' $times | sort -n | tail -1)
+cold_times "attention kernel, sm_90a and sm_80"
 ok "cold compiles were timed" test -n "$worst"
 ok "cold compile per attention kernel within the 1.5 s target (worst ${worst} ms; bound 3 s for a loaded CI box)" \
   awk "BEGIN { exit !($worst <= 3000) }"
