@@ -12,9 +12,6 @@ local tile = require "kiln.engines.attention.tile"
 
 local M = {}
 
--- Shared memory a block may have on every target (sm_80's 163 KB).
-M.SMEM_MAX = 166912
-M.OPTIONS = { "--std=c++17", "--ptxas-options=-v" }
 -- Candidates by head dim, best first: BN keys a CTA (16 a warp), BM query rows a step (the dQ
 -- product's D / (BN / BM) columns a warp must be a multiple of 16). Past D 64 a step of 64
 -- rows holds more scores than the registers take beside dK and dV (ptxas spills at D 128).
@@ -38,12 +35,13 @@ local function workspace_rule(P)
   return { mul = rowgen.with_const({ P.B, P.Sq }, P.Hq * (P.D + 4) * 4), div = 1 }
 end
 
-function M.propose(P, target)
+-- smem_max: the shared memory a block may have on every target (the engine's)
+function M.propose(P, target, smem_max)
   local det = P.deterministic and ":det" or ""
   local plans = {}
   for i, t in ipairs(M.TILES[P.D]) do
     local smem = M.smem(P, t)
-    if smem <= M.SMEM_MAX then
+    if smem <= smem_max then
       plans[#plans + 1] = {
         id = string.format("attention:v1:bwd:%dx%d%s", t.bn, t.bm, det),
         knobs = { path = "bwd", bn = t.bn, bm = t.bm }, rank = 100 - i, P = P,
@@ -111,8 +109,9 @@ local function post_setup(K, P)
   return table.concat(L, "\n")
 end
 
--- The pre-pass, main and post kernels of a backward plan, and their workspace.
-function M.build(plan, g, symbol, what, need)
+-- The pre-pass, main and post kernels of a backward plan (NVRTC options: the engine's), and
+-- their workspace.
+function M.build(plan, g, symbol, what, need, options)
   local P, kn = plan.P, plan.knobs
   local mma = P.dtype == "bf16" and "bf16" or "f16"
   local vars = { what = what, BM = kn.bm, BN = kn.bn, THREADS = 2 * kn.bn, D = P.D, MMA_T = mma, DETERMINISTIC = tostring(P.deterministic),
@@ -127,7 +126,7 @@ function M.build(plan, g, symbol, what, need)
     v.symbol, v.setup = sym, setup(K, P)
     v.params = K:finish_params()
     K.src:add(render.fill(render.template(template), v, template))
-    return { symbol = sym, engine = "attention", plan_id = plan.id .. suffix, options = M.OPTIONS, source = K.src:text(),
+    return { symbol = sym, engine = "attention", plan_id = plan.id .. suffix, options = options, source = K.src:text(),
              block = launch.block, grid = launch.grid, smem = launch.smem, cluster = { 1, 1, 1 }, params = K.mparams,
              align = K.align }
   end

@@ -83,7 +83,7 @@ function E.propose(group, g, target)
   if target.sm < 80 then return nil, "needs sm_80 or later (mma.sync bf16, cp.async)" end
   local P, why = problem.of(group, g)
   if not P then return nil, why end
-  if P.backward then return backward.propose(P, target) end
+  if P.backward then return backward.propose(P, target, E.SMEM_MAX) end
   -- few query positions against many keys: the decode kernels first where they fit
   local plans = decode.propose(P, target, 200)
   if P.paged then
@@ -191,7 +191,7 @@ function E.build(plan, group, g, target, symbol)
   if knobs.path == "bwd" then
     local what = string.format("%s %s, k/v heads %d, D %d%s%s", P.node.name, P.dtype, P.Hk, P.D, tile.describe(P),
       P.deterministic and ", deterministic" or "")
-    return backward.build(plan, g, symbol, what, function(src) need_common(src, P) end)
+    return backward.build(plan, g, symbol, what, function(src) need_common(src, P) end, E.OPTIONS)
   end
   if knobs.path == "decode" then
     local vars = { what = "", BM = E.BM, D = P.D, DV = P.Dv, options = E.OPTIONS,
